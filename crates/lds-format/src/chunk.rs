@@ -1,0 +1,941 @@
+//! Chunks in the slot area (SPEC.md §8): blocks, block index, filter, footer, and a
+//! builder that packs sorted entries into one slot with the tail right-aligned.
+
+use crate::batch::{EntryKind, SEQUENCE_MAX};
+use crate::codec::{crc32c, Reader, Writer};
+use crate::error::FormatError;
+
+/// `"LDSCHUNK"`, SPEC.md §8.3.
+pub const CHUNK_MAGIC: [u8; 8] = *b"LDSCHUNK";
+/// Bytes of the footer at the end of every slot.
+pub const FOOTER_LEN: usize = 160;
+/// Bytes of footer covered by the digest.
+pub const FOOTER_DIGEST_COVERS: usize = 104;
+const FOOTER_CRC_OFFSET: usize = FOOTER_LEN - 4;
+/// Bytes of a block trailer.
+pub const BLOCK_TRAILER_LEN: usize = 8;
+/// Fixed bytes of an entry before key and value.
+pub const ENTRY_FIXED_LEN: usize = 14;
+/// Fixed bytes of a block index entry before the key.
+pub const INDEX_ENTRY_FIXED_LEN: usize = 18;
+/// Bytes of the filter header.
+pub const FILTER_HEADER_LEN: usize = 8;
+/// Most probes a filter may use.
+pub const FILTER_PROBES_MAX: u8 = 30;
+
+/// Packs a sequence number and kind (SPEC.md §8.2).
+pub fn pack_seq_kind(sequence: u64, kind: EntryKind) -> u64 {
+    (sequence << 8) | u64::from(kind.code())
+}
+
+/// Unpacks `seq_kind`.
+pub fn unpack_seq_kind(seq_kind: u64) -> Option<(u64, EntryKind)> {
+    let kind = EntryKind::from_code((seq_kind & 0xff) as u8)?;
+    Some((seq_kind >> 8, kind))
+}
+
+/// The chunk footer (SPEC.md §8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footer {
+    /// `version_major`.
+    pub version_major: u16,
+    /// Level when written.
+    pub level: u8,
+    /// Flags (bit 0 odd).
+    pub flags: u8,
+    /// Owning instance.
+    pub instance: u32,
+    /// Slot of sub-chunk 0.
+    pub chunk_id: u64,
+    /// Index of this sub-chunk.
+    pub sub_chunk_index: u16,
+    /// Sub-chunks in the chunk.
+    pub num_sub_chunks: u16,
+    /// Blocks in the body.
+    pub num_blocks: u32,
+    /// Entries in this sub-chunk.
+    pub num_entries: u64,
+    /// Smallest sequence number.
+    pub smallest_seq: u64,
+    /// Largest sequence number.
+    pub largest_seq: u64,
+    /// Bytes of blocks.
+    pub len_body: u32,
+    /// Offset of the index in the slot.
+    pub ofs_index: u32,
+    /// Bytes of the index.
+    pub len_index: u32,
+    /// crc32c of the index.
+    pub index_crc32c: u32,
+    /// Offset of the filter in the slot.
+    pub ofs_filter: u32,
+    /// Bytes of the filter.
+    pub len_filter: u32,
+    /// crc32c of the filter.
+    pub filter_crc32c: u32,
+    /// Slot size it was written for.
+    pub slot_size: u32,
+    /// The volume.
+    pub volume_uuid: [u8; 16],
+    /// blake3 of body, index, filter and footer bytes 0..104.
+    pub digest: [u8; 32],
+    /// crc32c of footer bytes 0..156.
+    pub footer_crc32c: u32,
+}
+
+impl Footer {
+    /// Encodes the footer with its checksum; `digest` must already be set.
+    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+        let mut bytes = [0u8; FOOTER_LEN];
+        let covered = self.encode_digest_covered();
+        bytes[..FOOTER_DIGEST_COVERS].copy_from_slice(&covered);
+        bytes[FOOTER_DIGEST_COVERS..FOOTER_DIGEST_COVERS + 32].copy_from_slice(&self.digest);
+        let crc = crc32c(&bytes[..FOOTER_CRC_OFFSET]);
+        bytes[FOOTER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    /// The first 104 bytes (what the digest covers).
+    pub fn encode_digest_covered(&self) -> [u8; FOOTER_DIGEST_COVERS] {
+        let mut writer = Writer::with_capacity(FOOTER_DIGEST_COVERS);
+        writer
+            .bytes(&CHUNK_MAGIC)
+            .u16(self.version_major)
+            .u8(self.level)
+            .u8(self.flags)
+            .u32(self.instance)
+            .u64(self.chunk_id)
+            .u16(self.sub_chunk_index)
+            .u16(self.num_sub_chunks)
+            .u32(self.num_blocks)
+            .u64(self.num_entries)
+            .u64(self.smallest_seq)
+            .u64(self.largest_seq)
+            .u32(self.len_body)
+            .u32(self.ofs_index)
+            .u32(self.len_index)
+            .u32(self.index_crc32c)
+            .u32(self.ofs_filter)
+            .u32(self.len_filter)
+            .u32(self.filter_crc32c)
+            .u32(self.slot_size)
+            .bytes(&self.volume_uuid);
+        let mut bytes = [0u8; FOOTER_DIGEST_COVERS];
+        bytes.copy_from_slice(writer.as_slice());
+        bytes
+    }
+
+    /// True when the bytes start with the chunk magic (SPEC.md §15: an empty slot otherwise).
+    pub fn has_magic(bytes: &[u8]) -> bool {
+        bytes.len() >= 8 && bytes[..8] == CHUNK_MAGIC
+    }
+
+    /// Decodes the raw fields after checking the magic only (for inspection).
+    pub fn parse_raw(bytes: &[u8], offset: u64) -> Result<Self, FormatError> {
+        const S: &str = "chunk footer";
+        let mut reader = Reader::new(bytes, S, offset);
+        let magic: [u8; 8] = reader.array()?;
+        if magic != CHUNK_MAGIC {
+            return Err(FormatError::BadMagic { structure: S, offset, found: magic.to_vec() });
+        }
+        let footer = Self {
+            version_major: reader.u16()?,
+            level: reader.u8()?,
+            flags: reader.u8()?,
+            instance: reader.u32()?,
+            chunk_id: reader.u64()?,
+            sub_chunk_index: reader.u16()?,
+            num_sub_chunks: reader.u16()?,
+            num_blocks: reader.u32()?,
+            num_entries: reader.u64()?,
+            smallest_seq: reader.u64()?,
+            largest_seq: reader.u64()?,
+            len_body: reader.u32()?,
+            ofs_index: reader.u32()?,
+            len_index: reader.u32()?,
+            index_crc32c: reader.u32()?,
+            ofs_filter: reader.u32()?,
+            len_filter: reader.u32()?,
+            filter_crc32c: reader.u32()?,
+            slot_size: reader.u32()?,
+            volume_uuid: reader.array()?,
+            digest: reader.array()?,
+            footer_crc32c: {
+                reader.bytes(20)?;
+                reader.u32()?
+            },
+        };
+        Ok(footer)
+    }
+
+    /// Decodes and checks a footer: magic, checksum, version, reserved bytes and the
+    /// layout invariants of SPEC.md §8.3 against `slot_size`.
+    pub fn decode(bytes: &[u8], offset: u64, slot_size: u64) -> Result<Self, FormatError> {
+        const S: &str = "chunk footer";
+        let footer = Self::parse_raw(bytes, offset)?;
+        if bytes.len() < FOOTER_LEN {
+            return Err(FormatError::Truncated {
+                structure: S,
+                offset,
+                needed: FOOTER_LEN as u64,
+                available: bytes.len() as u64,
+            });
+        }
+        let actual = crc32c(&bytes[..FOOTER_CRC_OFFSET]);
+        if actual != footer.footer_crc32c {
+            return Err(FormatError::ChecksumMismatch { structure: S, offset, expected: footer.footer_crc32c, actual });
+        }
+        if footer.version_major != 1 {
+            return Err(FormatError::UnsupportedVersion {
+                structure: S,
+                offset,
+                major: footer.version_major,
+                minor: 0,
+            });
+        }
+        Reader::new(&bytes[136..156], S, offset + 136).reserved(20)?;
+        let invalid = |field: &'static str, reason: String| Err(FormatError::invalid(S, field, offset, reason));
+        if footer.flags & !1 != 0 {
+            return invalid("flags", "reserved bits set".into());
+        }
+        if u64::from(footer.slot_size) != slot_size {
+            return invalid("slot_size", format!("{} but the volume's slots are {slot_size} bytes", footer.slot_size));
+        }
+        let tail_end = slot_size - FOOTER_LEN as u64;
+        if u64::from(footer.ofs_filter) + u64::from(footer.len_filter) != tail_end {
+            return invalid("ofs_filter", "the filter does not end where the footer starts".into());
+        }
+        if u64::from(footer.ofs_index) + u64::from(footer.len_index) != u64::from(footer.ofs_filter) {
+            return invalid("ofs_index", "the index does not end where the filter starts".into());
+        }
+        if footer.len_body > footer.ofs_index {
+            return invalid("len_body", "the body overlaps the index".into());
+        }
+        if footer.num_sub_chunks == 0 || footer.sub_chunk_index >= footer.num_sub_chunks {
+            return invalid("sub_chunk_index", format!("{} of {}", footer.sub_chunk_index, footer.num_sub_chunks));
+        }
+        if footer.num_blocks == 0 || footer.num_entries == 0 {
+            return invalid("num_entries", "an empty chunk".into());
+        }
+        if footer.smallest_seq > footer.largest_seq || footer.largest_seq > SEQUENCE_MAX {
+            return invalid("smallest_seq", "sequence range is not ordered or exceeds 2^56".into());
+        }
+        if u64::from(footer.level) >= 16 {
+            return invalid("level", "at or above the level limit 16".into());
+        }
+        Ok(footer)
+    }
+}
+
+/// One block index entry (SPEC.md §8.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Offset of the block in the slot.
+    pub ofs_block: u32,
+    /// Bytes of the block with its trailer.
+    pub len_block: u32,
+    /// `seq_kind` of the block's last entry.
+    pub last_seq_kind: u64,
+    /// The block's last user key.
+    pub last_key: Vec<u8>,
+}
+
+/// Decodes the block index and checks it against the footer: crc, count, contiguous blocks
+/// ending at `len_body`, last keys in order.
+pub fn decode_index(bytes: &[u8], offset: u64, footer: &Footer) -> Result<Vec<IndexEntry>, FormatError> {
+    const S: &str = "block index";
+    let actual = crc32c(bytes);
+    if actual != footer.index_crc32c {
+        return Err(FormatError::ChecksumMismatch { structure: S, offset, expected: footer.index_crc32c, actual });
+    }
+    let mut reader = Reader::new(bytes, S, offset);
+    let count = reader.count(u64::from(footer.num_blocks), INDEX_ENTRY_FIXED_LEN, "num_blocks")?;
+    let mut entries: Vec<IndexEntry> = Vec::with_capacity(count);
+    let mut expected_offset = 0u32;
+    for _ in 0..count {
+        let entry_offset = reader.offset();
+        let entry = IndexEntry {
+            ofs_block: reader.u32()?,
+            len_block: reader.u32()?,
+            last_seq_kind: reader.u64()?,
+            last_key: reader.key()?.to_vec(),
+        };
+        if entry.ofs_block != expected_offset || (entry.len_block as usize) < BLOCK_TRAILER_LEN + ENTRY_FIXED_LEN + 1 {
+            return Err(FormatError::invalid(
+                S,
+                "ofs_block",
+                entry_offset,
+                "blocks are not contiguous from the slot start",
+            ));
+        }
+        if unpack_seq_kind(entry.last_seq_kind).is_none() {
+            return Err(FormatError::invalid(S, "last_seq_kind", entry_offset, "unknown kind"));
+        }
+        if let Some(previous) = entries.last() {
+            if compare_internal(&previous.last_key, previous.last_seq_kind, &entry.last_key, entry.last_seq_kind)
+                != std::cmp::Ordering::Less
+            {
+                return Err(FormatError::invalid(S, "last_key", entry_offset, "blocks are not in key order"));
+            }
+        }
+        expected_offset = entry
+            .ofs_block
+            .checked_add(entry.len_block)
+            .ok_or_else(|| FormatError::invalid(S, "len_block", entry_offset, "overflows"))?;
+        entries.push(entry);
+    }
+    reader.finish()?;
+    if expected_offset != footer.len_body {
+        return Err(FormatError::invalid(
+            S,
+            "len_block",
+            offset,
+            format!("blocks end at {expected_offset}, len_body is {}", footer.len_body),
+        ));
+    }
+    Ok(entries)
+}
+
+/// Orders internal keys: user key ascending, then `seq_kind` descending (newest first).
+pub fn compare_internal(key_a: &[u8], seq_kind_a: u64, key_b: &[u8], seq_kind_b: u64) -> std::cmp::Ordering {
+    key_a.cmp(key_b).then(seq_kind_b.cmp(&seq_kind_a))
+}
+
+/// One decoded entry, borrowing the block's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// User key.
+    pub key: &'a [u8],
+    /// Sequence number.
+    pub sequence: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// Value (empty for a delete).
+    pub value: &'a [u8],
+}
+
+/// Checks a block's trailer crc and decodes its entries in order.
+pub fn decode_block(bytes: &[u8], offset: u64) -> Result<Vec<EntryRef<'_>>, FormatError> {
+    let mut entries = Vec::new();
+    visit_block(bytes, offset, |entry| entries.push(entry))?;
+    Ok(entries)
+}
+
+/// Checks a block's crc and calls `visit` for each entry, in order, checking that entries are
+/// sorted.
+pub fn visit_block<'a>(bytes: &'a [u8], offset: u64, mut visit: impl FnMut(EntryRef<'a>)) -> Result<u32, FormatError> {
+    const S: &str = "block";
+    if bytes.len() < BLOCK_TRAILER_LEN {
+        return Err(FormatError::Truncated {
+            structure: S,
+            offset,
+            needed: BLOCK_TRAILER_LEN as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    let crc_at = bytes.len() - 4;
+    let stored = u32::from_le_bytes([bytes[crc_at], bytes[crc_at + 1], bytes[crc_at + 2], bytes[crc_at + 3]]);
+    let actual = crc32c(&bytes[..crc_at]);
+    if stored != actual {
+        return Err(FormatError::ChecksumMismatch { structure: S, offset, expected: stored, actual });
+    }
+    let count_at = bytes.len() - BLOCK_TRAILER_LEN;
+    let num_entries =
+        u32::from_le_bytes([bytes[count_at], bytes[count_at + 1], bytes[count_at + 2], bytes[count_at + 3]]);
+    let mut reader = Reader::new(&bytes[..count_at], S, offset);
+    let count = reader.count(u64::from(num_entries), ENTRY_FIXED_LEN + 1, "num_entries")?;
+    if count == 0 {
+        return Err(FormatError::invalid(S, "num_entries", offset, "an empty block"));
+    }
+    let mut previous: Option<(&[u8], u64)> = None;
+    for _ in 0..count {
+        let entry_offset = reader.offset();
+        let seq_kind = reader.u64()?;
+        let len_key = reader.u16()?;
+        let len_value = reader.u32()?;
+        let key = reader.bytes(usize::from(len_key))?;
+        let value = reader.bytes(len_value as usize)?;
+        let (sequence, kind) = unpack_seq_kind(seq_kind)
+            .ok_or_else(|| FormatError::invalid(S, "seq_kind", entry_offset, "unknown kind"))?;
+        if key.is_empty() {
+            return Err(FormatError::invalid(S, "len_key", entry_offset, "empty key"));
+        }
+        if let Some((previous_key, previous_seq_kind)) = previous {
+            if compare_internal(previous_key, previous_seq_kind, key, seq_kind) != std::cmp::Ordering::Less {
+                return Err(FormatError::invalid(S, "key", entry_offset, "entries are not sorted"));
+            }
+        }
+        previous = Some((key, seq_kind));
+        visit(EntryRef { key, sequence, kind, value });
+    }
+    reader.finish()?;
+    Ok(num_entries)
+}
+
+/// A Bloom filter over user keys (SPEC.md §8.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// Probes per key.
+    pub num_probes: u8,
+    /// The bit array; its length times 8 is `num_bits`.
+    pub bits: Vec<u8>,
+}
+
+/// The hash the filter uses.
+pub fn filter_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+impl Filter {
+    /// Builds a filter from key hashes with `bits_per_key` bits each (0 gives no filter).
+    pub fn build(hashes: &[u64], bits_per_key: u32) -> Self {
+        if bits_per_key == 0 || hashes.is_empty() {
+            return Self { num_probes: 0, bits: Vec::new() };
+        }
+        let num_bits = (hashes.len() as u64 * u64::from(bits_per_key)).max(64).div_ceil(8) * 8;
+        let num_probes = ((f64::from(bits_per_key) * 0.69).round() as u8).clamp(1, FILTER_PROBES_MAX);
+        let mut bits = vec![0u8; (num_bits / 8) as usize];
+        for &hash in hashes {
+            for bit in probe_bits(hash, num_probes, num_bits as u32) {
+                bits[(bit / 8) as usize] |= 1 << (bit % 8);
+            }
+        }
+        Self { num_probes, bits }
+    }
+
+    /// Bytes a filter for `num_keys` keys takes.
+    pub fn encoded_len(num_keys: usize, bits_per_key: u32) -> usize {
+        if bits_per_key == 0 || num_keys == 0 {
+            return FILTER_HEADER_LEN;
+        }
+        FILTER_HEADER_LEN + ((num_keys as u64 * u64::from(bits_per_key)).max(64).div_ceil(8)) as usize
+    }
+
+    /// `num_bits`.
+    pub fn num_bits(&self) -> u32 {
+        (self.bits.len() * 8) as u32
+    }
+
+    /// False only when the key is certainly absent.
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        let num_bits = self.num_bits();
+        if num_bits == 0 || self.num_probes == 0 {
+            return true;
+        }
+        probe_bits(filter_hash(key), self.num_probes, num_bits)
+            .all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+    }
+
+    /// Encodes the filter.
+    pub fn encode(&self, writer: &mut Writer) {
+        writer.u8(self.num_probes).zeros(3).u32(self.num_bits()).bytes(&self.bits);
+    }
+
+    /// Decodes a filter after checking its crc against the footer.
+    pub fn decode(bytes: &[u8], offset: u64, footer: &Footer) -> Result<Self, FormatError> {
+        const S: &str = "filter";
+        let actual = crc32c(bytes);
+        if actual != footer.filter_crc32c {
+            return Err(FormatError::ChecksumMismatch { structure: S, offset, expected: footer.filter_crc32c, actual });
+        }
+        let mut reader = Reader::new(bytes, S, offset);
+        let num_probes = reader.u8()?;
+        reader.reserved(3)?;
+        let num_bits = reader.u32()?;
+        if num_bits % 8 != 0 || num_probes > FILTER_PROBES_MAX || (num_bits != 0 && num_probes == 0) {
+            return Err(FormatError::invalid(
+                S,
+                "num_bits",
+                offset,
+                format!("{num_bits} bits with {num_probes} probes"),
+            ));
+        }
+        let bits = reader.bytes((num_bits / 8) as usize)?.to_vec();
+        reader.finish()?;
+        Ok(Self { num_probes, bits })
+    }
+}
+
+fn probe_bits(hash: u64, num_probes: u8, num_bits: u32) -> impl Iterator<Item = u32> {
+    let h1 = hash as u32;
+    let h2 = (hash >> 32) as u32;
+    (0..u32::from(num_probes)).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % num_bits)
+}
+
+/// What a sub-chunk is, for its footer.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkIdentity {
+    /// The volume.
+    pub volume_uuid: [u8; 16],
+    /// Owning instance.
+    pub instance: u32,
+    /// Slot of sub-chunk 0.
+    pub chunk_id: u64,
+    /// Index of this sub-chunk.
+    pub sub_chunk_index: u16,
+    /// Sub-chunks in the chunk (may be patched by `BuiltSubChunk::set_sub_chunk_count`).
+    pub num_sub_chunks: u16,
+    /// Level.
+    pub level: u8,
+    /// Flags.
+    pub flags: u8,
+}
+
+/// Options for building chunks.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkOptions {
+    /// Slot size of the volume.
+    pub slot_size: u64,
+    /// Target uncompressed block size.
+    pub block_size: usize,
+    /// Bloom filter bits per key (0: no filter).
+    pub bloom_bits_per_key: u32,
+}
+
+/// Packs sorted entries into one slot.
+pub struct ChunkBuilder {
+    options: ChunkOptions,
+    body: Vec<u8>,
+    block_start: usize,
+    block_entries: u32,
+    index: Writer,
+    num_blocks: u32,
+    key_hashes: Vec<u64>,
+    last_key: Vec<u8>,
+    last_seq_kind: u64,
+    first_key: Vec<u8>,
+    num_entries: u64,
+    smallest_seq: u64,
+    largest_seq: u64,
+}
+
+impl ChunkBuilder {
+    /// An empty builder.
+    pub fn new(options: ChunkOptions) -> Self {
+        Self {
+            options,
+            body: Vec::with_capacity(options.slot_size as usize),
+            block_start: 0,
+            block_entries: 0,
+            index: Writer::new(),
+            num_blocks: 0,
+            key_hashes: Vec::new(),
+            last_key: Vec::new(),
+            last_seq_kind: 0,
+            first_key: Vec::new(),
+            num_entries: 0,
+            smallest_seq: u64::MAX,
+            largest_seq: 0,
+        }
+    }
+
+    /// Entries added so far.
+    pub fn num_entries(&self) -> u64 {
+        self.num_entries
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.num_entries == 0
+    }
+
+    /// Bytes the finished slot content would use now (body, open block trailer, tail).
+    pub fn estimated_len(&self) -> usize {
+        let open_block =
+            if self.block_entries > 0 { BLOCK_TRAILER_LEN + INDEX_ENTRY_FIXED_LEN + self.last_key.len() } else { 0 };
+        self.body.len()
+            + open_block
+            + self.index.len()
+            + Filter::encoded_len(self.key_hashes.len(), self.options.bloom_bits_per_key)
+            + FOOTER_LEN
+    }
+
+    /// Adds an entry if it fits the slot; returns false (adding nothing) when it does not.
+    /// Entries must come in internal-key order.
+    pub fn add(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) -> bool {
+        let entry_len = ENTRY_FIXED_LEN + key.len() + value.len();
+        let new_key = usize::from(self.num_entries == 0 || self.last_key != key);
+        let close_first = self.block_entries > 0
+            && self.body.len() - self.block_start + entry_len + BLOCK_TRAILER_LEN > self.options.block_size;
+        // The finished length if this entry is added: closing the open block first fixes its
+        // trailer and index entry; the block holding the entry then ends with this key.
+        let (body_len, index_len) = if close_first {
+            (
+                self.body.len() + BLOCK_TRAILER_LEN + entry_len,
+                self.index.len() + INDEX_ENTRY_FIXED_LEN + self.last_key.len() + INDEX_ENTRY_FIXED_LEN + key.len(),
+            )
+        } else {
+            (self.body.len() + entry_len, self.index.len() + INDEX_ENTRY_FIXED_LEN + key.len())
+        };
+        let needed = body_len
+            + BLOCK_TRAILER_LEN
+            + index_len
+            + Filter::encoded_len(self.key_hashes.len() + new_key, self.options.bloom_bits_per_key)
+            + FOOTER_LEN;
+        if needed > self.options.slot_size as usize {
+            return false;
+        }
+        if close_first {
+            self.close_block();
+        }
+        let seq_kind = pack_seq_kind(sequence, kind);
+        debug_assert!(
+            self.num_entries == 0 || compare_internal(&self.last_key, self.last_seq_kind, key, seq_kind).is_lt()
+        );
+        self.body.extend_from_slice(&seq_kind.to_le_bytes());
+        self.body.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        self.body.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(key);
+        self.body.extend_from_slice(value);
+        if new_key == 1 {
+            self.key_hashes.push(filter_hash(key));
+        }
+        if self.num_entries == 0 {
+            self.first_key = key.to_vec();
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        self.last_seq_kind = seq_kind;
+        self.block_entries += 1;
+        self.num_entries += 1;
+        self.smallest_seq = self.smallest_seq.min(sequence);
+        self.largest_seq = self.largest_seq.max(sequence);
+        true
+    }
+
+    fn close_block(&mut self) {
+        if self.block_entries == 0 {
+            return;
+        }
+        self.body.extend_from_slice(&self.block_entries.to_le_bytes());
+        let crc = crc32c(&self.body[self.block_start..]);
+        self.body.extend_from_slice(&crc.to_le_bytes());
+        let len_block = (self.body.len() - self.block_start) as u32;
+        self.index.u32(self.block_start as u32).u32(len_block).u64(self.last_seq_kind).key(&self.last_key);
+        self.num_blocks += 1;
+        self.block_start = self.body.len();
+        self.block_entries = 0;
+    }
+
+    /// Finishes the sub-chunk. Returns `None` when no entry was added.
+    pub fn finish(mut self, identity: ChunkIdentity) -> Option<BuiltSubChunk> {
+        if self.num_entries == 0 {
+            return None;
+        }
+        self.close_block();
+        let mut tail = Writer::with_capacity(self.index.len() + 64 + FOOTER_LEN);
+        tail.bytes(self.index.as_slice());
+        let len_index = self.index.len() as u32;
+        let filter = Filter::build(&self.key_hashes, self.options.bloom_bits_per_key);
+        filter.encode(&mut tail);
+        let len_filter = tail.len() as u32 - len_index;
+        let slot_size = self.options.slot_size;
+        let tail_len = tail.len() + FOOTER_LEN;
+        assert!(self.body.len() + tail_len <= slot_size as usize, "builder overflowed its slot");
+        let ofs_index = (slot_size as usize - tail_len) as u32;
+        let footer = Footer {
+            version_major: 1,
+            level: identity.level,
+            flags: identity.flags,
+            instance: identity.instance,
+            chunk_id: identity.chunk_id,
+            sub_chunk_index: identity.sub_chunk_index,
+            num_sub_chunks: identity.num_sub_chunks,
+            num_blocks: self.num_blocks,
+            num_entries: self.num_entries,
+            smallest_seq: self.smallest_seq,
+            largest_seq: self.largest_seq,
+            len_body: self.body.len() as u32,
+            ofs_index,
+            len_index,
+            index_crc32c: crc32c(&tail.as_slice()[..len_index as usize]),
+            ofs_filter: ofs_index + len_index,
+            len_filter,
+            filter_crc32c: crc32c(&tail.as_slice()[len_index as usize..]),
+            slot_size: slot_size as u32,
+            volume_uuid: identity.volume_uuid,
+            digest: [0; 32],
+            footer_crc32c: 0,
+        };
+        let mut built = BuiltSubChunk {
+            body: self.body,
+            tail_without_footer: tail.into_bytes(),
+            footer,
+            first_key: self.first_key,
+            last_key: self.last_key,
+        };
+        built.seal();
+        Some(built)
+    }
+}
+
+/// A finished sub-chunk: the body goes at the slot start, the tail at the slot end.
+#[derive(Debug, Clone)]
+pub struct BuiltSubChunk {
+    /// Blocks.
+    pub body: Vec<u8>,
+    /// Index and filter.
+    pub tail_without_footer: Vec<u8>,
+    /// The footer (digest and checksum set).
+    pub footer: Footer,
+    /// Smallest user key.
+    pub first_key: Vec<u8>,
+    /// Largest user key.
+    pub last_key: Vec<u8>,
+}
+
+impl BuiltSubChunk {
+    fn seal(&mut self) {
+        let covered = self.footer.encode_digest_covered();
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.body);
+        hasher.update(&self.tail_without_footer);
+        hasher.update(&covered);
+        self.footer.digest = *hasher.finalize().as_bytes();
+        let encoded = self.footer.encode();
+        self.footer.footer_crc32c = u32::from_le_bytes([encoded[156], encoded[157], encoded[158], encoded[159]]);
+    }
+
+    /// Changes the chunk identity fields (after the writer knows its slots) and reseals.
+    pub fn set_identity(&mut self, chunk_id: u64, sub_chunk_index: u16, num_sub_chunks: u16) {
+        self.footer.chunk_id = chunk_id;
+        self.footer.sub_chunk_index = sub_chunk_index;
+        self.footer.num_sub_chunks = num_sub_chunks;
+        self.seal();
+    }
+
+    /// The tail bytes (index, filter, footer) to write at the slot end.
+    pub fn tail(&self) -> Vec<u8> {
+        let mut tail = Vec::with_capacity(self.tail_without_footer.len() + FOOTER_LEN);
+        tail.extend_from_slice(&self.tail_without_footer);
+        tail.extend_from_slice(&self.footer.encode());
+        tail
+    }
+
+    /// Bytes used in the slot.
+    pub fn len_data(&self) -> u64 {
+        (self.body.len() + self.tail_without_footer.len() + FOOTER_LEN) as u64
+    }
+
+    /// The whole slot image, padding zeroed (for tests, fixtures and simple writers).
+    pub fn slot_image(&self) -> Vec<u8> {
+        let slot_size = self.footer.slot_size as usize;
+        let mut image = vec![0u8; slot_size];
+        image[..self.body.len()].copy_from_slice(&self.body);
+        let tail = self.tail();
+        image[slot_size - tail.len()..].copy_from_slice(&tail);
+        image
+    }
+}
+
+/// A sub-chunk decoded from a whole slot image, with every check of SPEC.md §8.
+#[derive(Debug, Clone)]
+pub struct SubChunkView<'a> {
+    /// The footer.
+    pub footer: Footer,
+    /// The block index.
+    pub index: Vec<IndexEntry>,
+    /// The filter.
+    pub filter: Filter,
+    /// The slot image.
+    pub slot: &'a [u8],
+}
+
+impl<'a> SubChunkView<'a> {
+    /// Decodes the tail of a slot image (`slot.len()` is the slot size); `offset` is the
+    /// slot's device offset.
+    pub fn open(slot: &'a [u8], offset: u64) -> Result<Self, FormatError> {
+        let slot_size = slot.len() as u64;
+        if slot.len() < FOOTER_LEN {
+            return Err(FormatError::Truncated {
+                structure: "slot",
+                offset,
+                needed: FOOTER_LEN as u64,
+                available: slot_size,
+            });
+        }
+        let footer_at = slot.len() - FOOTER_LEN;
+        let footer = Footer::decode(&slot[footer_at..], offset + footer_at as u64, slot_size)?;
+        let index_range = footer.ofs_index as usize..footer.ofs_filter as usize;
+        let index = decode_index(&slot[index_range], offset + u64::from(footer.ofs_index), &footer)?;
+        let filter_range = footer.ofs_filter as usize..footer_at;
+        let filter = Filter::decode(&slot[filter_range], offset + u64::from(footer.ofs_filter), &footer)?;
+        Ok(Self { footer, index, filter, slot })
+    }
+
+    /// Recomputes the blake3 digest (fsck --deep).
+    pub fn verify_digest(&self, offset: u64) -> Result<(), FormatError> {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.slot[..self.footer.len_body as usize]);
+        hasher.update(&self.slot[self.footer.ofs_index as usize..self.slot.len() - FOOTER_LEN]);
+        hasher.update(&self.footer.encode_digest_covered());
+        if *hasher.finalize().as_bytes() != self.footer.digest {
+            return Err(FormatError::DigestMismatch { structure: "chunk", offset });
+        }
+        Ok(())
+    }
+
+    /// The bytes of block `index`.
+    pub fn block(&self, index: usize) -> &'a [u8] {
+        let entry = &self.index[index];
+        &self.slot[entry.ofs_block as usize..(entry.ofs_block + entry.len_block) as usize]
+    }
+
+    /// Every entry, in order, verifying each block.
+    pub fn entries(&self, offset: u64) -> Result<Vec<EntryRef<'a>>, FormatError> {
+        let mut entries = Vec::new();
+        for (number, entry) in self.index.iter().enumerate() {
+            let block = self.block(number);
+            let block_entries = decode_block(block, offset + u64::from(entry.ofs_block))?;
+            let last = block_entries.last().map(|last| (last.key, pack_seq_kind(last.sequence, last.kind)));
+            if last != Some((entry.last_key.as_slice(), entry.last_seq_kind)) {
+                return Err(FormatError::invalid(
+                    "block",
+                    "last_key",
+                    offset + u64::from(entry.ofs_block),
+                    "does not match the block index",
+                ));
+            }
+            entries.extend(block_entries);
+        }
+        Ok(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SLOT: u64 = 64 * 1024;
+
+    fn options() -> ChunkOptions {
+        ChunkOptions { slot_size: SLOT, block_size: 1024, bloom_bits_per_key: 10 }
+    }
+
+    fn identity() -> ChunkIdentity {
+        ChunkIdentity {
+            volume_uuid: [3; 16],
+            instance: 0,
+            chunk_id: 9,
+            sub_chunk_index: 0,
+            num_sub_chunks: 1,
+            level: 1,
+            flags: 0,
+        }
+    }
+
+    fn key(number: u32) -> Vec<u8> {
+        format!("key-{number:06}").into_bytes()
+    }
+
+    fn build(count: u32) -> BuiltSubChunk {
+        let mut builder = ChunkBuilder::new(options());
+        for number in 0..count {
+            let kind = if number % 7 == 3 { EntryKind::Delete } else { EntryKind::Put };
+            let value = if kind == EntryKind::Put { vec![number as u8; (number % 50) as usize] } else { Vec::new() };
+            assert!(builder.add(&key(number), u64::from(number) + 1, kind, &value));
+        }
+        builder.finish(identity()).expect("not empty")
+    }
+
+    #[test]
+    fn round_trip_through_a_slot_image() {
+        let built = build(500);
+        let image = built.slot_image();
+        let view = SubChunkView::open(&image, 0).expect("opens");
+        assert_eq!(view.footer, built.footer);
+        view.verify_digest(0).expect("digest");
+        let entries = view.entries(0).expect("entries");
+        assert_eq!(entries.len(), 500);
+        assert_eq!(entries[3].kind, EntryKind::Delete);
+        assert_eq!(entries[11].key, key(11).as_slice());
+        assert_eq!(entries[11].value, vec![11u8; 11].as_slice());
+        assert!(view.index.len() > 1);
+        for number in 0..500 {
+            assert!(view.filter.may_contain(&key(number)));
+        }
+        let false_positives = (1000..3000).filter(|&number| view.filter.may_contain(&key(number))).count();
+        assert!(false_positives < 100, "{false_positives} false positives of 2000");
+    }
+
+    #[test]
+    fn builder_refuses_what_does_not_fit_and_the_result_fits() {
+        let mut builder = ChunkBuilder::new(options());
+        let value = vec![7u8; 1000];
+        let mut added = 0u32;
+        while builder.add(&key(added), u64::from(added) + 1, EntryKind::Put, &value) {
+            added += 1;
+            assert!(builder.estimated_len() <= SLOT as usize);
+        }
+        assert!(added > 50);
+        let built = builder.finish(identity()).expect("not empty");
+        assert!(built.len_data() <= SLOT);
+        let image = built.slot_image();
+        assert_eq!(SubChunkView::open(&image, 0).expect("opens").entries(0).expect("entries").len(), added as usize);
+    }
+
+    #[test]
+    fn multiple_versions_of_one_key_are_ordered_newest_first() {
+        let mut builder = ChunkBuilder::new(options());
+        assert!(builder.add(b"a", 9, EntryKind::Put, b"new"));
+        assert!(builder.add(b"a", 4, EntryKind::Delete, b""));
+        assert!(builder.add(b"b", 1, EntryKind::Put, b"x"));
+        let built = builder.finish(identity()).expect("not empty");
+        let image = built.slot_image();
+        let view = SubChunkView::open(&image, 0).expect("opens");
+        let sequences: Vec<u64> = view.entries(0).expect("entries").iter().map(|entry| entry.sequence).collect();
+        assert_eq!(sequences, vec![9, 4, 1]);
+    }
+
+    #[test]
+    fn flip_any_tail_byte_is_detected() {
+        let built = build(40);
+        let image = built.slot_image();
+        let tail_start = SLOT as usize - built.tail().len();
+        for index in tail_start..SLOT as usize {
+            if (SLOT as usize - FOOTER_LEN + 136..SLOT as usize - 4).contains(&index) {
+                continue; // reserved bytes: covered by the footer crc, checked below
+            }
+            let mut flipped = image.clone();
+            flipped[index] ^= 0x04;
+            let opened = SubChunkView::open(&flipped, 0);
+            let detected = match opened {
+                Err(_) => true,
+                Ok(view) => view.verify_digest(0).is_err(),
+            };
+            assert!(detected, "flip at {index} went unnoticed");
+        }
+        let mut reserved = image.clone();
+        reserved[SLOT as usize - 10] ^= 1;
+        assert!(SubChunkView::open(&reserved, 0).is_err());
+    }
+
+    #[test]
+    fn flip_any_body_byte_is_detected_by_the_block_crc() {
+        let built = build(40);
+        let image = built.slot_image();
+        for index in 0..built.body.len() {
+            let mut flipped = image.clone();
+            flipped[index] ^= 0x20;
+            let view = SubChunkView::open(&flipped, 0).expect("tail intact");
+            assert!(view.entries(0).is_err(), "flip at {index} went unnoticed");
+            assert!(view.verify_digest(0).is_err());
+        }
+    }
+
+    #[test]
+    fn empty_builder_gives_nothing() {
+        assert!(ChunkBuilder::new(options()).finish(identity()).is_none());
+    }
+
+    #[test]
+    fn set_identity_reseals() {
+        let mut built = build(10);
+        built.set_identity(33, 1, 2);
+        let image = built.slot_image();
+        let view = SubChunkView::open(&image, 0).expect("opens");
+        assert_eq!(view.footer.chunk_id, 33);
+        assert_eq!(view.footer.sub_chunk_index, 1);
+        view.verify_digest(0).expect("digest");
+    }
+}

@@ -1,0 +1,17 @@
+//! The LDS on-disk format: encoders, decoders and recovery rules over bytes, with no I/O and
+//! no unsafe code. SPEC.md is the normative description; each module cites its sections.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+
+pub mod batch;
+pub mod chunk;
+pub mod codec;
+pub mod error;
+pub mod label;
+pub mod log;
+pub mod recovery;
+pub mod version;
+pub mod writer;
+
+pub use error::FormatError;

@@ -1,0 +1,776 @@
+//! Version log payloads (SPEC.md §6) and the in-memory version they build.
+
+use std::collections::BTreeMap;
+
+use crate::codec::{Reader, Writer};
+use crate::error::FormatError;
+use crate::label::Geometry;
+
+/// Most levels a tree may have (SPEC.md §16).
+pub const LEVELS_COUNT_MAX: u32 = 16;
+/// Bytes of a sub-chunk reference in chunk metadata.
+pub const SUB_CHUNK_REF_LEN: usize = 40;
+/// Fixed bytes of chunk metadata before the keys.
+pub const CHUNK_META_FIXED_LEN: usize = 48;
+/// Bytes of a deleted-chunk entry in a delta version.
+pub const DELETED_CHUNK_LEN: usize = 16;
+/// `flags` bit 0 of chunk metadata and footer: the chunk is an odd chunk (SPEC.md §11).
+pub const CHUNK_FLAG_ODD: u8 = 1;
+
+/// One slot of a chunk and the digest of what it holds (SPEC.md §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubChunkRef {
+    /// The slot.
+    pub slot: u64,
+    /// blake3 digest from the sub-chunk's footer.
+    pub digest: [u8; 32],
+}
+
+/// Chunk metadata (SPEC.md §6.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkMeta {
+    /// Slot of sub-chunk 0.
+    pub chunk_id: u64,
+    /// Level in the tree.
+    pub level: u8,
+    /// `CHUNK_FLAG_ODD` or 0.
+    pub flags: u8,
+    /// Entries over all sub-chunks.
+    pub num_entries: u64,
+    /// Smallest entry sequence number.
+    pub smallest_seq: u64,
+    /// Largest entry sequence number.
+    pub largest_seq: u64,
+    /// Bytes used in the slots.
+    pub len_data: u64,
+    /// Smallest user key, inclusive.
+    pub smallest_key: Vec<u8>,
+    /// Largest user key, inclusive.
+    pub largest_key: Vec<u8>,
+    /// The slots, in key order.
+    pub sub_chunks: Vec<SubChunkRef>,
+}
+
+impl ChunkMeta {
+    /// True when the odd flag is set.
+    pub fn is_odd(&self) -> bool {
+        self.flags & CHUNK_FLAG_ODD != 0
+    }
+
+    /// Encodes the record.
+    pub fn encode(&self, writer: &mut Writer) {
+        writer
+            .u64(self.chunk_id)
+            .u8(self.level)
+            .u8(self.flags)
+            .u16(u16::try_from(self.sub_chunks.len()).unwrap_or(u16::MAX))
+            .u32(0)
+            .u64(self.num_entries)
+            .u64(self.smallest_seq)
+            .u64(self.largest_seq)
+            .u64(self.len_data)
+            .key(&self.smallest_key)
+            .key(&self.largest_key);
+        for sub_chunk in &self.sub_chunks {
+            writer.u64(sub_chunk.slot).bytes(&sub_chunk.digest);
+        }
+    }
+
+    /// Decodes and checks the record's invariants.
+    pub fn decode(reader: &mut Reader<'_>) -> Result<Self, FormatError> {
+        let offset = reader.offset();
+        let invalid = |field: &'static str, reason: &str| FormatError::invalid("chunk metadata", field, offset, reason);
+        let chunk_id = reader.u64()?;
+        let level = reader.u8()?;
+        let flags = reader.u8()?;
+        if flags & !CHUNK_FLAG_ODD != 0 {
+            return Err(invalid("flags", "reserved bits set"));
+        }
+        let num_sub_chunks = reader.u16()?;
+        reader.reserved(4)?;
+        let num_entries = reader.u64()?;
+        let smallest_seq = reader.u64()?;
+        let largest_seq = reader.u64()?;
+        let len_data = reader.u64()?;
+        let smallest_key = reader.key()?.to_vec();
+        let largest_key = reader.key()?.to_vec();
+        let count = reader.count(u64::from(num_sub_chunks), SUB_CHUNK_REF_LEN, "num_sub_chunks")?;
+        let mut sub_chunks = Vec::with_capacity(count);
+        for _ in 0..count {
+            sub_chunks.push(SubChunkRef { slot: reader.u64()?, digest: reader.array()? });
+        }
+        if u64::from(level) >= u64::from(LEVELS_COUNT_MAX) {
+            return Err(invalid("level", "at or above the level limit 16"));
+        }
+        if sub_chunks.first().map(|first| first.slot) != Some(chunk_id) {
+            return Err(invalid("chunk_id", "is not the slot of sub-chunk 0 (or there are no sub-chunks)"));
+        }
+        if smallest_key > largest_key {
+            return Err(invalid("smallest_key", "greater than largest_key"));
+        }
+        if smallest_seq > largest_seq {
+            return Err(invalid("smallest_seq", "greater than largest_seq"));
+        }
+        if num_entries == 0 {
+            return Err(invalid("num_entries", "zero"));
+        }
+        Ok(Self {
+            chunk_id,
+            level,
+            flags,
+            num_entries,
+            smallest_seq,
+            largest_seq,
+            len_data,
+            smallest_key,
+            largest_key,
+            sub_chunks,
+        })
+    }
+
+    /// Bytes this record takes when encoded.
+    pub fn encoded_len(&self) -> usize {
+        CHUNK_META_FIXED_LEN
+            + 4
+            + self.smallest_key.len()
+            + self.largest_key.len()
+            + SUB_CHUNK_REF_LEN * self.sub_chunks.len()
+    }
+
+    /// The slots the chunk occupies.
+    pub fn slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sub_chunks.iter().map(|sub_chunk| sub_chunk.slot)
+    }
+}
+
+/// Where round-robin victim choice resumes in a level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactPointer {
+    /// The level.
+    pub level: u8,
+    /// The largest key of the last victim.
+    pub key: Vec<u8>,
+}
+
+fn encode_pointers(pointers: &[CompactPointer], writer: &mut Writer) {
+    for pointer in pointers {
+        writer.u8(pointer.level).key(&pointer.key);
+    }
+}
+
+fn decode_pointers(reader: &mut Reader<'_>, count: u32) -> Result<Vec<CompactPointer>, FormatError> {
+    let count = reader.count(u64::from(count), 3, "num_compact_pointers")?;
+    let mut pointers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let offset = reader.offset();
+        let level = reader.u8()?;
+        if u32::from(level) >= LEVELS_COUNT_MAX {
+            return Err(FormatError::invalid("compact pointer", "level", offset, "at or above the level limit 16"));
+        }
+        pointers.push(CompactPointer { level, key: reader.key()?.to_vec() });
+    }
+    Ok(pointers)
+}
+
+fn decode_metas(reader: &mut Reader<'_>, count: u32, field: &'static str) -> Result<Vec<ChunkMeta>, FormatError> {
+    let count = reader.count(u64::from(count), CHUNK_META_FIXED_LEN + 4 + SUB_CHUNK_REF_LEN, field)?;
+    let mut metas = Vec::with_capacity(count);
+    for _ in 0..count {
+        metas.push(ChunkMeta::decode(reader)?);
+    }
+    Ok(metas)
+}
+
+fn count_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// A base version payload (SPEC.md §6.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseVersion {
+    /// Replica of the label's geometry.
+    pub geometry: Geometry,
+    /// Owning instance.
+    pub instance: u32,
+    /// Levels of the tree.
+    pub num_levels: u32,
+    /// Largest sequence number in the chunks.
+    pub last_sequence: u64,
+    /// Label generation this version was written under.
+    pub label_generation: u64,
+    /// Backup log start point.
+    pub ofs_backup_start: u64,
+    /// LSN of the object at the start point.
+    pub lsn_backup_start: u64,
+    /// Round-robin pointers.
+    pub compact_pointers: Vec<CompactPointer>,
+    /// Every chunk of the tree.
+    pub chunks: Vec<ChunkMeta>,
+}
+
+impl BaseVersion {
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut writer = Writer::with_capacity(144 + self.chunks.iter().map(ChunkMeta::encoded_len).sum::<usize>());
+        self.geometry.encode(&mut writer);
+        writer
+            .u32(self.instance)
+            .u32(self.num_levels)
+            .u64(self.last_sequence)
+            .u64(self.label_generation)
+            .u64(self.ofs_backup_start)
+            .u64(self.lsn_backup_start)
+            .u32(count_u32(self.chunks.len()))
+            .u32(count_u32(self.compact_pointers.len()));
+        encode_pointers(&self.compact_pointers, &mut writer);
+        for chunk in &self.chunks {
+            chunk.encode(&mut writer);
+        }
+        writer.into_bytes()
+    }
+
+    /// Decodes the payload; `offset` is its device offset, for messages.
+    pub fn decode(payload: &[u8], offset: u64) -> Result<Self, FormatError> {
+        let mut reader = Reader::new(payload, "base version", offset);
+        let geometry = Geometry::decode(&mut reader)?;
+        geometry.validate(offset)?;
+        let instance = reader.u32()?;
+        let num_levels = reader.u32()?;
+        if num_levels == 0 || num_levels > LEVELS_COUNT_MAX {
+            return Err(FormatError::invalid(
+                "base version",
+                "num_levels",
+                offset,
+                format!("{num_levels} is not from 1 to 16"),
+            ));
+        }
+        let last_sequence = reader.u64()?;
+        let label_generation = reader.u64()?;
+        let ofs_backup_start = reader.u64()?;
+        let lsn_backup_start = reader.u64()?;
+        let num_chunks = reader.u32()?;
+        let num_compact_pointers = reader.u32()?;
+        let compact_pointers = decode_pointers(&mut reader, num_compact_pointers)?;
+        let chunks = decode_metas(&mut reader, num_chunks, "num_chunks")?;
+        reader.finish()?;
+        Ok(Self {
+            geometry,
+            instance,
+            num_levels,
+            last_sequence,
+            label_generation,
+            ofs_backup_start,
+            lsn_backup_start,
+            compact_pointers,
+            chunks,
+        })
+    }
+}
+
+/// A chunk a delta version deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeletedChunk {
+    /// The chunk.
+    pub chunk_id: u64,
+    /// The level it is deleted from.
+    pub level: u8,
+}
+
+/// A delta version payload (SPEC.md §6.2).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeltaVersion {
+    /// Largest sequence number in the chunks after this change.
+    pub last_sequence: u64,
+    /// Backup log start point after this change.
+    pub ofs_backup_start: u64,
+    /// LSN at the start point.
+    pub lsn_backup_start: u64,
+    /// The journaled compaction this completes, or 0.
+    pub compaction_id: u64,
+    /// Chunks removed.
+    pub deleted: Vec<DeletedChunk>,
+    /// Pointers replaced.
+    pub compact_pointers: Vec<CompactPointer>,
+    /// Chunks added.
+    pub added: Vec<ChunkMeta>,
+}
+
+impl DeltaVersion {
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut writer = Writer::with_capacity(
+            48 + DELETED_CHUNK_LEN * self.deleted.len() + self.added.iter().map(ChunkMeta::encoded_len).sum::<usize>(),
+        );
+        writer
+            .u64(self.last_sequence)
+            .u64(self.ofs_backup_start)
+            .u64(self.lsn_backup_start)
+            .u64(self.compaction_id)
+            .u32(count_u32(self.deleted.len()))
+            .u32(count_u32(self.added.len()))
+            .u32(count_u32(self.compact_pointers.len()))
+            .u32(0);
+        for deleted in &self.deleted {
+            writer.u64(deleted.chunk_id).u8(deleted.level).zeros(7);
+        }
+        encode_pointers(&self.compact_pointers, &mut writer);
+        for chunk in &self.added {
+            chunk.encode(&mut writer);
+        }
+        writer.into_bytes()
+    }
+
+    /// Decodes the payload.
+    pub fn decode(payload: &[u8], offset: u64) -> Result<Self, FormatError> {
+        let mut reader = Reader::new(payload, "delta version", offset);
+        let last_sequence = reader.u64()?;
+        let ofs_backup_start = reader.u64()?;
+        let lsn_backup_start = reader.u64()?;
+        let compaction_id = reader.u64()?;
+        let num_deleted = reader.u32()?;
+        let num_added = reader.u32()?;
+        let num_compact_pointers = reader.u32()?;
+        reader.reserved(4)?;
+        let count = reader.count(u64::from(num_deleted), DELETED_CHUNK_LEN, "num_deleted")?;
+        let mut deleted = Vec::with_capacity(count);
+        for _ in 0..count {
+            let chunk_id = reader.u64()?;
+            let level = reader.u8()?;
+            reader.reserved(7)?;
+            deleted.push(DeletedChunk { chunk_id, level });
+        }
+        let compact_pointers = decode_pointers(&mut reader, num_compact_pointers)?;
+        let added = decode_metas(&mut reader, num_added, "num_added")?;
+        reader.finish()?;
+        Ok(Self { last_sequence, ofs_backup_start, lsn_backup_start, compaction_id, deleted, compact_pointers, added })
+    }
+}
+
+/// A compaction journal record (SPEC.md §6.3).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CompactionJournal {
+    /// Unique, increasing id.
+    pub compaction_id: u64,
+    /// Level the victims come from.
+    pub source_level: u8,
+    /// Level the outputs go to.
+    pub target_level: u8,
+    /// Largest key of the last persisted output.
+    pub resume_key: Vec<u8>,
+    /// Chunks the compaction reads.
+    pub inputs: Vec<u64>,
+    /// Inputs already cleaned.
+    pub cleaned: Vec<u64>,
+    /// Outputs persisted so far.
+    pub outputs: Vec<ChunkMeta>,
+}
+
+impl CompactionJournal {
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut writer = Writer::new();
+        writer
+            .u64(self.compaction_id)
+            .u8(self.source_level)
+            .u8(self.target_level)
+            .u16(0)
+            .u32(count_u32(self.inputs.len()))
+            .u32(count_u32(self.outputs.len()))
+            .u32(count_u32(self.cleaned.len()))
+            .key(&self.resume_key);
+        for input in &self.inputs {
+            writer.u64(*input);
+        }
+        for cleaned in &self.cleaned {
+            writer.u64(*cleaned);
+        }
+        for output in &self.outputs {
+            output.encode(&mut writer);
+        }
+        writer.into_bytes()
+    }
+
+    /// Decodes the payload and checks that the cleaned chunks are inputs.
+    pub fn decode(payload: &[u8], offset: u64) -> Result<Self, FormatError> {
+        let mut reader = Reader::new(payload, "compaction journal", offset);
+        let compaction_id = reader.u64()?;
+        let source_level = reader.u8()?;
+        let target_level = reader.u8()?;
+        reader.reserved(2)?;
+        let num_inputs = reader.u32()?;
+        let num_outputs = reader.u32()?;
+        let num_cleaned = reader.u32()?;
+        let resume_key = reader.key()?.to_vec();
+        let read_ids = |reader: &mut Reader<'_>, count: u32, field: &'static str| -> Result<Vec<u64>, FormatError> {
+            let count = reader.count(u64::from(count), 8, field)?;
+            (0..count).map(|_| reader.u64()).collect()
+        };
+        let inputs = read_ids(&mut reader, num_inputs, "num_inputs")?;
+        let cleaned = read_ids(&mut reader, num_cleaned, "num_cleaned")?;
+        let outputs = decode_metas(&mut reader, num_outputs, "num_outputs")?;
+        reader.finish()?;
+        if let Some(stray) = cleaned.iter().find(|id| !inputs.contains(id)) {
+            return Err(FormatError::invalid(
+                "compaction journal",
+                "cleaned",
+                offset,
+                format!("chunk {stray} is not an input"),
+            ));
+        }
+        if u32::from(source_level) >= LEVELS_COUNT_MAX || u32::from(target_level) >= LEVELS_COUNT_MAX {
+            return Err(FormatError::invalid(
+                "compaction journal",
+                "target_level",
+                offset,
+                "at or above the level limit 16",
+            ));
+        }
+        Ok(Self { compaction_id, source_level, target_level, resume_key, inputs, cleaned, outputs })
+    }
+}
+
+/// Why a delta version cannot be applied (SPEC.md §6.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayError {
+    /// A deleted chunk is not in the version at that level.
+    DeletedMissing {
+        /// The chunk.
+        chunk_id: u64,
+        /// The level named.
+        level: u8,
+    },
+    /// An added chunk id is already present.
+    AddedTwice {
+        /// The chunk.
+        chunk_id: u64,
+    },
+    /// A slot of an added chunk is already used.
+    SlotInUse {
+        /// The slot.
+        slot: u64,
+        /// The chunk already using it.
+        owner: u64,
+    },
+    /// A chunk's level is beyond `num_levels`.
+    LevelOutOfRange {
+        /// The chunk.
+        chunk_id: u64,
+        /// Its level.
+        level: u8,
+    },
+    /// A slot is beyond the geometry.
+    SlotOutOfRange {
+        /// The chunk.
+        chunk_id: u64,
+        /// The slot.
+        slot: u64,
+    },
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DeletedMissing { chunk_id, level } => {
+                write!(f, "deletes chunk {chunk_id} from level {level}, where it is not")
+            }
+            Self::AddedTwice { chunk_id } => {
+                write!(f, "adds chunk {chunk_id}, which is already present")
+            }
+            Self::SlotInUse { slot, owner } => {
+                write!(f, "uses slot {slot}, which chunk {owner} already uses")
+            }
+            Self::LevelOutOfRange { chunk_id, level } => {
+                write!(f, "puts chunk {chunk_id} at level {level}, beyond num_levels")
+            }
+            Self::SlotOutOfRange { chunk_id, slot } => {
+                write!(f, "chunk {chunk_id} uses slot {slot}, beyond num_slots")
+            }
+        }
+    }
+}
+
+/// The in-memory version: what a base version describes, kept current by delta versions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// Levels of the tree.
+    pub num_levels: u32,
+    /// Largest sequence number in the chunks.
+    pub last_sequence: u64,
+    /// Label generation the base was written under.
+    pub label_generation: u64,
+    /// Backup start point.
+    pub ofs_backup_start: u64,
+    /// LSN at the backup start point.
+    pub lsn_backup_start: u64,
+    /// Round-robin pointers, by level.
+    pub compact_pointers: BTreeMap<u8, Vec<u8>>,
+    /// Chunks by id.
+    pub chunks: BTreeMap<u64, ChunkMeta>,
+    /// Which chunk uses each slot.
+    pub slot_owner: BTreeMap<u64, u64>,
+    /// Number of slots in the geometry (for range checks).
+    pub num_slots: u64,
+}
+
+impl Version {
+    /// Builds the version a base version describes, checking it as a DV would be checked.
+    pub fn from_base(base: &BaseVersion) -> Result<Self, ReplayError> {
+        let mut version = Self {
+            num_levels: base.num_levels,
+            last_sequence: base.last_sequence,
+            label_generation: base.label_generation,
+            ofs_backup_start: base.ofs_backup_start,
+            lsn_backup_start: base.lsn_backup_start,
+            compact_pointers: base
+                .compact_pointers
+                .iter()
+                .map(|pointer| (pointer.level, pointer.key.clone()))
+                .collect(),
+            chunks: BTreeMap::new(),
+            slot_owner: BTreeMap::new(),
+            num_slots: base.geometry.num_slots,
+        };
+        for chunk in &base.chunks {
+            version.add(chunk.clone())?;
+        }
+        Ok(version)
+    }
+
+    fn add(&mut self, chunk: ChunkMeta) -> Result<(), ReplayError> {
+        if u32::from(chunk.level) >= self.num_levels {
+            return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
+        }
+        if self.chunks.contains_key(&chunk.chunk_id) {
+            return Err(ReplayError::AddedTwice { chunk_id: chunk.chunk_id });
+        }
+        for slot in chunk.slots() {
+            if slot >= self.num_slots {
+                return Err(ReplayError::SlotOutOfRange { chunk_id: chunk.chunk_id, slot });
+            }
+            if let Some(&owner) = self.slot_owner.get(&slot) {
+                return Err(ReplayError::SlotInUse { slot, owner });
+            }
+        }
+        for slot in chunk.slots() {
+            self.slot_owner.insert(slot, chunk.chunk_id);
+        }
+        self.chunks.insert(chunk.chunk_id, chunk);
+        Ok(())
+    }
+
+    /// Applies a delta version; on error the version is unchanged.
+    pub fn apply(&mut self, delta: &DeltaVersion) -> Result<(), ReplayError> {
+        let mut next = self.clone();
+        for deleted in &delta.deleted {
+            match next.chunks.get(&deleted.chunk_id) {
+                Some(chunk) if chunk.level == deleted.level => {}
+                _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
+            }
+            if let Some(chunk) = next.chunks.remove(&deleted.chunk_id) {
+                for slot in chunk.slots() {
+                    next.slot_owner.remove(&slot);
+                }
+            }
+        }
+        for added in &delta.added {
+            next.add(added.clone())?;
+        }
+        for pointer in &delta.compact_pointers {
+            next.compact_pointers.insert(pointer.level, pointer.key.clone());
+        }
+        next.last_sequence = delta.last_sequence;
+        next.ofs_backup_start = delta.ofs_backup_start;
+        next.lsn_backup_start = delta.lsn_backup_start;
+        *self = next;
+        Ok(())
+    }
+
+    /// The base version that describes this version (a trim, SPEC.md §10.3).
+    pub fn to_base(&self, geometry: Geometry, instance: u32) -> BaseVersion {
+        BaseVersion {
+            geometry,
+            instance,
+            num_levels: self.num_levels,
+            last_sequence: self.last_sequence,
+            label_generation: self.label_generation,
+            ofs_backup_start: self.ofs_backup_start,
+            lsn_backup_start: self.lsn_backup_start,
+            compact_pointers: self
+                .compact_pointers
+                .iter()
+                .map(|(&level, key)| CompactPointer { level, key: key.clone() })
+                .collect(),
+            chunks: self.chunks.values().cloned().collect(),
+        }
+    }
+
+    /// Chunks of one level, in key order (by smallest key, then id; level 0 by id).
+    pub fn level(&self, level: u8) -> Vec<&ChunkMeta> {
+        let mut chunks: Vec<&ChunkMeta> = self.chunks.values().filter(|chunk| chunk.level == level).collect();
+        if level == 0 {
+            chunks.sort_by_key(|chunk| (chunk.largest_seq, chunk.chunk_id));
+        } else {
+            chunks.sort_by(|a, b| a.smallest_key.cmp(&b.smallest_key).then(a.chunk_id.cmp(&b.chunk_id)));
+        }
+        chunks
+    }
+
+    /// Checks the invariants the version keeps by construction.
+    pub fn assert_invariants(&self) {
+        let slots: usize = self.chunks.values().map(|chunk| chunk.sub_chunks.len()).sum();
+        assert_eq!(slots, self.slot_owner.len());
+        for chunk in self.chunks.values() {
+            assert!(u32::from(chunk.level) < self.num_levels);
+            for slot in chunk.slots() {
+                assert_eq!(self.slot_owner.get(&slot), Some(&chunk.chunk_id));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::label::{plan_layout, LayoutRequest};
+
+    pub(crate) fn geometry() -> Geometry {
+        plan_layout(&LayoutRequest { volume_len: 8 << 20, ..LayoutRequest::default() }, [5; 16]).expect("layout")
+    }
+
+    pub(crate) fn meta(chunk_id: u64, level: u8, smallest: &[u8], largest: &[u8]) -> ChunkMeta {
+        ChunkMeta {
+            chunk_id,
+            level,
+            flags: 0,
+            num_entries: 10,
+            smallest_seq: 1,
+            largest_seq: 10,
+            len_data: 4096,
+            smallest_key: smallest.to_vec(),
+            largest_key: largest.to_vec(),
+            sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
+        }
+    }
+
+    fn base() -> BaseVersion {
+        BaseVersion {
+            geometry: geometry(),
+            instance: 0,
+            num_levels: 7,
+            last_sequence: 100,
+            label_generation: 1,
+            ofs_backup_start: 4096,
+            lsn_backup_start: 12,
+            compact_pointers: vec![CompactPointer { level: 1, key: b"m".to_vec() }],
+            chunks: vec![meta(3, 0, b"a", b"k"), meta(5, 1, b"c", b"z")],
+        }
+    }
+
+    fn delta() -> DeltaVersion {
+        DeltaVersion {
+            last_sequence: 120,
+            ofs_backup_start: 8192,
+            lsn_backup_start: 20,
+            compaction_id: 0,
+            deleted: vec![DeletedChunk { chunk_id: 3, level: 0 }, DeletedChunk { chunk_id: 5, level: 1 }],
+            compact_pointers: vec![CompactPointer { level: 0, key: b"k".to_vec() }],
+            added: vec![meta(7, 1, b"a", b"m"), meta(8, 1, b"n", b"z")],
+        }
+    }
+
+    fn journal() -> CompactionJournal {
+        CompactionJournal {
+            compaction_id: 4,
+            source_level: 1,
+            target_level: 2,
+            resume_key: b"key-0042".to_vec(),
+            inputs: vec![3, 5, 9],
+            cleaned: vec![3],
+            outputs: vec![meta(11, 2, b"a", b"key-0042")],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let base = base();
+        assert_eq!(BaseVersion::decode(&base.encode(), 0), Ok(base));
+        let delta = delta();
+        assert_eq!(DeltaVersion::decode(&delta.encode(), 0), Ok(delta));
+        let journal = journal();
+        assert_eq!(CompactionJournal::decode(&journal.encode(), 0), Ok(journal));
+    }
+
+    #[test]
+    fn meta_encoded_len_is_exact() {
+        let chunk = meta(3, 0, b"abc", b"defgh");
+        let mut writer = Writer::new();
+        chunk.encode(&mut writer);
+        assert_eq!(writer.len(), chunk.encoded_len());
+    }
+
+    #[test]
+    fn truncated_payloads_fail_cleanly() {
+        let bytes = base().encode();
+        for len in 0..bytes.len() {
+            assert!(BaseVersion::decode(&bytes[..len], 0).is_err(), "prefix {len} decoded");
+        }
+        let bytes = delta().encode();
+        for len in 0..bytes.len() {
+            assert!(DeltaVersion::decode(&bytes[..len], 0).is_err(), "prefix {len} decoded");
+        }
+        let bytes = journal().encode();
+        for len in 0..bytes.len() {
+            assert!(CompactionJournal::decode(&bytes[..len], 0).is_err(), "prefix {len} decoded");
+        }
+    }
+
+    #[test]
+    fn replay_applies_and_converts_back() {
+        let base = base();
+        let mut version = Version::from_base(&base).expect("base");
+        version.apply(&delta()).expect("delta");
+        version.assert_invariants();
+        assert_eq!(version.chunks.keys().copied().collect::<Vec<_>>(), vec![7, 8]);
+        assert_eq!(version.last_sequence, 120);
+        assert_eq!(version.compact_pointers.get(&0).map(Vec::as_slice), Some(&b"k"[..]));
+        let trimmed = version.to_base(base.geometry, 0);
+        assert_eq!(Version::from_base(&trimmed), Ok(version));
+    }
+
+    #[test]
+    fn replay_rejects_contradictions_and_leaves_version_unchanged() {
+        let mut version = Version::from_base(&base()).expect("base");
+        let before = version.clone();
+        let missing = DeltaVersion { deleted: vec![DeletedChunk { chunk_id: 3, level: 1 }], ..DeltaVersion::default() };
+        assert_eq!(version.apply(&missing), Err(ReplayError::DeletedMissing { chunk_id: 3, level: 1 }));
+        let twice = DeltaVersion { added: vec![meta(5, 1, b"a", b"b")], ..DeltaVersion::default() };
+        assert_eq!(version.apply(&twice), Err(ReplayError::AddedTwice { chunk_id: 5 }));
+        let mut shared = meta(9, 1, b"a", b"b");
+        shared.sub_chunks.push(SubChunkRef { slot: 3, digest: [0; 32] });
+        let shared_slot = DeltaVersion { added: vec![shared], ..DeltaVersion::default() };
+        assert_eq!(version.apply(&shared_slot), Err(ReplayError::SlotInUse { slot: 3, owner: 3 }));
+        let deep = DeltaVersion { added: vec![meta(9, 9, b"a", b"b")], ..DeltaVersion::default() };
+        assert_eq!(version.apply(&deep), Err(ReplayError::LevelOutOfRange { chunk_id: 9, level: 9 }));
+        assert_eq!(version, before);
+    }
+
+    #[test]
+    fn meta_invariants_are_checked() {
+        let mut bad = meta(3, 0, b"z", b"a");
+        let mut writer = Writer::new();
+        bad.encode(&mut writer);
+        assert!(ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "t", 0)).is_err());
+        bad = meta(3, 0, b"a", b"z");
+        bad.sub_chunks[0].slot = 4;
+        let mut writer = Writer::new();
+        bad.encode(&mut writer);
+        assert!(ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "t", 0)).is_err());
+    }
+
+    #[test]
+    fn journal_cleaned_must_be_inputs() {
+        let mut bad = journal();
+        bad.cleaned = vec![77];
+        assert!(CompactionJournal::decode(&bad.encode(), 0).is_err());
+    }
+}

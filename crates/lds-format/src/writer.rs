@@ -1,0 +1,261 @@
+//! Where appends go (SPEC.md §10.1): the pure planning half of a log writer. It decides the
+//! offsets of objects, WORs and WOLs and refuses any write into the live region; the engine
+//! and the fixture generator do the I/O.
+
+use crate::codec::{align8, align_up};
+use crate::log::{encode_object, wrap_right_payload, AreaContext, NewObject, ObjectType, WrapLeft, HEADER_LEN};
+use crate::recovery::LogHead;
+
+/// One write an append needs, at an offset in the area.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingWrite {
+    /// Offset in the log area.
+    pub offset: u64,
+    /// The encoded object.
+    pub bytes: Vec<u8>,
+    /// Its type.
+    pub object_type: ObjectType,
+    /// Its lsn.
+    pub lsn: u64,
+}
+
+/// Why an append cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendError {
+    /// The object is larger than any object this area can hold.
+    TooLarge {
+        /// Payload bytes.
+        len_payload: u64,
+        /// The limit.
+        len_payload_max: u64,
+    },
+    /// The append would overwrite the live region: trim (version log) or flush the memtable
+    /// (backup log) first.
+    LogFull {
+        /// Offset of the first byte that would be overwritten.
+        offset: u64,
+    },
+}
+
+impl std::fmt::Display for AppendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge { len_payload, len_payload_max } => {
+                write!(f, "a log object of {len_payload} bytes exceeds the area's limit of {len_payload_max}")
+            }
+            Self::LogFull { offset } => {
+                write!(f, "the log is full: appending would overwrite live data at offset {offset}")
+            }
+        }
+    }
+}
+
+/// Plans appends to one log area.
+#[derive(Debug, Clone)]
+pub struct LogAppender {
+    context: AreaContext,
+    head: LogHead,
+    live_start: u64,
+    live_start_lsn: u64,
+}
+
+impl LogAppender {
+    /// An appender continuing after `head`, with the live region starting at `live_start`
+    /// (whose object has `live_start_lsn`).
+    pub fn new(context: AreaContext, head: LogHead, live_start: u64, live_start_lsn: u64) -> Self {
+        Self { context, head, live_start, live_start_lsn }
+    }
+
+    /// The area.
+    pub fn context(&self) -> &AreaContext {
+        &self.context
+    }
+
+    /// Where the next append goes.
+    pub fn head(&self) -> LogHead {
+        self.head
+    }
+
+    /// The first live object.
+    pub fn live_start(&self) -> (u64, u64) {
+        (self.live_start, self.live_start_lsn)
+    }
+
+    /// Moves the start of the live region (a durable trim, or a durable backup reset).
+    pub fn set_live_start(&mut self, offset: u64, lsn: u64) {
+        self.live_start = offset;
+        self.live_start_lsn = lsn;
+    }
+
+    /// Sets the SN carried by following objects (after a trim).
+    pub fn set_sn(&mut self, sn: u64) {
+        self.head.sn = sn;
+    }
+
+    /// Where the next object will land and with which lsn, without writing (the backup start
+    /// recorded by a memtable flush, SPEC.md §10.2). If the next append wraps, the object at
+    /// the returned position is the WOR, which the recovery chain follows.
+    pub fn next_position(&self) -> (u64, u64) {
+        (self.head.offset, self.head.next_lsn)
+    }
+
+    fn overlaps_live(&self, start: u64, end: u64) -> bool {
+        let live_end = self.head.offset;
+        if self.live_start == live_end && !self.head.after_wrap_right {
+            return false;
+        }
+        let intersects = |a: u64, b: u64| start < b && a < end;
+        if self.live_start < live_end {
+            intersects(self.live_start, live_end)
+        } else {
+            intersects(self.live_start, self.context.len_area) || intersects(0, live_end)
+        }
+    }
+
+    fn encode(&self, object_type: ObjectType, sn: u64, lsn: u64, offset: u64, payload: &[u8]) -> PendingWrite {
+        let object = NewObject {
+            object_type,
+            kind: self.context.kind,
+            instance: self.context.instance,
+            sn,
+            lsn,
+            log_offset: offset,
+            volume_uuid: self.context.volume_uuid,
+        };
+        PendingWrite { offset, bytes: encode_object(&object, payload), object_type, lsn }
+    }
+
+    /// Plans the append of one object with `sn` and returns the writes, in order (a WOR and a
+    /// WOL precede the object when the log wraps). The appender advances only on success.
+    pub fn append(
+        &mut self,
+        object_type: ObjectType,
+        sn: u64,
+        payload: &[u8],
+    ) -> Result<Vec<PendingWrite>, AppendError> {
+        let len_payload = payload.len() as u64;
+        if len_payload > self.context.payload_len_max() {
+            return Err(AppendError::TooLarge { len_payload, len_payload_max: self.context.payload_len_max() });
+        }
+        let sector = u64::from(self.context.sector_size);
+        let len = align8(HEADER_LEN as u64 + len_payload);
+        let fits_here = align_up(self.head.offset + len, sector) + sector <= self.context.len_area;
+        let mut writes = Vec::with_capacity(3);
+        let mut lsn = self.head.next_lsn;
+        let object_offset = if self.head.after_wrap_right || !fits_here {
+            if !self.head.after_wrap_right {
+                let wor_offset = align_up(self.head.offset, sector);
+                if self.overlaps_live(self.head.offset, wor_offset + sector) {
+                    return Err(AppendError::LogFull { offset: self.head.offset });
+                }
+                writes.push(self.encode(
+                    ObjectType::WrapRight,
+                    self.head.sn,
+                    lsn,
+                    wor_offset,
+                    &wrap_right_payload(self.context.sector_size),
+                ));
+                lsn += 1;
+            }
+            if self.overlaps_live(0, sector + len) {
+                return Err(AppendError::LogFull { offset: 0 });
+            }
+            let wrap = WrapLeft { ofs_first_live: self.live_start, lsn_first_live: self.live_start_lsn };
+            writes.push(self.encode(
+                ObjectType::WrapLeft,
+                self.head.sn,
+                lsn,
+                0,
+                &wrap.encode(self.context.sector_size),
+            ));
+            lsn += 1;
+            sector
+        } else {
+            if self.overlaps_live(self.head.offset, self.head.offset + len) {
+                return Err(AppendError::LogFull { offset: self.head.offset });
+            }
+            self.head.offset
+        };
+        let sn = sn.max(self.head.sn);
+        writes.push(self.encode(object_type, sn, lsn, object_offset, payload));
+        self.head = LogHead { offset: object_offset + len, next_lsn: lsn + 1, after_wrap_right: false, sn };
+        Ok(writes)
+    }
+
+    /// True when objects with these payload lengths can all be appended now.
+    pub fn fits(&self, payload_lens: &[usize]) -> bool {
+        let mut probe = self.clone();
+        payload_lens.iter().all(|&len| probe.append(ObjectType::WrapRight, probe.head.sn, &vec![0; len]).is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::label::LogKind;
+    use crate::recovery::{chain, ChainEnd};
+
+    fn context() -> AreaContext {
+        AreaContext {
+            kind: LogKind::Version,
+            instance: 0,
+            volume_uuid: [1; 16],
+            len_area: 16 * 512,
+            sector_size: 512,
+            ofs_area: 0,
+        }
+    }
+
+    fn apply(area: &mut [u8], writes: &[PendingWrite]) {
+        for write in writes {
+            area[write.offset as usize..write.offset as usize + write.bytes.len()].copy_from_slice(&write.bytes);
+        }
+    }
+
+    #[test]
+    fn appends_wrap_with_wor_and_wol() {
+        let context = context();
+        let mut area = vec![0u8; context.len_area as usize];
+        let head = LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 };
+        // Fill the area with objects; the live start follows the newest object, as a trim
+        // would move it, so the log can wrap.
+        let mut wrapped = false;
+        let mut appender = LogAppender::new(context, head, 0, 1);
+        for _ in 0..40 {
+            let (offset, lsn) = appender.next_position();
+            let writes = match appender.append(ObjectType::DeltaVersion, 1, &[0u8; 900]) {
+                Ok(writes) => writes,
+                Err(error) => panic!("append failed: {error}"),
+            };
+            wrapped |= writes.len() == 3;
+            apply(&mut area, &writes);
+            let last = writes.last().map(|write| (write.offset, write.lsn)).unwrap_or((offset, lsn));
+            appender.set_live_start(last.0, last.1);
+        }
+        assert!(wrapped, "the log never wrapped");
+        let left = chain(&area, &context, 0, None);
+        assert!(!left.objects.is_empty());
+        assert_eq!(left.objects[0].object_type, ObjectType::WrapLeft);
+        assert!(matches!(left.end, ChainEnd::Invalid { .. } | ChainEnd::Stale { .. } | ChainEnd::AreaEnd));
+    }
+
+    #[test]
+    fn refuses_to_overwrite_the_live_region() {
+        let context = context();
+        let head = LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 };
+        let mut appender = LogAppender::new(context, head, 0, 1);
+        let mut appended = 0;
+        loop {
+            match appender.append(ObjectType::DeltaVersion, 1, &[0u8; 900]) {
+                Ok(_) => appended += 1,
+                Err(AppendError::LogFull { .. }) => break,
+                Err(error) => panic!("unexpected {error}"),
+            }
+            assert!(appended < 100, "never filled");
+        }
+        assert!(appended >= 5);
+        assert!(!appender.fits(&[900]));
+        let too_large = appender.append(ObjectType::DeltaVersion, 1, &vec![0u8; 16 * 512]);
+        assert!(matches!(too_large, Err(AppendError::TooLarge { .. })));
+    }
+}
