@@ -8,6 +8,7 @@ pub mod batch;
 pub mod chunk;
 pub mod codec;
 pub mod error;
+pub mod image;
 pub mod label;
 pub mod log;
 pub mod recovery;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::batch::decode_entries;
-use crate::codec::align8;
+use crate::codec::{align8, align_up};
 use crate::error::FormatError;
 use crate::log::{
     check_wrap_right, read_object, AreaContext, ObjectHeader, ObjectType, RawObject, WrapLeft, HEADER_LEN, OBJECT_MAGIC,
@@ -119,20 +119,40 @@ pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Optio
         if offset + HEADER_LEN as u64 > context.len_area {
             return Chain { objects, end: ChainEnd::AreaEnd };
         }
-        let object = match read_valid_object(area, offset, context) {
-            Ok(object) => object,
-            Err(error) => return Chain { objects, end: ChainEnd::Invalid { offset, error } },
-        };
         let expected = match objects.last() {
             Some(previous) => Some(previous.header.lsn + 1),
             None => expected_lsn,
         };
-        let sn_ok = objects.last().is_none_or(|previous| object.header.sn >= previous.header.sn);
-        if let Some(expected_lsn) = expected {
-            if object.header.lsn != expected_lsn || !sn_ok {
-                return Chain { objects, end: ChainEnd::Stale { offset, lsn: object.header.lsn, expected_lsn } };
+        let previous_sn = objects.last().map(|previous| previous.header.sn);
+        let continues = |object: &ChainObject| {
+            expected.is_none_or(|lsn| object.header.lsn == lsn) && previous_sn.is_none_or(|sn| object.header.sn >= sn)
+        };
+        let candidate = read_valid_object(area, offset, context);
+        let object = match candidate {
+            Ok(object) if continues(&object) => object,
+            other => {
+                // SPEC.md §9.1: a WOR stands at the next sector boundary after the head.
+                let wrap_offset = align_up(offset, u64::from(context.sector_size));
+                let wrap = match read_valid_object(area, wrap_offset, context) {
+                    Ok(wrap)
+                        if !objects.is_empty()
+                            && wrap_offset != offset
+                            && wrap.object_type == ObjectType::WrapRight =>
+                    {
+                        Some(wrap).filter(|wrap| continues(wrap))
+                    }
+                    _ => None,
+                };
+                match (wrap, other) {
+                    (Some(wrap), _) => wrap,
+                    (None, Ok(stale)) => {
+                        let expected_lsn = expected.unwrap_or(stale.header.lsn);
+                        return Chain { objects, end: ChainEnd::Stale { offset, lsn: stale.header.lsn, expected_lsn } };
+                    }
+                    (None, Err(error)) => return Chain { objects, end: ChainEnd::Invalid { offset, error } },
+                }
             }
-        }
+        };
         let is_wor = object.object_type == ObjectType::WrapRight;
         offset = object.header.next_offset();
         objects.push(object);
@@ -498,14 +518,23 @@ pub fn recover_backup_log(
 
 /// The physical walk of SPEC.md §15 from `start`: each position whose bytes start with the
 /// object magic and whose claimed length fits the area, without checking checksums.
-pub fn physical_walk(area: &[u8], start: u64) -> Vec<(u64, ObjectHeader)> {
+pub fn physical_walk(area: &[u8], start: u64, sector_size: u64) -> Vec<(u64, ObjectHeader)> {
     let mut found = Vec::new();
     let mut position = start;
     let len_area = area.len() as u64;
     while position + HEADER_LEN as u64 <= len_area {
-        let at = position as usize;
+        let mut at = position as usize;
         if area[at..at + 4] != OBJECT_MAGIC {
-            break;
+            // SPEC.md §15: a WOR may stand at the next sector boundary.
+            let next_sector = align_up(position, sector_size);
+            if next_sector == position || next_sector + HEADER_LEN as u64 > len_area {
+                break;
+            }
+            position = next_sector;
+            at = position as usize;
+            if area[at..at + 4] != OBJECT_MAGIC {
+                break;
+            }
         }
         let Ok(header) = ObjectHeader::parse_raw(&area[at..at + HEADER_LEN], position) else {
             break;
