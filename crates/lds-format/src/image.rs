@@ -203,6 +203,19 @@ impl ImageBuilder {
         Ok(())
     }
 
+    /// Takes `count` sequence numbers (for chunk entries) and returns the first.
+    pub fn reserve_sequences(&mut self, instance: u32, count: u64) -> u64 {
+        let state = &mut self.instances[instance as usize];
+        let first = state.next_sequence;
+        state.next_sequence += count;
+        first
+    }
+
+    /// The last sequence number handed out.
+    pub fn last_sequence(&self, instance: u32) -> u64 {
+        self.instances[instance as usize].next_sequence - 1
+    }
+
     /// Appends a write batch of puts and deletes with the next sequence numbers.
     pub fn append_batch(&mut self, instance: u32, entries: Vec<crate::batch::BatchEntry>) -> Result<u64, AppendError> {
         let first_sequence = self.instances[instance as usize].next_sequence;

@@ -1,0 +1,225 @@
+//! JSON of the format's structures, schema `lds-dump/1` (docs/dump-json.md). Field names are
+//! SPEC.md's.
+
+use lds_format::batch::decode_entries;
+use lds_format::chunk::Footer;
+use lds_format::error::hex;
+use lds_format::label::{Geometry, Label};
+use lds_format::log::{ObjectHeader, ObjectType, WrapLeft};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, DeltaVersion};
+use serde_json::{json, Map, Value};
+
+/// The schema name of every document.
+pub const SCHEMA: &str = "lds-dump/1";
+
+/// Canonical 8-4-4-4-12 form.
+pub fn uuid(bytes: &[u8; 16]) -> String {
+    let text = hex(bytes);
+    format!("{}-{}-{}-{}-{}", &text[..8], &text[8..12], &text[12..16], &text[16..20], &text[20..])
+}
+
+/// A document with the schema and `what` keys first.
+pub fn document(what: &str, device: &str) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("schema".into(), json!(SCHEMA));
+    map.insert("what".into(), json!(what));
+    map.insert("device".into(), json!(device));
+    map
+}
+
+/// Geometry fields.
+pub fn geometry(geometry: &Geometry) -> Value {
+    json!({
+        "volume_uuid": uuid(&geometry.volume_uuid),
+        "sector_size": geometry.sector_size,
+        "instance_count": geometry.instance_count,
+        "volume_len": geometry.volume_len,
+        "ofs_version_log": geometry.ofs_version_log,
+        "len_version_log": geometry.len_version_log,
+        "ofs_backup_log": geometry.ofs_backup_log,
+        "len_backup_log": geometry.len_backup_log,
+        "ofs_slot_area": geometry.ofs_slot_area,
+        "slot_size": geometry.slot_size,
+        "num_slots": geometry.num_slots,
+    })
+}
+
+/// Label fields.
+pub fn label(label: &Label) -> Value {
+    let encoded = label.encode();
+    let crc = u32::from_le_bytes([encoded[508], encoded[509], encoded[510], encoded[511]]);
+    json!({
+        "magic": "LDSLABEL",
+        "version_major": lds_format::label::VERSION_MAJOR,
+        "version_minor": label.version_minor,
+        "len_label": lds_format::label::LABEL_LEN,
+        "features_compat": label.features_compat,
+        "features_ro_compat": label.features_ro_compat,
+        "features_incompat": label.features_incompat,
+        "geometry": geometry(&label.geometry),
+        "generation": label.generation,
+        "volume_name": label.volume_name,
+        "crc32c": crc,
+    })
+}
+
+/// The `object_type` name, or `unknown_<n>`.
+pub fn object_type_name(code: u8) -> String {
+    ObjectType::from_code(code).map_or_else(|| format!("unknown_{code}"), |kind| kind.name().to_string())
+}
+
+/// Header fields of a log object (without payload and status).
+pub fn object_header(header: &ObjectHeader) -> Map<String, Value> {
+    let value = json!({
+        "log_offset": header.log_offset,
+        "magic": "LDSO",
+        "header_crc32c": header.header_crc32c,
+        "object_type": object_type_name(header.object_type_code),
+        "log_kind": header.log_kind,
+        "flags": header.flags,
+        "instance": header.instance,
+        "sn": header.sn,
+        "lsn": header.lsn,
+        "len_payload": header.len_payload,
+        "payload_crc32c": header.payload_crc32c,
+        "volume_uuid": uuid(&header.volume_uuid),
+    });
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn pointers(pointers: &[CompactPointer]) -> Value {
+    Value::Array(pointers.iter().map(|pointer| json!({"level": pointer.level, "key": hex(&pointer.key)})).collect())
+}
+
+/// Chunk metadata fields.
+pub fn chunk_meta(meta: &ChunkMeta) -> Value {
+    json!({
+        "chunk_id": meta.chunk_id,
+        "level": meta.level,
+        "flags": meta.flags,
+        "num_sub_chunks": meta.sub_chunks.len(),
+        "num_entries": meta.num_entries,
+        "smallest_seq": meta.smallest_seq,
+        "largest_seq": meta.largest_seq,
+        "len_data": meta.len_data,
+        "smallest_key": hex(&meta.smallest_key),
+        "largest_key": hex(&meta.largest_key),
+        "sub_chunks": meta.sub_chunks.iter().map(|sub| json!({"slot": sub.slot, "digest": hex(&sub.digest)})).collect::<Vec<_>>(),
+    })
+}
+
+/// Base version fields.
+pub fn base_version(base: &BaseVersion) -> Value {
+    json!({
+        "geometry": geometry(&base.geometry),
+        "instance": base.instance,
+        "num_levels": base.num_levels,
+        "last_sequence": base.last_sequence,
+        "label_generation": base.label_generation,
+        "ofs_backup_start": base.ofs_backup_start,
+        "lsn_backup_start": base.lsn_backup_start,
+        "num_chunks": base.chunks.len(),
+        "num_compact_pointers": base.compact_pointers.len(),
+        "compact_pointers": pointers(&base.compact_pointers),
+        "chunks": base.chunks.iter().map(chunk_meta).collect::<Vec<_>>(),
+    })
+}
+
+/// Delta version fields.
+pub fn delta_version(delta: &DeltaVersion) -> Value {
+    json!({
+        "last_sequence": delta.last_sequence,
+        "ofs_backup_start": delta.ofs_backup_start,
+        "lsn_backup_start": delta.lsn_backup_start,
+        "compaction_id": delta.compaction_id,
+        "num_deleted": delta.deleted.len(),
+        "num_added": delta.added.len(),
+        "num_compact_pointers": delta.compact_pointers.len(),
+        "deleted": delta.deleted.iter().map(|deleted| json!({"chunk_id": deleted.chunk_id, "level": deleted.level})).collect::<Vec<_>>(),
+        "compact_pointers": pointers(&delta.compact_pointers),
+        "added": delta.added.iter().map(chunk_meta).collect::<Vec<_>>(),
+    })
+}
+
+/// Compaction journal fields.
+pub fn compaction_journal(journal: &CompactionJournal) -> Value {
+    json!({
+        "compaction_id": journal.compaction_id,
+        "source_level": journal.source_level,
+        "target_level": journal.target_level,
+        "num_inputs": journal.inputs.len(),
+        "num_outputs": journal.outputs.len(),
+        "num_cleaned": journal.cleaned.len(),
+        "resume_key": hex(&journal.resume_key),
+        "inputs": journal.inputs,
+        "cleaned": journal.cleaned,
+        "outputs": journal.outputs.iter().map(chunk_meta).collect::<Vec<_>>(),
+    })
+}
+
+/// Decodes a payload by type into its JSON; `Err` says why it cannot be decoded.
+pub fn payload(object_type_code: u8, payload: &[u8], offset: u64) -> Result<Value, String> {
+    let Some(object_type) = ObjectType::from_code(object_type_code) else {
+        return Err(format!("unknown object type {object_type_code}"));
+    };
+    let value = match object_type {
+        ObjectType::BaseVersion => {
+            base_version(&BaseVersion::decode(payload, offset).map_err(|error| error.to_string())?)
+        }
+        ObjectType::DeltaVersion => {
+            delta_version(&DeltaVersion::decode(payload, offset).map_err(|error| error.to_string())?)
+        }
+        ObjectType::CompactionJournal => {
+            compaction_journal(&CompactionJournal::decode(payload, offset).map_err(|error| error.to_string())?)
+        }
+        ObjectType::WriteBatch => {
+            let mut entries = Vec::new();
+            let first_sequence = decode_entries(payload, offset, |kind, key, value| {
+                entries.push(json!({"kind": kind.name(), "key": hex(key), "value": hex(value)}));
+            })
+            .map_err(|error| error.to_string())?;
+            json!({"first_sequence": first_sequence, "num_entries": entries.len(), "entries": entries})
+        }
+        ObjectType::WrapLeft => {
+            let wrap = WrapLeft::decode(payload, offset).map_err(|error| error.to_string())?;
+            json!({"ofs_first_live": wrap.ofs_first_live, "lsn_first_live": wrap.lsn_first_live})
+        }
+        ObjectType::WrapRight => {
+            lds_format::log::check_wrap_right(payload, offset).map_err(|error| error.to_string())?;
+            json!({})
+        }
+    };
+    Ok(value)
+}
+
+/// Footer fields.
+pub fn footer(footer: &Footer) -> Value {
+    json!({
+        "magic": "LDSCHUNK",
+        "version_major": footer.version_major,
+        "level": footer.level,
+        "flags": footer.flags,
+        "instance": footer.instance,
+        "chunk_id": footer.chunk_id,
+        "sub_chunk_index": footer.sub_chunk_index,
+        "num_sub_chunks": footer.num_sub_chunks,
+        "num_blocks": footer.num_blocks,
+        "num_entries": footer.num_entries,
+        "smallest_seq": footer.smallest_seq,
+        "largest_seq": footer.largest_seq,
+        "len_body": footer.len_body,
+        "ofs_index": footer.ofs_index,
+        "len_index": footer.len_index,
+        "index_crc32c": footer.index_crc32c,
+        "ofs_filter": footer.ofs_filter,
+        "len_filter": footer.len_filter,
+        "filter_crc32c": footer.filter_crc32c,
+        "slot_size": footer.slot_size,
+        "volume_uuid": uuid(&footer.volume_uuid),
+        "digest": hex(&footer.digest),
+        "footer_crc32c": footer.footer_crc32c,
+    })
+}

@@ -1,0 +1,10 @@
+//! The `lds` command as a library: each subcommand is a function that takes its options and
+//! output streams and returns an exit code, so commands are tested without spawning
+//! processes.
+#![deny(clippy::unwrap_used)]
+
+pub mod cli;
+pub mod dump;
+pub mod json;
+pub mod mkfs;
+pub mod units;

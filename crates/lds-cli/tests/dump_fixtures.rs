@@ -1,0 +1,102 @@
+//! Guards `lds dump` output on the golden images of fixtures/: one insta snapshot per fixture
+//! and view, human-readable and JSON, and that dump never writes.
+
+use std::path::{Path, PathBuf};
+
+use lds_cli::dump::{run, DumpOptions, DumpWhat};
+
+fn fixtures() -> Vec<(String, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&root)
+        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.join("image.gz").exists())
+        .map(|path| {
+            (
+                path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+                path.join("image.gz"),
+            )
+        })
+        .collect();
+    found.sort();
+    assert!(found.len() >= 5, "expected the golden images in fixtures/, found {}", found.len());
+    found
+}
+
+fn unpack(name: &str, gz: &Path) -> PathBuf {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(gz).unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut bytes)
+        .unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
+    let path = std::env::temp_dir().join(format!("lds-dump-test-{}-{name}.img", std::process::id()));
+    std::fs::write(&path, bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    path
+}
+
+fn dump(path: &Path, what: DumpWhat, instance: u32, json: bool) -> String {
+    let options = DumpOptions { path: path.to_path_buf(), what, instance, json, entries: true };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let code = run(&options, &mut out, &mut err);
+    let text = String::from_utf8_lossy(&out).replace(&path.display().to_string(), "IMAGE");
+    let err = String::from_utf8_lossy(&err).replace(&path.display().to_string(), "IMAGE");
+    format!("exit {code}\n{text}{err}")
+}
+
+#[test]
+fn dump_views_match_snapshots() {
+    for (name, gz) in fixtures() {
+        let image = unpack(&name, &gz);
+        let before = std::fs::read(&image).unwrap_or_default();
+        let views = [
+            ("label", DumpWhat::Label),
+            ("version_log", DumpWhat::VersionLog),
+            ("backup_log", DumpWhat::BackupLog),
+            ("slots", DumpWhat::Slots),
+            ("tree", DumpWhat::Tree),
+        ];
+        for (view, what) in views {
+            insta::assert_snapshot!(format!("{name}__{view}"), dump(&image, what.clone(), 0, false));
+        }
+        insta::assert_snapshot!(format!("{name}__tree_json"), dump(&image, DumpWhat::Tree, 0, true));
+        insta::assert_snapshot!(format!("{name}__volume_json"), dump(&image, DumpWhat::Volume, 0, true));
+        assert!(std::fs::read(&image).unwrap_or_default() == before, "{name}: dump changed the image");
+        let _ = std::fs::remove_file(&image);
+    }
+}
+
+#[test]
+fn chunk_views_match_snapshots() {
+    let (name, gz) =
+        fixtures().into_iter().find(|(name, _)| name == "d_versions").unwrap_or_else(|| panic!("d_versions"));
+    let image = unpack(&name, &gz);
+    insta::assert_snapshot!("d_versions__chunk_9", dump(&image, DumpWhat::Chunk(9), 0, false));
+    insta::assert_snapshot!("d_versions__chunk_9_json", dump(&image, DumpWhat::Chunk(9), 0, true));
+    let _ = std::fs::remove_file(&image);
+}
+
+#[test]
+fn second_instance_is_dumped() {
+    let (name, gz) =
+        fixtures().into_iter().find(|(name, _)| name == "d_two_instances").unwrap_or_else(|| panic!("fixture"));
+    let image = unpack(&name, &gz);
+    insta::assert_snapshot!("d_two_instances__tree_1", dump(&image, DumpWhat::Tree, 1, false));
+    let missing = dump(&image, DumpWhat::Tree, 2, false);
+    assert!(missing.starts_with("exit 1"), "{missing}");
+    assert!(missing.contains("instance 2 does not exist"), "{missing}");
+    let _ = std::fs::remove_file(&image);
+}
+
+#[test]
+fn not_a_volume_is_a_clear_error() {
+    let path = std::env::temp_dir().join(format!("lds-dump-test-{}-garbage.img", std::process::id()));
+    std::fs::write(&path, vec![0x5a; 1 << 20]).unwrap_or_else(|error| panic!("{error}"));
+    let output = dump(&path, DumpWhat::Label, 0, false);
+    assert!(output.starts_with("exit 1"), "{output}");
+    assert!(output.contains("not an LDS volume"), "{output}");
+    assert!(output.contains("primary label"), "{output}");
+    let _ = std::fs::remove_file(&path);
+}

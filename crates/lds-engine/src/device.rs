@@ -1,0 +1,257 @@
+//! Block devices and pre-allocated image files (SPEC.md §2: what a flush guarantees).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// What backs a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A raw block device.
+    BlockDevice,
+    /// A regular file holding the volume (pre-allocated).
+    ImageFile,
+}
+
+/// An I/O failure, naming the device and the offset.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// Opening failed.
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Another process holds the volume.
+    Locked {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path is neither a block device nor a regular file.
+    NotADevice {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A read failed or came short.
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// Device offset.
+        offset: u64,
+        /// Bytes requested.
+        len: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A write failed.
+    Write {
+        /// The path.
+        path: PathBuf,
+        /// Device offset.
+        offset: u64,
+        /// Bytes written.
+        len: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A flush failed: the device state is unknown (SPEC.md §2.4).
+    Flush {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Space could not be allocated for an image file.
+    Allocate {
+        /// The path.
+        path: PathBuf,
+        /// Bytes requested.
+        len: u64,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Open { path, source } => write!(f, "{}: cannot open: {source}", path.display()),
+            Self::Locked { path } => write!(f, "{}: in use by another process (locked)", path.display()),
+            Self::NotADevice { path } => write!(f, "{}: neither a block device nor a regular file", path.display()),
+            Self::Read { path, offset, len, source } => {
+                write!(f, "{}: read of {len} bytes at offset {offset} failed: {source}", path.display())
+            }
+            Self::Write { path, offset, len, source } => {
+                write!(f, "{}: write of {len} bytes at offset {offset} failed: {source}", path.display())
+            }
+            Self::Flush { path, source } => {
+                write!(f, "{}: flush failed, device state unknown: {source}", path.display())
+            }
+            Self::Allocate { path, len, source } => {
+                write!(f, "{}: cannot allocate {len} bytes: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+/// How to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only, no lock taken (inspection never writes, SPEC.md tools).
+    ReadOnly,
+    /// Read only with a shared lock: fails while a writer holds the volume.
+    ReadOnlyLocked,
+    /// Read and write with an exclusive lock.
+    ReadWrite,
+}
+
+/// An open device or image file.
+#[derive(Debug)]
+pub struct Device {
+    file: File,
+    path: PathBuf,
+    len: u64,
+    kind: DeviceKind,
+}
+
+fn lock(file: &File, path: &Path, exclusive: bool) -> Result<(), DeviceError> {
+    let operation = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    #[expect(unsafe_code, reason = "flock on an owned, open descriptor")]
+    // SAFETY: the descriptor is valid for the lifetime of `file`; flock has no memory effects.
+    let result = unsafe { libc::flock(file.as_raw_fd(), operation) };
+    if result != 0 {
+        return Err(DeviceError::Locked { path: path.to_path_buf() });
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Opens an existing block device or image file.
+    pub fn open(path: &Path, mode: OpenMode) -> Result<Self, DeviceError> {
+        let open_error = |source| DeviceError::Open { path: path.to_path_buf(), source };
+        let metadata = std::fs::metadata(path).map_err(open_error)?;
+        let kind = if metadata.file_type().is_block_device() {
+            DeviceKind::BlockDevice
+        } else if metadata.is_file() {
+            DeviceKind::ImageFile
+        } else {
+            return Err(DeviceError::NotADevice { path: path.to_path_buf() });
+        };
+        let writable = mode == OpenMode::ReadWrite;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(open_error)?;
+        match mode {
+            OpenMode::ReadOnly => {}
+            OpenMode::ReadOnlyLocked => lock(&file, path, false)?,
+            OpenMode::ReadWrite => lock(&file, path, true)?,
+        }
+        let len = file.seek(SeekFrom::End(0)).map_err(open_error)?;
+        Ok(Self { file, path: path.to_path_buf(), len, kind })
+    }
+
+    /// Creates a new image file of `len` bytes, pre-allocated on its file system (paper
+    /// §3.6.2), and opens it for writing.
+    pub fn create_image(path: &Path, len: u64) -> Result<Self, DeviceError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| DeviceError::Open { path: path.to_path_buf(), source })?;
+        lock(&file, path, true)?;
+        let device = Self { file, path: path.to_path_buf(), len, kind: DeviceKind::ImageFile };
+        device.allocate(len)?;
+        Ok(device)
+    }
+
+    /// Pre-allocates an image file to `len` bytes (grows it if shorter).
+    pub fn allocate(&self, len: u64) -> Result<(), DeviceError> {
+        let error = |source| DeviceError::Allocate { path: self.path.clone(), len, source };
+        let signed_len =
+            libc::off_t::try_from(len).map_err(|_| error(std::io::Error::from_raw_os_error(libc::EFBIG)))?;
+        #[expect(unsafe_code, reason = "posix_fallocate on an owned, open descriptor")]
+        // SAFETY: the descriptor is valid; posix_fallocate only changes the file's allocation.
+        let result = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, signed_len) };
+        if result != 0 {
+            return Err(error(std::io::Error::from_raw_os_error(result)));
+        }
+        Ok(())
+    }
+
+    /// Sets the length of an image file (after `allocate`, or to shrink it).
+    pub fn set_image_len(&mut self, len: u64) -> Result<(), DeviceError> {
+        self.file.set_len(len).map_err(|source| DeviceError::Allocate { path: self.path.clone(), len, source })?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of the device or file.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-length device.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Block device or image file.
+    pub fn kind(&self) -> DeviceKind {
+        self.kind
+    }
+
+    /// Reads exactly `buffer.len()` bytes at `offset`.
+    pub fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        self.file.read_exact_at(buffer, offset).map_err(|source| DeviceError::Read {
+            path: self.path.clone(),
+            offset,
+            len: buffer.len() as u64,
+            source,
+        })
+    }
+
+    /// Reads `len` bytes at `offset` into a new buffer.
+    pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let size = usize::try_from(len).map_err(|_| DeviceError::Read {
+            path: self.path.clone(),
+            offset,
+            len,
+            source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
+        })?;
+        let mut buffer = vec![0u8; size];
+        self.read_at(offset, &mut buffer)?;
+        Ok(buffer)
+    }
+
+    /// Writes all of `bytes` at `offset`.
+    pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        self.file.write_all_at(bytes, offset).map_err(|source| DeviceError::Write {
+            path: self.path.clone(),
+            offset,
+            len: bytes.len() as u64,
+            source,
+        })
+    }
+
+    /// Makes every completed write durable (SPEC.md §2.5): `fdatasync`, which on a block
+    /// device also flushes the device's write cache.
+    pub fn flush(&self) -> Result<(), DeviceError> {
+        self.file.sync_data().map_err(|source| DeviceError::Flush { path: self.path.clone(), source })
+    }
+}

@@ -1,0 +1,175 @@
+//! Read-only access to a volume for the tools: both labels, log areas, slots. Never writes.
+
+use std::path::Path;
+
+use lds_format::chunk::FOOTER_LEN;
+use lds_format::image::area_context;
+use lds_format::label::{Geometry, Label, LabelChoice, LabelChoiceError, LabelPair, LogKind, LABEL_LEN};
+use lds_format::log::AreaContext;
+use lds_format::FormatError;
+
+use crate::device::{Device, DeviceError, OpenMode};
+
+/// Why a volume cannot be inspected.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InspectError {
+    /// The device failed.
+    Device(DeviceError),
+    /// No usable label.
+    Label {
+        /// The device path.
+        path: String,
+        /// Why no copy can be used.
+        choice: LabelChoiceError,
+        /// The primary copy's error, if any.
+        primary: Option<Box<FormatError>>,
+        /// The backup copy's error, if any.
+        backup: Option<Box<FormatError>>,
+    },
+    /// The volume is larger than the device holding it.
+    Truncated {
+        /// The device path.
+        path: String,
+        /// `volume_len` of the label.
+        volume_len: u64,
+        /// Bytes of the device.
+        device_len: u64,
+    },
+}
+
+impl From<DeviceError> for InspectError {
+    fn from(error: DeviceError) -> Self {
+        Self::Device(error)
+    }
+}
+
+impl std::fmt::Display for InspectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Device(error) => write!(f, "{error}"),
+            Self::Label { path, choice, primary, backup } => {
+                match choice {
+                    LabelChoiceError::NoValidLabel => write!(f, "{path}: not an LDS volume: no valid label")?,
+                    LabelChoiceError::Conflict => {
+                        write!(f, "{path}: the primary and backup labels differ with the same generation")?
+                    }
+                }
+                if let Some(error) = primary {
+                    write!(f, "; primary label: {error}")?;
+                }
+                if let Some(error) = backup {
+                    write!(f, "; backup label: {error}")?;
+                }
+                Ok(())
+            }
+            Self::Truncated { path, volume_len, device_len } => {
+                write!(f, "{path}: the label says the volume is {volume_len} bytes but the device has {device_len}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+/// Reads both label copies (SPEC.md §4.2).
+pub fn read_labels(device: &Device) -> Result<LabelPair, DeviceError> {
+    let read_label = |offset: u64| -> Result<Result<Label, FormatError>, DeviceError> {
+        if offset + LABEL_LEN as u64 > device.len() {
+            return Ok(Err(FormatError::Truncated {
+                structure: "label",
+                offset,
+                needed: LABEL_LEN as u64,
+                available: device.len().saturating_sub(offset),
+            }));
+        }
+        let bytes = device.read_vec(offset, LABEL_LEN as u64)?;
+        Ok(Label::decode(&bytes, offset))
+    };
+    let primary = read_label(0)?;
+    let backup = match &primary {
+        Ok(label) => read_label(label.geometry.ofs_backup_label())?,
+        Err(_) => {
+            let mut probe = Err(FormatError::BadMagic { structure: "label", offset: device.len(), found: Vec::new() });
+            let mut sector = 512u64;
+            while sector <= 65536 && sector <= device.len() {
+                let candidate = read_label(device.len() - sector)?;
+                if candidate.as_ref().is_ok_and(|label| label.geometry.sector() == sector) {
+                    probe = candidate;
+                    break;
+                }
+                if sector == 512 {
+                    probe = candidate;
+                }
+                sector *= 2;
+            }
+            probe
+        }
+    };
+    Ok(LabelPair { primary, backup })
+}
+
+/// A volume opened for inspection.
+#[derive(Debug)]
+pub struct Inspector {
+    /// The device.
+    pub device: Device,
+    /// Both label copies.
+    pub labels: LabelPair,
+    /// The label chosen by SPEC.md §4.2.
+    pub label: Label,
+    /// Which copy.
+    pub choice: LabelChoice,
+}
+
+impl Inspector {
+    /// Opens a volume read-only and chooses its label.
+    pub fn open(path: &Path) -> Result<Self, InspectError> {
+        let device = Device::open(path, OpenMode::ReadOnly)?;
+        let labels = read_labels(&device)?;
+        let (choice, label) = labels.choose().map_err(|choice| InspectError::Label {
+            path: path.display().to_string(),
+            choice,
+            primary: labels.primary.as_ref().err().cloned().map(Box::new),
+            backup: labels.backup.as_ref().err().cloned().map(Box::new),
+        })?;
+        let label = label.clone();
+        if label.geometry.volume_len > device.len() {
+            return Err(InspectError::Truncated {
+                path: path.display().to_string(),
+                volume_len: label.geometry.volume_len,
+                device_len: device.len(),
+            });
+        }
+        Ok(Self { device, labels, label, choice })
+    }
+
+    /// The chosen geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.label.geometry
+    }
+
+    /// The context of a log area.
+    pub fn area_context(&self, kind: LogKind, instance: u32) -> AreaContext {
+        area_context(&self.label.geometry, kind, instance)
+    }
+
+    /// Reads a whole log area.
+    pub fn read_area(&self, kind: LogKind, instance: u32) -> Result<Vec<u8>, DeviceError> {
+        let (offset, len) = self.label.geometry.log_area(kind, instance);
+        self.device.read_vec(offset, len)
+    }
+
+    /// Reads the footer bytes of a slot.
+    pub fn read_footer(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
+        let geometry = &self.label.geometry;
+        let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+        self.device.read_vec(offset, FOOTER_LEN as u64)
+    }
+
+    /// Reads a whole slot.
+    pub fn read_slot(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
+        let geometry = &self.label.geometry;
+        self.device.read_vec(geometry.slot_offset(slot), geometry.slot_size)
+    }
+}

@@ -1,0 +1,294 @@
+//! Golden images for fixtures/, built in memory from the format crate's own encoders and
+//! append planner (never edited by hand). The same inputs give the same bytes (RELIABILITY.md
+//! I8): the uuids are fixed and nothing depends on time or randomness.
+#![deny(clippy::unwrap_used)]
+
+use lds_format::batch::{BatchEntry, EntryKind};
+use lds_format::image::ImageBuilder;
+use lds_format::label::{plan_layout, Label, LayoutRequest};
+use lds_format::version::{ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
+
+/// One fixture: folder name, one-line description, raw image bytes.
+pub struct Fixture {
+    /// Folder under fixtures/.
+    pub name: &'static str,
+    /// What it shows.
+    pub description: &'static str,
+    /// The volume image.
+    pub image: Vec<u8>,
+}
+
+fn label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
+    let mut uuid = [uuid_byte; 16];
+    uuid[6] = 0x40 | (uuid_byte & 0x0f);
+    uuid[8] = 0x80 | (uuid_byte & 0x3f);
+    let geometry = plan_layout(&request, uuid).unwrap_or_else(|error| panic!("fixture layout: {error}"));
+    Label {
+        version_minor: 0,
+        features_compat: 0,
+        features_ro_compat: 0,
+        features_incompat: 0,
+        geometry,
+        generation: 1,
+        volume_name: name.to_string(),
+    }
+}
+
+type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
+
+/// Entries `key{first..first+count}` with sequence numbers from `first_sequence`; every
+/// seventh is a tombstone.
+fn entries(first: u32, count: u32, first_sequence: u64) -> Vec<Entry> {
+    (0..count)
+        .map(|index| {
+            let number = first + index;
+            let kind = if number % 7 == 6 { EntryKind::Delete } else { EntryKind::Put };
+            let value = if kind == EntryKind::Put { format!("value-{number}").into_bytes() } else { Vec::new() };
+            (format!("key{number:05}").into_bytes(), first_sequence + u64::from(index), kind, value)
+        })
+        .collect()
+}
+
+fn puts(names: &[&str]) -> Vec<BatchEntry> {
+    names
+        .iter()
+        .map(|name| BatchEntry {
+            kind: EntryKind::Put,
+            key: name.as_bytes().to_vec(),
+            value: format!("v-{name}").into_bytes(),
+        })
+        .collect()
+}
+
+/// A delta adding `chunks` that keeps the instance's current backup start.
+fn added(image: &ImageBuilder, instance: u32, chunks: Vec<ChunkMeta>, last_sequence: u64) -> DeltaVersion {
+    let version = &image.instances[instance as usize].version;
+    DeltaVersion {
+        added: chunks,
+        last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        ..DeltaVersion::default()
+    }
+}
+
+fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("fixture generation: {error}"))
+}
+
+fn small(sector_size: u32) -> LayoutRequest {
+    LayoutRequest { volume_len: 4 << 20, sector_size: Some(sector_size), ..LayoutRequest::default() }
+}
+
+/// An empty, freshly formatted volume.
+fn empty() -> Vec<u8> {
+    ImageBuilder::format(label(small(4096), 0x11, "empty")).bytes
+}
+
+/// Base and delta versions, chunks in three levels with an odd chunk, a trim, batches.
+fn versions() -> Vec<u8> {
+    let mut image = ImageBuilder::format(label(small(4096), 0x22, "versions"));
+    // Two memtable flushes to L0.
+    expect(image.append_batch(0, puts(&["apple", "banana"])));
+    let sequence = image.reserve_sequences(0, 40);
+    let first = image.write_chunk(0, 3, 0, 0, &entries(0, 40, sequence));
+    let (ofs, lsn) = image.instances[0].backup_log.next_position();
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![first], image.last_sequence(0))
+        },
+    ));
+    let sequence = image.reserve_sequences(0, 40);
+    let second = image.write_chunk(0, 4, 0, 0, &entries(20, 40, sequence));
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![second], image.last_sequence(0))
+        },
+    ));
+    // A compaction of both L0 chunks into L1: two full chunks and an odd chunk that stays in
+    // L0's successor level per the odd-chunk rule (SPEC.md §11).
+    let sequence = image.reserve_sequences(0, 60);
+    let l1_a = image.write_chunk(0, 7, 1, 0, &entries(0, 30, sequence));
+    let l1_b = image.write_chunk(0, 8, 1, 0, &entries(30, 25, sequence + 30));
+    let odd = image.write_chunk(0, 9, 0, CHUNK_FLAG_ODD, &entries(55, 5, sequence + 55));
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            deleted: vec![DeletedChunk { chunk_id: 3, level: 0 }, DeletedChunk { chunk_id: 4, level: 0 }],
+            compact_pointers: vec![CompactPointer { level: 0, key: b"key00059".to_vec() }],
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![l1_a, l1_b, odd], image.last_sequence(0))
+        },
+    ));
+    // A trivial move of one L1 chunk to L2.
+    let moved = image.instances[0].version.chunks.get(&7).cloned().map(|mut meta| {
+        meta.level = 2;
+        meta
+    });
+    let moved = moved.unwrap_or_else(|| panic!("chunk 7 is in the version"));
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            deleted: vec![DeletedChunk { chunk_id: 7, level: 1 }],
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![moved], image.last_sequence(0))
+        },
+    ));
+    // A trim, then a delta on the new base and writes in the backup log.
+    expect(image.trim(0));
+    expect(image.append_batch(0, puts(&["cherry"])));
+    expect(
+        image.append_batch(0, vec![BatchEntry { kind: EntryKind::Delete, key: b"apple".to_vec(), value: Vec::new() }]),
+    );
+    let sequence = image.reserve_sequences(0, 10);
+    let third = image.write_chunk(0, 12, 0, 0, &entries(100, 10, sequence));
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![third], image.last_sequence(0))
+        },
+    ));
+    // Written after the last flush: replayed by recovery.
+    expect(image.append_batch(0, puts(&["damson", "elderberry"])));
+    image.bytes
+}
+
+/// Both logs wrapped: the version log holds a WOL, the backup log a WOR and a WOL.
+fn wrapped() -> Vec<u8> {
+    let request = LayoutRequest {
+        volume_len: 4 << 20,
+        sector_size: Some(512),
+        len_version_log: Some(16 << 10),
+        len_backup_log: Some(8 << 10),
+        ..LayoutRequest::default()
+    };
+    let mut image = ImageBuilder::format(label(request, 0x33, "wrapped"));
+    for round in 0..120u32 {
+        // Five batches of two entries, then a flush of ten entries into a level-0 chunk.
+        let first_sequence = image.last_sequence(0) + 1;
+        for batch in 0..5 {
+            expect(image.append_batch(0, puts(&[&format!("r{round:03}b{batch}"), "common"])));
+        }
+        let slot = 4 + u64::from(round % 6);
+        let chunk = image.write_chunk(0, slot, 0, 0, &entries(round * 10, 10, first_sequence));
+        let sequence = image.last_sequence(0);
+        let (ofs, lsn) = image.instances[0].backup_log.next_position();
+        let mut delta =
+            DeltaVersion { ofs_backup_start: ofs, lsn_backup_start: lsn, ..added(&image, 0, vec![chunk], sequence) };
+        if let Some(old) = image.instances[0].version.chunks.keys().copied().find(|&id| id != slot) {
+            delta.deleted.push(DeletedChunk { chunk_id: old, level: 0 });
+        }
+        if !image.instances[0].version_log.fits(&[delta.encode().len(), 2048]) {
+            expect(image.trim(0));
+        }
+        expect(image.append_delta(0, &delta));
+    }
+    // Writes after the last flush, enough to wrap the backup log inside its live region.
+    for batch in 0..30u32 {
+        expect(image.append_batch(0, puts(&[&format!("after-the-last-flush-{batch:02}")])));
+    }
+    image.bytes
+}
+
+/// An unfinished compaction recorded in the compaction journal (SifrDB §4.2).
+fn journal() -> Vec<u8> {
+    let mut image = ImageBuilder::format(label(small(4096), 0x44, "journal"));
+    let inputs: Vec<ChunkMeta> = (0..3u32)
+        .map(|index| {
+            let sequence = image.reserve_sequences(0, 20);
+            image.write_chunk(0, 3 + u64::from(index), 1, 0, &entries(index * 20, 20, sequence))
+        })
+        .collect();
+    let sequence = image.reserve_sequences(0, 60);
+    let target = image.write_chunk(0, 6, 2, 0, &entries(0, 60, sequence));
+    let mut all = inputs.clone();
+    all.push(target);
+    let delta = added(&image, 0, all, image.last_sequence(0));
+    expect(image.append_delta(0, &delta));
+    // The merge output keeps each key's newest version: the same sequence numbers.
+    let output = image.write_chunk(0, 10, 2, 0, &entries(0, 25, 1));
+    let record = CompactionJournal {
+        compaction_id: 1,
+        source_level: 1,
+        target_level: 2,
+        resume_key: output.largest_key.clone(),
+        inputs: vec![3, 4, 5, 6],
+        cleaned: vec![3],
+        outputs: vec![output],
+    };
+    expect(image.append_journal(0, &record));
+    image.bytes
+}
+
+/// Two instances sharing the slot area.
+fn two_instances() -> Vec<u8> {
+    let request = LayoutRequest { volume_len: 4 << 20, instance_count: Some(2), ..LayoutRequest::default() };
+    let mut image = ImageBuilder::format(label(request, 0x55, "two instances"));
+    for instance in 0..2u32 {
+        let slot = 2 + u64::from(instance) * 5;
+        let sequence = image.reserve_sequences(instance, 15);
+        let chunk = image.write_chunk(instance, slot, 0, 0, &entries(instance * 100, 15, sequence));
+        let delta = added(&image, instance, vec![chunk], image.last_sequence(instance));
+        expect(image.append_delta(instance, &delta));
+        expect(image.append_batch(instance, puts(&[&format!("instance-{instance}")])));
+    }
+    image.bytes
+}
+
+/// Every fixture.
+pub fn all() -> Vec<Fixture> {
+    vec![
+        Fixture {
+            name: "d_empty",
+            description: "a freshly formatted 4 MiB volume: labels and the initial base version",
+            image: empty(),
+        },
+        Fixture {
+            name: "d_versions",
+            description: "base and delta versions, chunks in levels 0 to 2 with an odd chunk, a trim, write batches",
+            image: versions(),
+        },
+        Fixture {
+            name: "d_wrapped",
+            description:
+                "512-byte sectors and tiny logs: the version log wrapped (WOL) and the backup log wrapped (WOR, WOL)",
+            image: wrapped(),
+        },
+        Fixture {
+            name: "d_journal",
+            description: "an unfinished compaction: a compaction journal record with one output and one cleaned input",
+            image: journal(),
+        },
+        Fixture {
+            name: "d_two_instances",
+            description: "two instances with their own logs sharing one slot area",
+            image: two_instances(),
+        },
+    ]
+}
+
+/// gzip with a fixed header (no name, mtime 0), so the compressed bytes are reproducible too.
+pub fn compress(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+    let _ = encoder.write_all(bytes);
+    encoder.finish().unwrap_or_default()
+}
+
+/// Decompresses a fixture image.
+pub fn decompress(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut decoded = Vec::new();
+    flate2::read::GzDecoder::new(bytes).read_to_end(&mut decoded)?;
+    Ok(decoded)
+}

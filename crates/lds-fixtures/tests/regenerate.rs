@@ -1,0 +1,24 @@
+//! Guards I8 for the fixtures: regenerating them gives exactly the committed images.
+
+#[test]
+fn committed_fixtures_match_the_generator() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+    for fixture in lds_fixtures::all() {
+        let path = root.join(fixture.name).join("image.gz");
+        let committed = std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        let decoded =
+            lds_fixtures::decompress(&committed).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        assert!(
+            decoded == fixture.image,
+            "{} differs from the generator: run `cargo run -p lds-fixtures`",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn generation_is_deterministic() {
+    let first: Vec<Vec<u8>> = lds_fixtures::all().into_iter().map(|fixture| fixture.image).collect();
+    let second: Vec<Vec<u8>> = lds_fixtures::all().into_iter().map(|fixture| fixture.image).collect();
+    assert!(first == second);
+}
