@@ -442,7 +442,7 @@ impl Filter {
         let num_probes = reader.u8()?;
         reader.reserved(3)?;
         let num_bits = reader.u32()?;
-        if num_bits % 8 != 0 || num_probes > FILTER_PROBES_MAX || (num_bits != 0 && num_probes == 0) {
+        if num_bits % 8 != 0 || num_probes > FILTER_PROBES_MAX || (num_bits == 0) != (num_probes == 0) {
             return Err(FormatError::invalid(
                 S,
                 "num_bits",

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every test: formatting and lints, the Rust workspace, and the Kaitai cross-check of every
+# fixture. Installs what it needs (Python packages from PyPI, the Kaitai compiler from npm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+step() { echo; echo "== $*"; }
+
+step "install: Python packages (tools/requirements.txt)"
+python3 -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --quiet --all-targets -- -D warnings
+
+step "cargo build --release (the lds binary the cross-check runs)"
+cargo build --quiet --release -p lds-cli
+
+step "cargo test (format, engine, cli, fixtures; loop-device test needs root)"
+cargo test --quiet --workspace 2>&1 | tee /tmp/lds-cargo-test.log
+grep -q "test result: ok" /tmp/lds-cargo-test.log
+
+step "Kaitai: compile formats/*.ksy and compare with lds dump on every fixture"
+bash tools/kaitai/compile.sh
+LDS_BIN="$PWD/target/release/lds" python3 -m pytest -q tools/tests

@@ -1,0 +1,78 @@
+//! Guards mkfs and dump on a real block device: a loop device this test attaches itself and
+//! detaches (exactly the one it got) even when an assertion fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lds_cli::dump::{DumpOptions, DumpWhat};
+use lds_cli::mkfs::{run, MkfsOptions};
+
+/// A loop device attached for the test's lifetime.
+struct LoopDevice {
+    device: PathBuf,
+    backing: PathBuf,
+}
+
+impl LoopDevice {
+    fn attach(backing: &Path, len: u64) -> Option<Self> {
+        std::fs::write(backing, vec![0u8; len as usize]).ok()?;
+        let output = Command::new("losetup").args(["--find", "--show"]).arg(backing).output().ok()?;
+        if !output.status.success() {
+            eprintln!("losetup failed: {}", String::from_utf8_lossy(&output.stderr));
+            let _ = std::fs::remove_file(backing);
+            return None;
+        }
+        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        Some(Self { device, backing: backing.to_path_buf() })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let status = Command::new("losetup").arg("--detach").arg(&self.device).status();
+        if !status.is_ok_and(|status| status.success()) {
+            eprintln!("could not detach {}", self.device.display());
+        }
+        let _ = std::fs::remove_file(&self.backing);
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|status| {
+            status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn mkfs_and_dump_on_a_loop_device() {
+    if !is_root() {
+        eprintln!("skipped: attaching a loop device needs root");
+        return;
+    }
+    let backing = std::env::temp_dir().join(format!("lds-loop-test-{}.img", std::process::id()));
+    let loop_device =
+        LoopDevice::attach(&backing, 64 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let device = loop_device.device.clone();
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let options = MkfsOptions { path: device.clone(), ..MkfsOptions::default() };
+    let code = run(&options, &mut out, &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    // A block device keeps its size: the volume spans it.
+    let dump = DumpOptions { path: device.clone(), what: DumpWhat::Label, instance: 0, json: true, entries: false };
+    let mut out = Vec::new();
+    assert_eq!(lds_cli::dump::run(&dump, &mut out, &mut err), 0);
+    let label: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(label["primary"]["geometry"]["volume_len"], 64u64 << 20);
+    assert_eq!(label["chosen"], "both");
+    // A size beyond the device is refused; so is a second format without --force.
+    let too_big = MkfsOptions { path: device.clone(), size: Some(128 << 20), force: true, ..MkfsOptions::default() };
+    let mut err = Vec::new();
+    assert_eq!(run(&too_big, &mut Vec::new(), &mut err), 1);
+    assert!(String::from_utf8_lossy(&err).contains("exceeds the device"));
+    let mut err = Vec::new();
+    assert_eq!(run(&options, &mut Vec::new(), &mut err), 1);
+    assert!(String::from_utf8_lossy(&err).contains("--force"));
+}
