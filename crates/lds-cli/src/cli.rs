@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::dump::{DumpOptions, DumpWhat};
-use crate::mkfs::{parse_uuid, MkfsOptions};
-use crate::units::parse_size;
+use crate::mkfs::MkfsOptions;
 
 /// LDS: an LSM-tree key-value store directly on a block device or image file.
 #[derive(Debug, Parser)]
@@ -16,15 +15,6 @@ pub struct Cli {
     /// The command.
     #[command(subcommand)]
     pub command: Command,
-}
-
-fn size(text: &str) -> Result<u64, String> {
-    parse_size(text)
-}
-
-fn sector(text: &str) -> Result<u32, String> {
-    let value = parse_size(text)?;
-    u32::try_from(value).map_err(|_| format!("'{text}' is too large for a sector size"))
 }
 
 /// The subcommands.
@@ -41,43 +31,7 @@ pub enum Command {
     ///
     /// Example: lds mkfs --size 1GiB volume.img
     #[command(verbatim_doc_comment)]
-    Mkfs {
-        /// Block device or image file.
-        path: PathBuf,
-        /// Volume size, with units (64MiB, 1G); required to create an image file.
-        #[arg(long, value_parser = size)]
-        size: Option<u64>,
-        /// Slot size (default 4MiB, scaled down for small volumes).
-        #[arg(long, value_parser = size)]
-        slot_size: Option<u64>,
-        /// Version log size per instance (default 64MiB, scaled down).
-        #[arg(long, value_parser = size)]
-        version_log_size: Option<u64>,
-        /// Backup log size per instance (default 16MiB, scaled down).
-        #[arg(long, value_parser = size)]
-        backup_log_size: Option<u64>,
-        /// Sector size: the atomic write unit (default 4096).
-        #[arg(long, value_parser = sector)]
-        sector_size: Option<u32>,
-        /// Number of LSM-tree instances sharing the slot area (default 1).
-        #[arg(long)]
-        instances: Option<u32>,
-        /// A name for the volume (at most 64 bytes).
-        #[arg(long = "name", default_value = "")]
-        name: String,
-        /// Use this uuid instead of a random one.
-        #[arg(long, value_parser = parse_uuid)]
-        uuid: Option<[u8; 16]>,
-        /// Print the layout and usable capacity; write nothing.
-        #[arg(short = 'n', long)]
-        dry_run: bool,
-        /// Format even over an existing LDS volume or another signature.
-        #[arg(short, long)]
-        force: bool,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Mkfs(MkfsOptions),
     /// Print a volume's structures. Never writes.
     ///
     /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree.
@@ -110,36 +64,7 @@ pub enum Command {
 /// Runs a parsed command; returns the process exit code.
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
-        Command::Mkfs {
-            path,
-            size,
-            slot_size,
-            version_log_size,
-            backup_log_size,
-            sector_size,
-            instances,
-            name,
-            uuid,
-            dry_run,
-            force,
-            json,
-        } => {
-            let options = MkfsOptions {
-                path,
-                size,
-                slot_size,
-                version_log_size,
-                backup_log_size,
-                sector_size,
-                instances,
-                name,
-                uuid,
-                dry_run,
-                force,
-                json,
-            };
-            crate::mkfs::run(&options, out, err)
-        }
+        Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
         Command::Dump { path, what, id, instance, entries, json } => {
             let what = match (what.as_str(), id) {
                 ("label", None) => DumpWhat::Label,

@@ -8,39 +8,55 @@ use lds_engine::device::{Device, DeviceKind, OpenMode};
 use lds_engine::inspect::Inspector;
 use lds_engine::signature::find_signatures;
 use lds_format::image::format_writes;
-use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VERSION_MINOR, VOLUME_NAME_LEN};
+use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VOLUME_NAME_LEN};
 use lds_format::recovery::recover_version_log;
 
 use crate::json;
 use crate::units::format_size;
 
-/// Options of `lds mkfs`.
-#[derive(Debug, Clone, Default)]
+/// Options of `lds mkfs`; also its command-line arguments.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct MkfsOptions {
-    /// Device or image file.
+    /// Block device or image file.
     pub path: PathBuf,
-    /// Volume size (required to create an image file).
+    /// Volume size, with units (64MiB, 1G); required to create an image file.
+    #[arg(long, value_parser = crate::units::parse_size)]
     pub size: Option<u64>,
-    /// Slot size.
+    /// Slot size (default 4MiB, scaled down for small volumes).
+    #[arg(long, value_parser = crate::units::parse_size)]
     pub slot_size: Option<u64>,
-    /// Version log size per instance.
+    /// Version log size per instance (default 64MiB, scaled down).
+    #[arg(long, value_parser = crate::units::parse_size)]
     pub version_log_size: Option<u64>,
-    /// Backup log size per instance.
+    /// Backup log size per instance (default 16MiB, scaled down).
+    #[arg(long, value_parser = crate::units::parse_size)]
     pub backup_log_size: Option<u64>,
-    /// Sector size.
+    /// Sector size: the atomic write unit (default 4096).
+    #[arg(long, value_parser = parse_sector_size)]
     pub sector_size: Option<u32>,
-    /// Number of instances.
+    /// Number of LSM-tree instances sharing the slot area (default 1).
+    #[arg(long)]
     pub instances: Option<u32>,
-    /// Volume name.
+    /// A name for the volume (at most 64 bytes).
+    #[arg(long, default_value = "")]
     pub name: String,
-    /// Fixed uuid (tests and reproducible images); random otherwise.
+    /// Use this uuid instead of a random one.
+    #[arg(long, value_parser = parse_uuid)]
     pub uuid: Option<[u8; 16]>,
-    /// Print the layout only.
+    /// Print the layout and usable capacity; write nothing.
+    #[arg(short = 'n', long)]
     pub dry_run: bool,
-    /// Format over an existing signature.
+    /// Format even over an existing LDS volume or another signature.
+    #[arg(short, long)]
     pub force: bool,
-    /// JSON output.
+    /// Print the result as JSON.
+    #[arg(long)]
     pub json: bool,
+}
+
+fn parse_sector_size(text: &str) -> Result<u32, String> {
+    let value = crate::units::parse_size(text)?;
+    u32::try_from(value).map_err(|_| format!("'{text}' is too large for a sector size"))
 }
 
 /// Parses a uuid in 8-4-4-4-12 or plain hex form.
@@ -153,15 +169,7 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     };
     let geometry =
         plan_layout(&request, uuid).map_err(|error| format!("{}: cannot lay out a volume: {error}", path.display()))?;
-    let label = Label {
-        version_minor: VERSION_MINOR,
-        features_compat: 0,
-        features_ro_compat: 0,
-        features_incompat: 0,
-        geometry,
-        generation: 1,
-        volume_name: options.name.clone(),
-    };
+    let label = Label::new(geometry, &options.name);
     if options.dry_run {
         if options.json {
             let mut document = json::document("mkfs-plan", &path.display().to_string());

@@ -22,16 +22,7 @@ fn label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
     let mut uuid = [uuid_byte; 16];
     uuid[6] = 0x40 | (uuid_byte & 0x0f);
     uuid[8] = 0x80 | (uuid_byte & 0x3f);
-    let geometry = plan_layout(&request, uuid).unwrap_or_else(|error| panic!("fixture layout: {error}"));
-    Label {
-        version_minor: 0,
-        features_compat: 0,
-        features_ro_compat: 0,
-        features_incompat: 0,
-        geometry,
-        generation: 1,
-        volume_name: name.to_string(),
-    }
+    Label::new(plan_layout(&request, uuid).unwrap_or_else(|error| panic!("fixture layout: {error}")), name)
 }
 
 type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);

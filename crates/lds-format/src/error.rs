@@ -103,8 +103,7 @@ impl FormatError {
         Self::InvalidField { structure, field, offset, reason: reason.into() }
     }
 
-    /// The offset the error names.
-    pub fn offset(&self) -> u64 {
+    fn offset_mut(&mut self) -> &mut u64 {
         match self {
             Self::Truncated { offset, .. }
             | Self::BadMagic { offset, .. }
@@ -114,24 +113,19 @@ impl FormatError {
             | Self::CountTooLarge { offset, .. }
             | Self::TrailingBytes { offset, .. }
             | Self::InvalidField { offset, .. }
-            | Self::UnsupportedVersion { offset, .. } => *offset,
+            | Self::UnsupportedVersion { offset, .. } => offset,
         }
+    }
+
+    /// The offset the error names.
+    pub fn offset(&self) -> u64 {
+        *self.clone().offset_mut()
     }
 
     /// The same error with its offset moved by `delta` (when a structure decoded from a
     /// sub-slice is reported in the enclosing area's coordinates).
     pub fn shifted(mut self, delta: u64) -> Self {
-        match &mut self {
-            Self::Truncated { offset, .. }
-            | Self::BadMagic { offset, .. }
-            | Self::ChecksumMismatch { offset, .. }
-            | Self::DigestMismatch { offset, .. }
-            | Self::ReservedNotZero { offset, .. }
-            | Self::CountTooLarge { offset, .. }
-            | Self::TrailingBytes { offset, .. }
-            | Self::InvalidField { offset, .. }
-            | Self::UnsupportedVersion { offset, .. } => *offset += delta,
-        }
+        *self.offset_mut() += delta;
         self
     }
 }

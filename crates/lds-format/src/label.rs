@@ -253,6 +253,19 @@ pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
 pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
 
 impl Label {
+    /// A version 1.0 label with no features, generation 1, as mkfs writes it.
+    pub fn new(geometry: Geometry, volume_name: &str) -> Self {
+        Self {
+            version_minor: VERSION_MINOR,
+            features_compat: 0,
+            features_ro_compat: 0,
+            features_incompat: 0,
+            geometry,
+            generation: 1,
+            volume_name: volume_name.to_string(),
+        }
+    }
+
     /// Encodes the 512-byte label.
     pub fn encode(&self) -> [u8; LABEL_LEN] {
         let mut writer = Writer::with_capacity(LABEL_LEN);
@@ -499,16 +512,7 @@ mod tests {
 
     pub(crate) fn sample_label() -> Label {
         let request = LayoutRequest { volume_len: 64 << 20, ..LayoutRequest::default() };
-        let geometry = plan_layout(&request, [7u8; 16]).expect("layout");
-        Label {
-            version_minor: 0,
-            features_compat: 0,
-            features_ro_compat: 0,
-            features_incompat: 0,
-            geometry,
-            generation: 1,
-            volume_name: "test".into(),
-        }
+        Label::new(plan_layout(&request, [7u8; 16]).expect("layout"), "test")
     }
 
     #[test]

@@ -94,16 +94,7 @@ fn label() -> Label {
         len_backup_log: Some(8 << 10),
         ..LayoutRequest::default()
     };
-    let geometry = plan_layout(&request, [7; 16]).unwrap_or_else(|error| panic!("{error}"));
-    Label {
-        version_minor: 0,
-        features_compat: 0,
-        features_ro_compat: 0,
-        features_incompat: 0,
-        geometry,
-        generation: 1,
-        volume_name: "x".into(),
-    }
+    Label::new(plan_layout(&request, [7; 16]).unwrap_or_else(|error| panic!("{error}")), "x")
 }
 
 #[test]

@@ -17,16 +17,7 @@ fn label() -> Label {
         len_backup_log: Some(8 * 1024),
         ..LayoutRequest::default()
     };
-    let geometry = plan_layout(&request, [0xAB; 16]).expect("layout");
-    Label {
-        version_minor: 0,
-        features_compat: 0,
-        features_ro_compat: 0,
-        features_incompat: 0,
-        geometry,
-        generation: 1,
-        volume_name: String::new(),
-    }
+    Label::new(plan_layout(&request, [0xAB; 16]).expect("layout"), "")
 }
 
 fn put(key: &str) -> BatchEntry {
