@@ -9,7 +9,7 @@ use lds_engine::inspect::Inspector;
 use lds_format::chunk::{unpack_seq_kind, Footer, SubChunkView};
 use lds_format::error::hex;
 use lds_format::label::{Label, LabelChoice, LogKind};
-use lds_format::log::{ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
+use lds_format::log::{ObjectHeader, ObjectType, HEADER_LEN};
 use lds_format::recovery::{
     online_map, physical_walk, read_valid_object, recover_backup_log, recover_version_log, BackupLogState,
     VersionLogState,
@@ -167,9 +167,13 @@ fn right_start(area: &[u8], left: &[WalkedObject]) -> Option<u64> {
     if first.header.object_type_code != ObjectType::WrapLeft.code() || first.offset != 0 {
         return None;
     }
-    let at = HEADER_LEN;
-    let end = at + first.header.len_payload as usize;
-    WrapLeft::decode(&area[at..end], 0).ok().map(|wrap| wrap.ofs_first_live).filter(|&start| start < area.len() as u64)
+    // SPEC.md §15: `ofs_first_live` is read raw, whether or not the rest of the payload
+    // decodes.
+    if first.header.len_payload < 16 {
+        return None;
+    }
+    let raw: [u8; 8] = area.get(HEADER_LEN..HEADER_LEN + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(raw)).filter(|&start| start < area.len() as u64)
 }
 
 /// The version-log liveness of each offset: live objects, and superseded ones in the chain.

@@ -1,0 +1,52 @@
+meta:
+  id: lds_block
+  title: LDS chunk data block
+  license: Apache-2.0
+  endian: le
+doc: |
+  One block of a chunk body: a run of entries followed by an 8-byte trailer.
+  The block's length is not stored in the block: it comes from the block
+  index (`len_block`, trailer included), so parse this type from a stream of
+  exactly that length (`size: len_block`). Entries are sorted by user key
+  ascending, then sequence number descending. The `crc32c` covers the
+  block's bytes before it and is not checked here. The `kind` enum is shared
+  with the write batch (lds_write_batch.ksy).
+doc-ref: SPEC.md §8.2
+seq:
+  - id: entries
+    type: entry
+    repeat: until
+    repeat-until: _io.pos >= _io.size - 8
+    doc: The trailer's `num_entries` entries (at least 1).
+  - id: num_entries
+    type: u4
+    valid:
+      min: 1
+  - id: crc32c
+    type: u4
+    doc: crc32c of the block's bytes before it (entries and `num_entries`).
+types:
+  entry:
+    doc-ref: SPEC.md §8.2
+    seq:
+      - id: seq_kind
+        type: u8
+        doc: (sequence << 8) | kind.
+      - id: len_key
+        type: u2
+      - id: len_value
+        type: u4
+      - id: key
+        size: len_key
+      - id: value
+        size: len_value
+    instances:
+      sequence:
+        value: seq_kind >> 8
+      kind:
+        value: seq_kind & 0xff
+        enum: kind
+enums:
+  kind:
+    0: delete
+    1: put

@@ -1,0 +1,87 @@
+meta:
+  id: lds_chunk_meta
+  title: LDS chunk metadata
+  license: Apache-2.0
+  endian: le
+doc: |
+  The description of one chunk in a version (base version, delta version,
+  compaction journal record). The chunk id is the slot of its sub-chunk 0.
+
+  The invariants of SPEC.md §6.4 that need nothing but the record itself
+  are `valid` checks (a record that breaks one does not parse): reserved
+  bits and bytes zero, `level` below the level limit 16 (SPEC.md §16),
+  `num_entries >= 1`, `smallest_seq <= largest_seq`, `smallest_key <=
+  largest_key` (bytewise) and `sub_chunks[0].slot == chunk_id`. Those that
+  need the volume (slots below `num_slots`, all distinct) are not checked.
+doc-ref: SPEC.md §6.4
+seq:
+  - id: chunk_id
+    type: u8
+    doc: Equal to the slot number of sub-chunk 0.
+  - id: level
+    type: u1
+    valid:
+      max: 15
+    doc: Below the level limit 16 (SPEC.md §16).
+  - id: flags
+    type: u1
+    valid:
+      expr: (_ & 0xfe) == 0
+    doc: Bit 0 `odd` (SPEC.md §11); the other bits are reserved.
+  - id: num_sub_chunks
+    type: u2
+    valid:
+      min: 1
+  - id: reserved
+    size: 4
+    valid: '[0, 0, 0, 0]'
+  - id: num_entries
+    type: u8
+    valid:
+      min: 1
+    doc: Entries over all sub-chunks.
+  - id: smallest_seq
+    type: u8
+  - id: largest_seq
+    type: u8
+    valid:
+      min: smallest_seq
+  - id: len_data
+    type: u8
+    doc: Bytes used in the slots (bodies and tails of all sub-chunks).
+  - id: len_smallest_key
+    type: u2
+  - id: smallest_key
+    size: len_smallest_key
+    doc: Smallest user key, inclusive.
+  - id: len_largest_key
+    type: u2
+  - id: largest_key
+    size: len_largest_key
+    valid:
+      expr: smallest_key <= _
+    doc: Largest user key, inclusive; not below `smallest_key` (bytewise).
+  - id: sub_chunks
+    type: sub_chunk(_index)
+    repeat: expr
+    repeat-expr: num_sub_chunks
+    doc: In key order (SPEC.md §8.4).
+instances:
+  odd:
+    value: (flags & 1) != 0
+types:
+  sub_chunk:
+    doc-ref: SPEC.md §6.4
+    params:
+      - id: index
+        type: u2
+        doc: Position in `sub_chunks`.
+    seq:
+      - id: slot
+        type: u8
+        valid:
+          expr: index != 0 or _ == _parent.chunk_id
+        doc: The slot of sub-chunk 0 is the chunk id.
+      - id: digest
+        size: 32
+        doc: The blake3 digest from that sub-chunk's footer (SPEC.md §8.3).

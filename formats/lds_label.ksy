@@ -1,0 +1,141 @@
+meta:
+  id: lds_label
+  title: LDS volume label
+  license: Apache-2.0
+  endian: le
+doc: |
+  The 512-byte volume label of an LDS volume. A volume has two copies: the
+  primary at offset 0 and the backup in the last sector (`volume_len -
+  sector_size`); each is written at the start of its sector, the rest of the
+  sector is reserved. `crc32c` covers bytes 0..508 and is not checked here.
+
+  Every field is read raw, so that a damaged or foreign label can still be
+  shown; `is_valid_except_crc` tells whether the label passes every check of
+  SPEC.md §4 and §4.2 step 1 that needs no checksum.
+
+  The `geometry` type is shared with the base version (lds_base_version.ksy),
+  which keeps a replica of it.
+doc-ref: SPEC.md §4
+seq:
+  - id: magic
+    contents: LDSLABEL
+  - id: version_major
+    type: u2
+    doc: 1. A reader refuses a major version it does not know.
+  - id: version_minor
+    type: u2
+    doc: 0 in version 1.0; a higher minor version is readable by a 1.0 reader.
+  - id: len_label
+    type: u4
+    doc: 512.
+  - id: features_compat
+    type: u8
+    doc: Unknown bits are ignored. No bits are defined in 1.0.
+  - id: features_ro_compat
+    type: u8
+    doc: Unknown bits allow reading, not writing. No bits are defined in 1.0.
+  - id: features_incompat
+    type: u8
+    doc: Unknown bits make the volume unreadable. No bits are defined in 1.0.
+  - id: geometry
+    type: geometry
+  - id: generation
+    type: u8
+    doc: 1 at mkfs, incremented by every label rewrite (resize, SPEC.md §14).
+  - id: volume_name
+    size: 64
+    pad-right: 0
+    doc: |
+      UTF-8, padded with NUL bytes (removed here), possibly empty. Kept as
+      bytes so that a name that is not valid UTF-8 does not stop parsing.
+  - id: reserved
+    size: 300
+    type: zeros
+    doc: Zero.
+  - id: crc32c
+    type: u4
+    doc: crc32c of bytes 0..508.
+instances:
+  is_valid_except_crc:
+    value: >-
+      version_major == 1 and len_label == 512 and features_incompat == 0
+      and reserved.is_zero and geometry.is_consistent
+    doc: |
+      The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
+      known major version, `len_label`, no unknown incompatible feature
+      (version 1.0 defines none), zero reserved bytes and the geometry
+      invariants (except the one against the device length).
+types:
+  zeros:
+    doc: Reserved bytes, read until the first one that is not zero.
+    seq:
+      - id: bytes
+        type: u1
+        repeat: until
+        repeat-until: _ != 0 or _io.eof
+    instances:
+      is_zero:
+        value: bytes.size == 0 or bytes.last == 0
+  geometry:
+    doc: |
+      Where every area of the volume lies. The same 96 bytes are in the label
+      and, as a replica, in every base version.
+    doc-ref: SPEC.md §4.1
+    seq:
+      - id: volume_uuid
+        size: 16
+        doc: Random at mkfs; repeated by every log object and chunk footer.
+      - id: sector_size
+        type: u4
+        doc: A power of two from 512 to 65536.
+      - id: instance_count
+        type: u4
+        doc: 1 to 64.
+      - id: volume_len
+        type: u8
+        doc: The bytes of the device the volume uses.
+      - id: ofs_version_log
+        type: u8
+      - id: len_version_log
+        type: u8
+        doc: Per instance.
+      - id: ofs_backup_log
+        type: u8
+      - id: len_backup_log
+        type: u8
+        doc: Per instance.
+      - id: ofs_slot_area
+        type: u8
+      - id: slot_size
+        type: u8
+      - id: num_slots
+        type: u8
+      - id: reserved
+        size: 8
+        doc: Bytes 88..96, zero.
+    instances:
+      is_consistent:
+        value: >-
+          sector_size >= 512 and sector_size <= 65536
+          and (sector_size & (sector_size - 1)) == 0
+          and volume_len % sector_size == 0
+          and ofs_version_log % sector_size == 0
+          and len_version_log % sector_size == 0
+          and ofs_backup_log % sector_size == 0
+          and len_backup_log % sector_size == 0
+          and ofs_slot_area % sector_size == 0
+          and slot_size % sector_size == 0
+          and slot_size >= 65536 and slot_size <= 1073741824
+          and len_version_log >= 16 * sector_size
+          and len_backup_log >= 16 * sector_size
+          and instance_count >= 1 and instance_count <= 64
+          and num_slots >= 4
+          and sector_size <= ofs_version_log
+          and ofs_version_log + instance_count * len_version_log <= ofs_backup_log
+          and ofs_backup_log + instance_count * len_backup_log <= ofs_slot_area
+          and ofs_slot_area + num_slots * slot_size <= volume_len - sector_size
+          and reserved == [0, 0, 0, 0, 0, 0, 0, 0]
+        doc: |
+          The geometry invariants of SPEC.md §3, except the one against the
+          device length (see lds_volume.ksy), and zero reserved bytes.
+        doc-ref: SPEC.md §3

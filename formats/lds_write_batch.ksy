@@ -1,0 +1,60 @@
+meta:
+  id: lds_write_batch
+  title: LDS write batch (backup log payload)
+  license: Apache-2.0
+  endian: le
+  imports:
+    - lds_block
+doc: |
+  Payload of a `write_batch` log object: one atomic batch of the write-ahead
+  log. Entry `i` has sequence number `first_sequence + i`. The `kind` enum
+  (1 put, 0 delete) is the one of the chunk blocks (lds_block.ksy).
+doc-ref: SPEC.md §7
+seq:
+  - id: first_sequence
+    type: u8
+    valid:
+      min: 1
+    doc: Sequence numbers start at 1 (SPEC.md §7).
+  - id: num_entries
+    type: u4
+    valid:
+      expr: _ >= 1 and first_sequence + _ - 1 <= 72057594037927935
+    doc: At least 1; the last entry's sequence number is below 2^56 (SPEC.md §16).
+  - id: reserved
+    size: 4
+    valid: '[0, 0, 0, 0]'
+  - id: entries
+    type: entry
+    repeat: expr
+    repeat-expr: num_entries
+  - id: trailing
+    size-eos: true
+    valid:
+      expr: _.size == 0
+    doc: Nothing may follow the last entry in the payload.
+types:
+  entry:
+    doc-ref: SPEC.md §7
+    seq:
+      - id: kind
+        type: u1
+        enum: lds_block::kind
+        valid:
+          any-of:
+            - lds_block::kind::delete
+            - lds_block::kind::put
+      - id: len_key
+        type: u2
+        valid:
+          min: 1
+        doc: 1 to 65535 (SPEC.md §16).
+      - id: len_value
+        type: u4
+        valid:
+          expr: kind == lds_block::kind::put or _ == 0
+        doc: 0 for a delete.
+      - id: key
+        size: len_key
+      - id: value
+        size: len_value
