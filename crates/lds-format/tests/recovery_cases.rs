@@ -38,6 +38,15 @@ fn churn(image: &mut ImageBuilder, slot: u64) {
     image.append_delta(0, &remove).expect("append");
 }
 
+/// One round of traffic as an engine makes it: churn, and a trim before the log runs out of
+/// room in front of the live base version (SPEC.md §10.3).
+fn churn_and_trim(image: &mut ImageBuilder, round: u64) {
+    churn(image, 4 + round % 8);
+    if !image.instances[0].version_log.fits(&[2000, 600]) {
+        image.trim(0).expect("trim");
+    }
+}
+
 fn recover(image: &ImageBuilder) -> Result<lds_format::recovery::VersionLogState, VersionLogError> {
     let context = area_context(&image.label.geometry, LogKind::Version, 0);
     recover_version_log(image.area(LogKind::Version, 0), &context)
@@ -127,10 +136,7 @@ fn base_in_the_left_portion_makes_the_right_portion_obsolete() {
     let mut image = ImageBuilder::format(label());
     let mut done = false;
     for round in 0..400u64 {
-        churn(&mut image, 4 + round % 8);
-        if !image.instances[0].version_log.fits(&[2000, 600]) {
-            image.trim(0).expect("trim");
-        }
+        churn_and_trim(&mut image, round);
         let state = recover(&image).expect("recovers at every step");
         assert_eq!(state.version, image.instances[0].version, "round {round}");
         let context = area_context(&image.label.geometry, LogKind::Version, 0);
@@ -149,10 +155,7 @@ fn crash_between_wor_and_wol_continues_with_a_wol() {
     // Append until the next append wraps, then write only its WOR.
     loop {
         let before = image.clone();
-        churn(&mut image, 4);
-        if !image.instances[0].version_log.fits(&[2000, 600]) {
-            image.trim(0).expect("trim");
-        }
+        churn_and_trim(&mut image, 0);
         let context = area_context(&image.label.geometry, LogKind::Version, 0);
         let left = lds_format::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
         if left.objects.first().map(|object| object.object_type) == Some(ObjectType::WrapLeft) {
@@ -177,10 +180,7 @@ fn crash_between_wor_and_wol_continues_with_a_wol() {
 fn stale_objects_from_an_earlier_lap_are_ignored() {
     let mut image = ImageBuilder::format(label());
     for round in 0..60u64 {
-        churn(&mut image, 4 + round % 8);
-        if !image.instances[0].version_log.fits(&[2000, 600]) {
-            image.trim(0).expect("trim");
-        }
+        churn_and_trim(&mut image, round);
     }
     let state = recover(&image).expect("recovers");
     // After many laps the bytes past the head hold old but well-formed objects.
@@ -215,10 +215,7 @@ fn a_wol_pointing_at_garbage_is_e_vlog_bad_wol() {
     let mut image = ImageBuilder::format(label());
     let mut found = false;
     for round in 0..200u64 {
-        churn(&mut image, 4 + round % 8);
-        if !image.instances[0].version_log.fits(&[2000, 600]) {
-            image.trim(0).expect("trim");
-        }
+        churn_and_trim(&mut image, round);
         let state = recover(&image).expect("recovers");
         if state.sequence[0].object_type != ObjectType::WrapLeft
             && state.base_offset > 0
