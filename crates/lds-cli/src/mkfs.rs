@@ -135,7 +135,6 @@ pub fn run(options: &MkfsOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
 
 fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     let path = options.path.as_path();
-    let io = |error: std::io::Error| error.to_string();
     if options.name.len() > VOLUME_NAME_LEN {
         return Err(format!("the volume name is {} bytes; at most {VOLUME_NAME_LEN}", options.name.len()));
     }
@@ -171,16 +170,7 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
         plan_layout(&request, uuid).map_err(|error| format!("{}: cannot lay out a volume: {error}", path.display()))?;
     let label = Label::new(geometry, &options.name);
     if options.dry_run {
-        if options.json {
-            let mut document = json::document("mkfs-plan", &path.display().to_string());
-            document.insert("label".into(), json::label(&label));
-            document.insert("usable_capacity".into(), serde_json::json!(geometry.usable_capacity()));
-            writeln!(out, "{}", serde_json::Value::Object(document)).map_err(io)?;
-        } else {
-            writeln!(out, "dry run: nothing written to {}", path.display()).map_err(io)?;
-            print_layout(out, &geometry).map_err(io)?;
-        }
-        return Ok(());
+        return report(out, options, "mkfs-plan", &format!("dry run: nothing written to {}", path.display()), &label);
     }
     let device = if exists {
         let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
@@ -205,16 +195,20 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     write_volume(&device, &label).map_err(|error| format!("{error}; the volume is not usable, run mkfs again"))?;
     drop(device);
     verify(path, &label)?;
+    report(out, options, "mkfs", &format!("formatted {} as an LDS volume", path.display()), &label)
+}
+
+/// Prints the layout, as text under `heading` or as a JSON document `what`.
+fn report(out: &mut dyn Write, options: &MkfsOptions, what: &str, heading: &str, label: &Label) -> Result<(), String> {
+    let io = |error: std::io::Error| error.to_string();
     if options.json {
-        let mut document = json::document("mkfs", &path.display().to_string());
-        document.insert("label".into(), json::label(&label));
-        document.insert("usable_capacity".into(), serde_json::json!(geometry.usable_capacity()));
-        writeln!(out, "{}", serde_json::Value::Object(document)).map_err(io)?;
-    } else {
-        writeln!(out, "formatted {} as an LDS volume", path.display()).map_err(io)?;
-        print_layout(out, &geometry).map_err(io)?;
+        let mut document = json::document(what, &options.path.display().to_string());
+        document.insert("label".into(), json::label(label));
+        document.insert("usable_capacity".into(), serde_json::json!(label.geometry.usable_capacity()));
+        return writeln!(out, "{}", serde_json::Value::Object(document)).map_err(io);
     }
-    Ok(())
+    writeln!(out, "{heading}").map_err(io)?;
+    print_layout(out, &label.geometry).map_err(io)
 }
 
 /// Zeroes the log areas, writes the labels and initial base versions, and flushes.
