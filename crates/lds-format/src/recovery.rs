@@ -135,7 +135,7 @@ pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Optio
                 let wrap_offset = align_up(offset, u64::from(context.sector_size));
                 let wrap = match read_valid_object(area, wrap_offset, context) {
                     Ok(wrap)
-                        if !objects.is_empty()
+                        if (!objects.is_empty() || expected_lsn.is_some())
                             && wrap_offset != offset
                             && wrap.object_type == ObjectType::WrapRight =>
                     {

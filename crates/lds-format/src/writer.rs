@@ -93,8 +93,8 @@ impl LogAppender {
     }
 
     /// Where the next object will land and with which lsn, without writing (the backup start
-    /// recorded by a memtable flush, SPEC.md §10.2). If the next append wraps, the object at
-    /// the returned position is the WOR, which the recovery chain follows.
+    /// recorded by a memtable flush, SPEC.md §10.2). If the next append wraps, its WOR stands
+    /// at the next sector boundary instead, where the recovery chain also looks (§9.1).
     pub fn next_position(&self) -> (u64, u64) {
         (self.head.offset, self.head.next_lsn)
     }

@@ -287,3 +287,35 @@ fn backup_start_never_written_means_nothing_to_replay() {
     assert_eq!(state.head.offset, ofs);
     assert_eq!(state.head.next_lsn, lsn);
 }
+
+#[test]
+fn backup_start_recorded_just_before_a_wrap_finds_the_wor() {
+    let mut image = ImageBuilder::format(label());
+    // Append until the next batch wraps, with a head that is not sector-aligned.
+    loop {
+        let appender = image.instances[0].backup_log.clone();
+        let mut probe = appender.clone();
+        let pending = probe.append(ObjectType::WriteBatch, 1, &[0u8; 60]).expect("append");
+        if pending.len() > 1 && appender.head().offset % 512 != 0 {
+            break;
+        }
+        image.append_batch(0, vec![put("filler")]).expect("batch");
+        // Keep the live region short so that the log can wrap.
+        let (ofs, lsn) = image.instances[0].backup_log.next_position();
+        let last_sequence = image.last_sequence(0);
+        let delta =
+            DeltaVersion { ofs_backup_start: ofs, lsn_backup_start: lsn, last_sequence, ..DeltaVersion::default() };
+        image.append_delta(0, &delta).expect("append");
+    }
+    // A flush records the head as the start point; the next batch wraps.
+    let (ofs, lsn) = image.instances[0].backup_log.next_position();
+    let last_sequence = image.last_sequence(0);
+    let delta = DeltaVersion { ofs_backup_start: ofs, lsn_backup_start: lsn, last_sequence, ..DeltaVersion::default() };
+    image.append_delta(0, &delta).expect("append");
+    let first = image.append_batch(0, vec![put("after-the-wrap")]).expect("batch");
+    let context = area_context(&image.label.geometry, LogKind::Backup, 0);
+    let state =
+        recover_backup_log(image.area(LogKind::Backup, 0), &context, ofs, lsn, last_sequence, 1).expect("replays");
+    assert!(state.start_found, "the WOR at the next sector boundary was not found");
+    assert_eq!(state.batches.iter().map(|batch| batch.first_sequence).collect::<Vec<_>>(), vec![first]);
+}
