@@ -1,9 +1,15 @@
-//! The LDS engine. This first part holds the device layer and a read-only volume reader used
-//! by the tools; the key-value engine builds on them.
+//! The LDS engine: devices, the key-value store (`Db`) and read-only volume access for the
+//! tools.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
+pub mod db;
 pub mod device;
+pub mod error;
 pub mod inspect;
+pub mod memtable;
 pub mod signature;
+
+pub use db::{Db, Options, RecoveryReport, WriteBatch, WriteOptions};
+pub use error::{Error, Result};

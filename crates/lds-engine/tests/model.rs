@@ -1,0 +1,171 @@
+//! Guards the engine against a BTreeMap model: random puts, deletes, batches, flushes and
+//! reopen cycles over many seeds, on volumes with tiny logs so that both logs wrap and the
+//! version log trims; and a run that fills the volume to "space full" and stays readable.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
+use lds_format::image::ImageBuilder;
+use lds_format::label::{plan_layout, Label, LayoutRequest};
+
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+/// A formatted image file (what mkfs writes), removed on drop.
+struct Image(PathBuf);
+
+impl Image {
+    fn new(name: &str, volume_len: u64) -> Self {
+        let request = LayoutRequest {
+            volume_len,
+            sector_size: Some(512),
+            slot_size: Some(64 << 10),
+            len_version_log: Some(64 << 10),
+            len_backup_log: Some(12 << 10),
+            ..LayoutRequest::default()
+        };
+        let geometry = plan_layout(&request, [0x42; 16]).unwrap_or_else(|error| panic!("{error}"));
+        let path = std::env::temp_dir().join(format!("lds-model-{}-{name}.img", std::process::id()));
+        std::fs::write(&path, ImageBuilder::format(Label::new(geometry, "model")).bytes)
+            .unwrap_or_else(|error| panic!("{error}"));
+        Self(path)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn key(random: &mut Random) -> Vec<u8> {
+    format!("key-{:04}", random.below(300)).into_bytes()
+}
+
+fn value(random: &mut Random) -> Vec<u8> {
+    let len = 1 + random.below(200) as usize;
+    (0..len).map(|index| (random.next() as u8).wrapping_add(index as u8)).collect()
+}
+
+fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, random: &mut Random, context: &str) {
+    for _ in 0..40 {
+        let probe = key(random);
+        let got = db.get(&probe).unwrap_or_else(|error| panic!("{context}: get: {error}"));
+        assert_eq!(got.as_ref(), model.get(&probe), "{context}: key {}", String::from_utf8_lossy(&probe));
+    }
+    let all = db.range(b"", None).unwrap_or_else(|error| panic!("{context}: range: {error}"));
+    let expected: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    assert!(all == expected, "{context}: range differs: {} keys, model {}", all.len(), expected.len());
+    let from = b"key-0150".to_vec();
+    let to = b"key-0200".to_vec();
+    let part = db.range(&from, Some(&to)).unwrap_or_else(|error| panic!("{context}: range: {error}"));
+    let expected: Vec<(Vec<u8>, Vec<u8>)> =
+        model.range(from..to).map(|(key, value)| (key.clone(), value.clone())).collect();
+    assert!(part == expected, "{context}: bounded range differs");
+}
+
+#[test]
+fn random_operations_match_a_btreemap_across_reopens() {
+    for seed in 1..=12u64 {
+        let image = Image::new(&format!("seed{seed}"), 24 << 20);
+        let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut db =
+            Db::open(image.path(), Options::default()).unwrap_or_else(|error| panic!("seed {seed}: open: {error}"));
+        for step in 0..1500u32 {
+            let context = format!("seed {seed} step {step}");
+            let sync = WriteOptions { sync: random.below(10) == 0 };
+            match random.below(100) {
+                0..=54 => {
+                    let (key, value) = (key(&mut random), value(&mut random));
+                    db.put(&key, &value, sync).unwrap_or_else(|error| panic!("{context}: put: {error}"));
+                    model.insert(key, value);
+                }
+                55..=69 => {
+                    let key = key(&mut random);
+                    db.delete(&key, sync).unwrap_or_else(|error| panic!("{context}: delete: {error}"));
+                    model.remove(&key);
+                }
+                70..=84 => {
+                    let mut batch = WriteBatch::new();
+                    for _ in 0..1 + random.below(6) {
+                        let key = key(&mut random);
+                        if random.below(3) == 0 {
+                            batch.delete(&key);
+                            model.remove(&key);
+                        } else {
+                            let value = value(&mut random);
+                            batch.put(&key, &value);
+                            model.insert(key, value);
+                        }
+                    }
+                    db.write(&batch, sync).unwrap_or_else(|error| panic!("{context}: write: {error}"));
+                }
+                85..=89 => db.flush().unwrap_or_else(|error| panic!("{context}: flush: {error}")),
+                90..=93 => {
+                    drop(db);
+                    db = Db::open(image.path(), Options::default())
+                        .unwrap_or_else(|error| panic!("{context}: reopen: {error}"));
+                }
+                _ => check(&db, &model, &mut random, &context),
+            }
+        }
+        check(&db, &model, &mut random, &format!("seed {seed} end"));
+        drop(db);
+        let db = Db::open(image.path(), Options::default())
+            .unwrap_or_else(|error| panic!("seed {seed}: final reopen: {error}"));
+        check(&db, &model, &mut random, &format!("seed {seed} after the final reopen"));
+    }
+}
+
+#[test]
+fn filling_the_volume_ends_in_space_full_and_stays_readable() {
+    let image = Image::new("full", 3 << 20);
+    let mut random = Random(7);
+    let mut model = BTreeMap::new();
+    let db = Db::open(image.path(), Options::default()).unwrap_or_else(|error| panic!("open: {error}"));
+    let mut full = false;
+    for step in 0..100_000u32 {
+        let key = format!("fill-{step:06}").into_bytes();
+        let value = value(&mut random);
+        match db.put(&key, &value, WriteOptions::default()) {
+            Ok(()) => {
+                model.insert(key, value);
+            }
+            Err(Error::SpaceFull { .. }) => {
+                full = true;
+                break;
+            }
+            Err(error) => panic!("step {step}: {error}"),
+        }
+    }
+    assert!(full, "the volume never filled");
+    assert!(matches!(db.flush(), Err(Error::SpaceFull { .. })));
+    check_all(&db, &model, "after space full");
+    drop(db);
+    let db = Db::open(image.path(), Options::default()).unwrap_or_else(|error| panic!("reopen: {error}"));
+    check_all(&db, &model, "after reopening a full volume");
+}
+
+fn check_all(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, context: &str) {
+    for (key, value) in model.iter().step_by(37) {
+        assert_eq!(db.get(key).unwrap_or_else(|error| panic!("{context}: {error}")).as_ref(), Some(value), "{context}");
+    }
+    let all = db.range(b"", None).unwrap_or_else(|error| panic!("{context}: {error}"));
+    assert_eq!(all.len(), model.len(), "{context}");
+}
