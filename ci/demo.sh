@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: build lds, format a 1 GiB image file, and inspect it end to end.
+# The main job: build lds, format a 1 GiB image file, use it as a key-value store, inspect it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
@@ -19,6 +19,17 @@ echo "== lds dump $image tree"
 "$lds" dump "$image" tree
 echo "== lds mkfs $image (again: refused, the image holds a volume)"
 if "$lds" mkfs "$image"; then echo "mkfs should have refused"; exit 1; fi
+echo "== use it: put (one synced), get, delete, scan, load, recover"
+"$lds" put "$image" user:1 alice --sync
+"$lds" put "$image" user:2 bob
+"$lds" put "$image" user:3 carol
+"$lds" delete "$image" user:2
+"$lds" get "$image" user:1
+"$lds" scan "$image" --prefix user: --json
+seq 1 10000 | awk '{printf "key%06d\tvalue-%d\n", $1, $1}' | "$lds" load "$image" --format tsv
+"$lds" get "$image" key004242 user:3
+"$lds" recover "$image"
+"$lds" dump "$image" tree | head -4
 echo "== a golden image with chunks in three levels (fixtures/d_versions)"
 zcat fixtures/d_versions/image.gz > /tmp/lds-demo-versions.img
 "$lds" dump /tmp/lds-demo-versions.img tree

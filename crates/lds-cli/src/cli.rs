@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::dump::{DumpOptions, DumpWhat};
+use crate::kv::{LoadFormat, ScanRange, Target};
 use crate::mkfs::MkfsOptions;
 
 /// LDS: an LSM-tree key-value store directly on a block device or image file.
@@ -59,12 +60,114 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Set a key. Example: lds put volume.img user:1 alice --sync
+    Put {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+        /// Durable before returning (one backup log append and a flush).
+        #[arg(long)]
+        sync: bool,
+    },
+    /// Print values; exit 1 when any key is absent.
+    ///
+    /// One key prints its value; several keys (or --stdin, one key per line) print
+    /// key TAB value per line.
+    /// Example: lds get volume.img user:1
+    Get {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// The keys.
+        keys: Vec<String>,
+        /// Also read keys from standard input, one per line.
+        #[arg(long)]
+        stdin: bool,
+    },
+    /// Delete a key. Example: lds delete volume.img user:1
+    Delete {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// The key.
+        key: String,
+        /// Durable before returning.
+        #[arg(long)]
+        sync: bool,
+    },
+    /// List keys and values in key order (key TAB value, or JSON lines).
+    ///
+    /// Example: lds scan volume.img --prefix user: --json
+    Scan {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// First key (inclusive).
+        #[arg(long)]
+        start: Option<String>,
+        /// Stop before this key.
+        #[arg(long)]
+        end: Option<String>,
+        /// Only keys starting with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// At most this many entries.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// JSON lines: {"key": .., "value": ..} (key_hex/value_hex for binary).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load key/value lines from standard input in batches of 1000.
+    ///
+    /// NDJSON lines {"key": "..", "value": ".."} (or key_hex/value_hex), or key TAB value.
+    /// Example: lds load volume.img --format tsv < pairs.tsv
+    Load {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// Input format.
+        #[arg(long, value_enum, default_value = "ndjson")]
+        format: LoadFormat,
+        /// Make every batch durable before the next.
+        #[arg(long)]
+        sync: bool,
+    },
+    /// Recover the volume (SPEC.md §9), write replayed entries to chunks, and report.
+    ///
+    /// Example: lds recover volume.img --json
+    Recover {
+        /// The volume.
+        #[command(flatten)]
+        target: Target,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs a parsed command; returns the process exit code.
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
         Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
+        Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),
+        Command::Get { target, keys, stdin } => {
+            let mut input = std::io::stdin().lock();
+            let input: Option<&mut dyn std::io::BufRead> = if stdin { Some(&mut input) } else { None };
+            crate::kv::get(&target, &keys, input, out, err)
+        }
+        Command::Delete { target, key, sync } => crate::kv::delete(&target, &key, sync, err),
+        Command::Scan { target, start, end, prefix, limit, json } => {
+            crate::kv::scan(&target, &ScanRange { start, end, prefix, limit, json }, out, err)
+        }
+        Command::Load { target, format, sync } => {
+            crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
+        }
+        Command::Recover { target, json } => crate::kv::recover(&target, json, out, err),
         Command::Dump { path, what, id, instance, entries, json } => {
             let what = match (what.as_str(), id) {
                 ("label", None) => DumpWhat::Label,

@@ -6,5 +6,6 @@
 pub mod cli;
 pub mod dump;
 pub mod json;
+pub mod kv;
 pub mod mkfs;
 pub mod units;

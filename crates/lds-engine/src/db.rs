@@ -83,6 +83,12 @@ impl WriteBatch {
         self.entries.len()
     }
 
+    /// Bytes of the batch's backup log payload (SPEC.md §7).
+    pub fn encoded_len(&self) -> usize {
+        BATCH_HEADER_LEN
+            + self.entries.iter().map(|(_, key, value)| BATCH_ENTRY_FIXED_LEN + key.len() + value.len()).sum::<usize>()
+    }
+
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
@@ -334,13 +340,8 @@ impl Db {
                 });
             }
         }
-        let payload_len = BATCH_HEADER_LEN
-            + batch
-                .entries
-                .iter()
-                .map(|(_, key, value)| BATCH_ENTRY_FIXED_LEN + key.len() + value.len())
-                .sum::<usize>();
-        if payload_len as u64 > inner.backup_log.context().payload_len_max() / 2 {
+        let payload_len = batch.encoded_len();
+        if payload_len as u64 > inner.batch_len_max() {
             return Err(Error::InvalidArgument {
                 reason: format!("a batch of {payload_len} bytes is more than half the backup log"),
             });
@@ -419,6 +420,12 @@ impl Db {
         (0..inner.version.num_levels as u8).map(|level| inner.version.level(level).len()).collect()
     }
 
+    /// The largest batch `write` accepts, in `WriteBatch::encoded_len` bytes: half the
+    /// backup log's object limit, so that a batch never waits on a log it cannot fit.
+    pub fn batch_len_max(&self) -> u64 {
+        self.lock().batch_len_max()
+    }
+
     /// The largest sequence number written.
     pub fn last_sequence(&self) -> u64 {
         self.lock().last_sequence
@@ -426,6 +433,10 @@ impl Db {
 }
 
 impl Inner {
+    fn batch_len_max(&self) -> u64 {
+        self.backup_log.context().payload_len_max() / 2
+    }
+
     fn check_writable(&self) -> Result<()> {
         match &self.poisoned {
             Some(reason) => Err(Error::Poisoned { reason: reason.clone() }),

@@ -1,0 +1,356 @@
+//! Scripting commands over the engine: `put`, `get`, `delete`, `scan`, `load`, `recover`.
+//!
+//! Keys and values on the command line are UTF-8 text, or hex with `--hex`. JSON lines carry
+//! `key`/`value` as strings when they are UTF-8 and `key_hex`/`value_hex` otherwise; `load`
+//! reads the same shape.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use lds_engine::{Db, Options, WriteBatch, WriteOptions};
+use lds_format::error::hex;
+use serde_json::{json, Map, Value};
+
+/// Exit code: success.
+pub const EXIT_OK: i32 = 0;
+/// Exit code of `get`: no such key.
+pub const EXIT_NOT_FOUND: i32 = 1;
+/// Exit code: the operation failed (the message says what and where).
+pub const EXIT_ERROR: i32 = 2;
+
+/// Options common to the data commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// Block device or image file holding the volume.
+    pub path: PathBuf,
+    /// The instance to open.
+    #[arg(long, default_value_t = 0)]
+    pub instance: u32,
+    /// Keys and values are hex strings.
+    #[arg(long)]
+    pub hex: bool,
+}
+
+fn open(target: &Target) -> Result<Db, String> {
+    Db::open(&target.path, Options { instance: target.instance, ..Options::default() })
+        .map_err(|error| error.to_string())
+}
+
+/// Decodes a command-line key or value.
+pub fn parse_bytes(text: &str, is_hex: bool) -> Result<Vec<u8>, String> {
+    if !is_hex {
+        return Ok(text.as_bytes().to_vec());
+    }
+    if text.len() % 2 != 0 {
+        return Err(format!("'{text}' is not hex: odd length"));
+    }
+    (0..text.len() / 2)
+        .map(|index| {
+            u8::from_str_radix(&text[2 * index..2 * index + 2], 16).map_err(|_| format!("'{text}' is not hex"))
+        })
+        .collect()
+}
+
+fn render(bytes: &[u8], is_hex: bool) -> String {
+    if is_hex {
+        return hex(bytes);
+    }
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A key/value as a JSON object of `key`/`value` or `key_hex`/`value_hex`.
+pub fn pair_json(key: &[u8], value: &[u8]) -> Value {
+    let mut map = Map::new();
+    for (name, bytes) in [("key", key), ("value", value)] {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => map.insert(name.to_string(), json!(text)),
+            Err(_) => map.insert(format!("{name}_hex"), json!(hex(bytes))),
+        };
+    }
+    Value::Object(map)
+}
+
+fn fail(err: &mut dyn Write, command: &str, message: &str) -> i32 {
+    let _ = writeln!(err, "lds {command}: {message}");
+    EXIT_ERROR
+}
+
+/// `lds put`.
+pub fn put(target: &Target, key: &str, value: &str, sync: bool, err: &mut dyn Write) -> i32 {
+    let result = (|| {
+        let key = parse_bytes(key, target.hex)?;
+        let value = parse_bytes(value, target.hex)?;
+        open(target)?.put(&key, &value, WriteOptions { sync }).map_err(|error| error.to_string())
+    })();
+    result.map_or_else(|message| fail(err, "put", &message), |()| EXIT_OK)
+}
+
+/// `lds delete`.
+pub fn delete(target: &Target, key: &str, sync: bool, err: &mut dyn Write) -> i32 {
+    let result = (|| {
+        let key = parse_bytes(key, target.hex)?;
+        open(target)?.delete(&key, WriteOptions { sync }).map_err(|error| error.to_string())
+    })();
+    result.map_or_else(|message| fail(err, "delete", &message), |()| EXIT_OK)
+}
+
+/// `lds get`: prints the value of one key, or `key<TAB>value` for each of several keys (from
+/// the arguments, or one per line of `input` with `--stdin`). Exit 1 when any key is absent.
+pub fn get(
+    target: &Target,
+    keys: &[String],
+    input: Option<&mut dyn BufRead>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let db = match open(target) {
+        Ok(db) => db,
+        Err(message) => return fail(err, "get", &message),
+    };
+    let mut lookup = |text: &str, labelled: bool, missing: &mut u64| -> Result<(), String> {
+        let key = parse_bytes(text, target.hex)?;
+        match db.get(&key).map_err(|error| error.to_string())? {
+            Some(value) if labelled => {
+                writeln!(out, "{text}\t{}", render(&value, target.hex)).map_err(|error| error.to_string())
+            }
+            Some(value) => writeln!(out, "{}", render(&value, target.hex)).map_err(|error| error.to_string()),
+            None => {
+                *missing += 1;
+                writeln!(err, "lds get: {text}: not found").map_err(|error| error.to_string())
+            }
+        }
+    };
+    let mut missing = 0u64;
+    let labelled = keys.len() > 1 || input.is_some();
+    for key in keys {
+        if let Err(message) = lookup(key, labelled, &mut missing) {
+            return fail(err, "get", &message);
+        }
+    }
+    if let Some(input) = input {
+        for line in input.lines() {
+            let result = line.map_err(|error| error.to_string()).and_then(|line| {
+                let key = line.trim_end_matches('\r');
+                if key.is_empty() {
+                    Ok(())
+                } else {
+                    lookup(key, true, &mut missing)
+                }
+            });
+            if let Err(message) = result {
+                return fail(err, "get", &message);
+            }
+        }
+    }
+    if missing > 0 {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_OK
+    }
+}
+
+/// What `lds scan` lists.
+#[derive(Debug, Clone, Default)]
+pub struct ScanRange {
+    /// First key (inclusive).
+    pub start: Option<String>,
+    /// Last key (exclusive).
+    pub end: Option<String>,
+    /// Only keys with this prefix.
+    pub prefix: Option<String>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// JSON lines.
+    pub json: bool,
+}
+
+/// The smallest key greater than every key with `prefix`, if any.
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// `lds scan`: key and value per line (tab-separated), or JSON lines.
+pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let result = (|| {
+        let mut start =
+            range.start.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?.unwrap_or_default();
+        let mut end = range.end.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?;
+        if let Some(prefix) = &range.prefix {
+            let prefix = parse_bytes(prefix, target.hex)?;
+            start = start.max(prefix.clone());
+            end = match (end, prefix_end(&prefix)) {
+                (Some(end), Some(limit)) => Some(end.min(limit)),
+                (end, limit) => end.or(limit),
+            };
+        }
+        open(target)?.range(&start, end.as_deref()).map_err(|error| error.to_string())
+    })();
+    let pairs = match result {
+        Ok(pairs) => pairs,
+        Err(message) => return fail(err, "scan", &message),
+    };
+    for (key, value) in pairs.iter().take(range.limit.unwrap_or(usize::MAX)) {
+        let line = if range.json {
+            pair_json(key, value).to_string()
+        } else {
+            format!("{}\t{}", render(key, target.hex), render(value, target.hex))
+        };
+        if writeln!(out, "{line}").is_err() {
+            break;
+        }
+    }
+    EXIT_OK
+}
+
+/// Input format of `lds load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadFormat {
+    /// One JSON object per line: `{"key": .., "value": ..}` (or `key_hex`/`value_hex`).
+    Ndjson,
+    /// `key<TAB>value` per line.
+    Tsv,
+}
+
+fn parse_line(line: &str, format: LoadFormat, is_hex: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
+    match format {
+        LoadFormat::Tsv => {
+            let (key, value) = line.split_once('\t').ok_or("no tab between key and value")?;
+            Ok((parse_bytes(key, is_hex)?, parse_bytes(value, is_hex)?))
+        }
+        LoadFormat::Ndjson => {
+            let object: Value = serde_json::from_str(line).map_err(|error| format!("not JSON: {error}"))?;
+            let field = |name: &str| -> Result<Vec<u8>, String> {
+                if let Some(text) = object.get(name).and_then(Value::as_str) {
+                    return Ok(text.as_bytes().to_vec());
+                }
+                if let Some(text) = object.get(format!("{name}_hex")).and_then(Value::as_str) {
+                    return parse_bytes(text, true);
+                }
+                Err(format!("no string \"{name}\" or \"{name}_hex\""))
+            };
+            Ok((field("key")?, field("value")?))
+        }
+    }
+}
+
+/// Entries per write batch in `lds load` (fewer when the backup log is small).
+const LOAD_BATCH_ENTRIES: usize = 1000;
+
+/// `lds load`: reads key/value lines from `input` and writes them in batches; a progress
+/// line on a terminal. Stops at the first bad line, naming it.
+pub fn load(
+    target: &Target,
+    format: LoadFormat,
+    sync: bool,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let db = match open(target) {
+        Ok(db) => db,
+        Err(message) => return fail(err, "load", &message),
+    };
+    // Leave room for one more entry of the largest size the volume takes.
+    let batch_len_limit = db.batch_len_max() / 2;
+    let progress = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut batch = WriteBatch::new();
+    let mut loaded = 0u64;
+    let mut line = String::new();
+    let mut number = 0u64;
+    let options = WriteOptions { sync };
+    loop {
+        line.clear();
+        match input.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => return fail(err, "load", &format!("reading standard input: {error}")),
+        }
+        number += 1;
+        let text = line.trim_end_matches(['\n', '\r']);
+        if text.is_empty() {
+            continue;
+        }
+        match parse_line(text, format, target.hex) {
+            Ok((key, value)) => {
+                batch.put(&key, &value);
+            }
+            Err(message) => return fail(err, "load", &format!("line {number}: {message}")),
+        }
+        if batch.len() >= LOAD_BATCH_ENTRIES || batch.encoded_len() as u64 >= batch_len_limit {
+            if let Err(error) = db.write(&batch, options) {
+                return fail(err, "load", &format!("after {loaded} entries: {error}"));
+            }
+            loaded += batch.len() as u64;
+            batch = WriteBatch::new();
+            if progress && loaded % 100_000 == 0 {
+                let _ =
+                    write!(err, "\rloaded {loaded} entries ({:.0}/s)", loaded as f64 / started.elapsed().as_secs_f64());
+            }
+        }
+    }
+    if let Err(error) = db.write(&batch, options).and_then(|()| db.flush()) {
+        return fail(err, "load", &format!("after {loaded} entries: {error}"));
+    }
+    loaded += batch.len() as u64;
+    if progress {
+        let _ = writeln!(err);
+    }
+    let _ = writeln!(out, "loaded {loaded} entries in {:.2} s", started.elapsed().as_secs_f64());
+    EXIT_OK
+}
+
+/// `lds recover`: opens the volume (running recovery), writes the replayed memtable to
+/// chunks, and reports what it did.
+pub fn recover(target: &Target, json_output: bool, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let (db, report) =
+        match Db::open_with_report(&target.path, Options { instance: target.instance, ..Options::default() }) {
+            Ok(opened) => opened,
+            Err(error) => return fail(err, "recover", &error.to_string()),
+        };
+    let chunks_before = db.level_chunk_counts().iter().sum::<usize>();
+    if let Err(error) = db.flush() {
+        return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {error}"));
+    }
+    let chunks_written = db.level_chunk_counts().iter().sum::<usize>() - chunks_before;
+    if json_output {
+        let mut document = crate::json::document("recover", &target.path.display().to_string());
+        document.insert("instance".into(), json!(target.instance));
+        document.insert("sn".into(), json!(report.sn));
+        document.insert("base_offset".into(), json!(report.base_offset));
+        document.insert("deltas_replayed".into(), json!(report.deltas_replayed));
+        document.insert("chunks".into(), json!(report.chunks));
+        document.insert("batches_replayed".into(), json!(report.batches_replayed));
+        document.insert("entries_replayed".into(), json!(report.entries_replayed));
+        document.insert("chunks_written".into(), json!(chunks_written));
+        document.insert("last_sequence".into(), json!(report.last_sequence));
+        document.insert("slots_in_use".into(), json!(report.slots_in_use));
+        let _ = writeln!(out, "{}", Value::Object(document));
+        return EXIT_OK;
+    }
+    let _ = writeln!(
+        out,
+        "recovered instance {}: base version sn {} at offset {} with {} delta versions, {} chunks; \
+         replayed {} write batches ({} entries) from the backup log and wrote them to {} chunks; \
+         last sequence {}; {} slots in use",
+        target.instance,
+        report.sn,
+        report.base_offset,
+        report.deltas_replayed,
+        report.chunks,
+        report.batches_replayed,
+        report.entries_replayed,
+        chunks_written,
+        report.last_sequence,
+        report.slots_in_use
+    );
+    EXIT_OK
+}
