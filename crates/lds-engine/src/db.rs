@@ -13,7 +13,7 @@ use lds_format::batch::{
     decode_entries, EntryKind, WriteBatchRecord, BATCH_ENTRY_FIXED_LEN, BATCH_HEADER_LEN, SEQUENCE_MAX,
 };
 use lds_format::chunk::{
-    visit_block, ChunkBuilder, ChunkIdentity, ChunkOptions, Filter, Footer, IndexEntry, FOOTER_LEN,
+    visit_block, BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, Filter, Footer, IndexEntry, FOOTER_LEN,
 };
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, Label, LogKind};
@@ -39,11 +39,25 @@ pub struct Options {
     pub block_size: usize,
     /// Bloom filter bits per key (default 10; 0 disables filters).
     pub bloom_bits_per_key: u32,
+    /// Level-0 chunks that trigger a compaction into level 1 (default 4, LevelDB's).
+    pub level0_compaction_trigger: usize,
+    /// Bytes level 1 may hold before it is compacted (default 0: ten slots).
+    pub level1_max_bytes: u64,
+    /// Each deeper level may hold this many times the bytes of the one above (default 10).
+    pub level_size_multiplier: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { instance: 0, write_buffer_size: 4 << 20, block_size: 4096, bloom_bits_per_key: 10 }
+        Self {
+            instance: 0,
+            write_buffer_size: 4 << 20,
+            block_size: 4096,
+            bloom_bits_per_key: 10,
+            level0_compaction_trigger: 4,
+            level1_max_bytes: 0,
+            level_size_multiplier: 10,
+        }
     }
 }
 
@@ -97,26 +111,26 @@ impl WriteBatch {
 
 /// The decoded tail of one sub-chunk, cached per slot.
 #[derive(Debug)]
-struct Tail {
-    index: Vec<IndexEntry>,
-    filter: Filter,
+pub(crate) struct Tail {
+    pub(crate) index: Vec<IndexEntry>,
+    pub(crate) filter: Filter,
 }
 
-struct Inner {
-    device: Device,
-    geometry: Geometry,
-    instance: u32,
-    options: Options,
-    version_log: LogAppender,
-    backup_log: LogAppender,
-    version: Version,
-    sn: u64,
-    memtable: MemTable,
-    last_sequence: u64,
-    online: Vec<bool>,
-    allocation_cursor: u64,
-    tails: HashMap<u64, Arc<Tail>>,
-    poisoned: Option<String>,
+pub(crate) struct Inner {
+    pub(crate) device: Device,
+    pub(crate) geometry: Geometry,
+    pub(crate) instance: u32,
+    pub(crate) options: Options,
+    pub(crate) version_log: LogAppender,
+    pub(crate) backup_log: LogAppender,
+    pub(crate) version: Version,
+    pub(crate) sn: u64,
+    pub(crate) memtable: MemTable,
+    pub(crate) last_sequence: u64,
+    pub(crate) online: Vec<bool>,
+    pub(crate) allocation_cursor: u64,
+    pub(crate) tails: HashMap<u64, Arc<Tail>>,
+    pub(crate) poisoned: Option<String>,
 }
 
 /// An open store. All operations take `&self`; writes are serialized.
@@ -426,6 +440,16 @@ impl Db {
         self.lock().batch_len_max()
     }
 
+    /// Every chunk of the current version, by id.
+    pub fn chunks(&self) -> Vec<ChunkMeta> {
+        self.lock().version.chunks.values().cloned().collect()
+    }
+
+    /// Slots marked in use in the online map (all instances).
+    pub fn slots_in_use(&self) -> u64 {
+        self.lock().online.iter().filter(|&&used| used).count() as u64
+    }
+
     /// The largest sequence number written.
     pub fn last_sequence(&self) -> u64 {
         self.lock().last_sequence
@@ -454,7 +478,7 @@ impl Inner {
         Ok(())
     }
 
-    fn flush_device(&mut self) -> Result<()> {
+    pub(crate) fn flush_device(&mut self) -> Result<()> {
         if let Err(error) = self.device.flush() {
             // SPEC.md §2.4: never retry a failed flush and carry on.
             self.poisoned = Some(error.to_string());
@@ -484,10 +508,11 @@ impl Inner {
         Ok(found)
     }
 
-    fn flush_memtable(&mut self) -> Result<()> {
-        if self.memtable.is_empty() {
-            return Ok(());
-        }
+    /// Packs sorted entries (one version per key) into chunks, each filling at most a slot.
+    pub(crate) fn build_chunks<'a>(
+        &self,
+        entries: impl Iterator<Item = (&'a [u8], u64, EntryKind, &'a [u8])>,
+    ) -> Vec<BuiltSubChunk> {
         let chunk_options = ChunkOptions {
             slot_size: self.geometry.slot_size,
             block_size: self.options.block_size,
@@ -504,16 +529,7 @@ impl Inner {
         };
         let mut built = Vec::new();
         let mut builder = ChunkBuilder::new(chunk_options);
-        // Only the newest version of each key is written (there are no snapshots yet to need
-        // older ones), so a key lies in exactly one chunk of a flush and level-0 reads may
-        // take chunks newest first. With snapshots, a chunk must never be cut between two
-        // versions of one key.
-        let mut previous_key: Option<&[u8]> = None;
-        for (key, sequence, kind, value) in self.memtable.iter() {
-            if previous_key == Some(key) {
-                continue;
-            }
-            previous_key = Some(key);
+        for (key, sequence, kind, value) in entries {
             if !builder.add(key, sequence, kind, value) {
                 let full = std::mem::replace(&mut builder, ChunkBuilder::new(chunk_options));
                 built.extend(full.finish(identity));
@@ -522,9 +538,20 @@ impl Inner {
             }
         }
         built.extend(builder.finish(identity));
+        built
+    }
+
+    /// Allocates a slot for each built chunk, writes it (not yet flushed), marks the slots in
+    /// the online map, and returns the metadata of each at its level with its flags.
+    pub(crate) fn write_chunks(
+        &mut self,
+        built: &mut [BuiltSubChunk],
+        placement: &[(u8, u8)],
+    ) -> Result<Vec<ChunkMeta>> {
         let slots = self.allocate(built.len() as u64)?;
-        let mut added = Vec::with_capacity(built.len());
-        for (chunk, &slot) in built.iter_mut().zip(&slots) {
+        let mut metas = Vec::with_capacity(built.len());
+        for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
+            chunk.set_level_and_flags(level, flags);
             chunk.set_identity(slot, 0, 1);
             let offset = self.geometry.slot_offset(slot);
             let tail = chunk.tail();
@@ -536,10 +563,10 @@ impl Inner {
                 self.poisoned = Some(error.to_string());
                 return Err(error.into());
             }
-            added.push(ChunkMeta {
+            metas.push(ChunkMeta {
                 chunk_id: slot,
-                level: 0,
-                flags: 0,
+                level,
+                flags,
                 num_entries: chunk.footer.num_entries,
                 smallest_seq: chunk.footer.smallest_seq,
                 largest_seq: chunk.footer.largest_seq,
@@ -552,6 +579,37 @@ impl Inner {
         for &slot in &slots {
             self.online[slot as usize] = true;
         }
+        Ok(metas)
+    }
+
+    /// Frees the slots of chunks a durable delta version deleted (SPEC.md §3.2 of the paper:
+    /// only after the commit).
+    pub(crate) fn free_slots(&mut self, chunks: &[ChunkMeta]) {
+        for chunk in chunks {
+            for slot in chunk.slots() {
+                self.online[slot as usize] = false;
+                self.tails.remove(&slot);
+            }
+        }
+    }
+
+    pub(crate) fn flush_memtable(&mut self) -> Result<()> {
+        if self.memtable.is_empty() {
+            return Ok(());
+        }
+        // Only the newest version of each key is written (there are no snapshots yet to need
+        // older ones), so a key lies in exactly one chunk of a flush and level-0 reads may
+        // take chunks newest first. With snapshots, a chunk must never be cut between two
+        // versions of one key.
+        let mut previous_key: Option<&[u8]> = None;
+        let newest = self.memtable.iter().filter(|&(key, ..)| {
+            let first = previous_key != Some(key);
+            previous_key = Some(key);
+            first
+        });
+        let mut built = self.build_chunks(newest);
+        let placement = vec![(0u8, 0u8); built.len()];
+        let added = self.write_chunks(&mut built, &placement)?;
         self.flush_device()?;
         // Everything appended to the backup log so far is in these chunks: the start point
         // moves to the next append (SPEC.md §10.2).
@@ -568,12 +626,12 @@ impl Inner {
         self.commit(&delta)?;
         self.memtable = MemTable::default();
         self.backup_log.set_live_start(ofs_backup_start, lsn_backup_start);
-        Ok(())
+        self.compact_while_needed()
     }
 
     /// Appends the delta version, or a new base version holding it when the version log
     /// needs a trim (SPEC.md §10.3), and makes it durable: the commit point.
-    fn commit(&mut self, delta: &DeltaVersion) -> Result<()> {
+    pub(crate) fn commit(&mut self, delta: &DeltaVersion) -> Result<()> {
         let mut next = self.version.clone();
         next.apply(delta).map_err(|error| Error::Recovery {
             path: self.device.path().display().to_string(),
@@ -614,7 +672,7 @@ impl Inner {
         Ok(())
     }
 
-    fn tail(&mut self, slot: u64) -> Result<Arc<Tail>> {
+    pub(crate) fn tail(&mut self, slot: u64) -> Result<Arc<Tail>> {
         if let Some(tail) = self.tails.get(&slot) {
             return Ok(Arc::clone(tail));
         }

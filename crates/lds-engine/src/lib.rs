@@ -4,6 +4,7 @@
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
+pub mod compaction;
 pub mod db;
 pub mod device;
 pub mod error;

@@ -704,6 +704,13 @@ impl BuiltSubChunk {
         self.seal();
     }
 
+    /// Changes the level and flags (the odd flag is decided after a merge ends) and reseals.
+    pub fn set_level_and_flags(&mut self, level: u8, flags: u8) {
+        self.footer.level = level;
+        self.footer.flags = flags;
+        self.seal();
+    }
+
     /// The tail bytes (index, filter, footer) to write at the slot end.
     pub fn tail(&self) -> Vec<u8> {
         let mut tail = Vec::with_capacity(self.tail_without_footer.len() + FOOTER_LEN);

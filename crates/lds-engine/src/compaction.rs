@@ -1,0 +1,309 @@
+//! Leveled compaction (LevelDB's, on LDS slots): choosing what to compact, trivial moves,
+//! merging into the next level, the odd-chunk rule of SPEC.md §11, and the commit of one
+//! delta version after which the input slots are freed.
+
+use lds_format::batch::EntryKind;
+use lds_format::chunk::SubChunkView;
+use lds_format::version::{ChunkMeta, CompactPointer, DeletedChunk, DeltaVersion, Version, CHUNK_FLAG_ODD};
+
+use crate::db::Inner;
+use crate::error::{Error, Result};
+
+/// Most compactions run after one flush, so that a flush returns in bounded time.
+const COMPACTIONS_PER_FLUSH_MAX: usize = 64;
+
+/// What one compaction does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Level the victims come from.
+    pub(crate) source_level: u8,
+    /// Victims in the source level.
+    pub(crate) victims: Vec<ChunkMeta>,
+    /// Chunks of the next level that overlap the victims.
+    pub(crate) overlapping: Vec<ChunkMeta>,
+}
+
+/// Level sizing, from the options and the slot size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) level0_trigger: usize,
+    pub(crate) level1_bytes: u64,
+    pub(crate) multiplier: u64,
+}
+
+impl Limits {
+    fn level_bytes(&self, level: u8) -> u64 {
+        let mut bytes = self.level1_bytes;
+        for _ in 1..level {
+            bytes = bytes.saturating_mul(self.multiplier);
+        }
+        bytes
+    }
+}
+
+fn overlaps(chunk: &ChunkMeta, smallest: &[u8], largest: &[u8]) -> bool {
+    chunk.smallest_key.as_slice() <= largest && smallest <= chunk.largest_key.as_slice()
+}
+
+fn key_range(chunks: &[ChunkMeta]) -> (Vec<u8>, Vec<u8>) {
+    let smallest = chunks.iter().map(|chunk| chunk.smallest_key.clone()).min().unwrap_or_default();
+    let largest = chunks.iter().map(|chunk| chunk.largest_key.clone()).max().unwrap_or_default();
+    (smallest, largest)
+}
+
+/// Picks the level most over its limit (score >= 1) and its victims, or nothing.
+pub(crate) fn pick(version: &Version, limits: &Limits) -> Option<Plan> {
+    let last_level = (version.num_levels - 1) as u8;
+    let mut best: Option<(f64, u8)> = None;
+    for level in 0..last_level {
+        let chunks = version.level(level);
+        let score = if level == 0 {
+            chunks.len() as f64 / limits.level0_trigger as f64
+        } else {
+            chunks.iter().map(|chunk| chunk.len_data).sum::<u64>() as f64 / limits.level_bytes(level) as f64
+        };
+        if score >= 1.0 && best.is_none_or(|(best_score, _)| score > best_score) {
+            best = Some((score, level));
+        }
+    }
+    let (_, source_level) = best?;
+    let chunks: Vec<ChunkMeta> = version.level(source_level).into_iter().cloned().collect();
+    let victims = if source_level == 0 {
+        chunks
+    } else {
+        // Round robin: the first chunk after the level's compact pointer (paper §2.1), with
+        // the level's odd chunk attached when it is the victim's neighbour (SPEC.md §11).
+        let pointer = version.compact_pointers.get(&source_level);
+        let index = chunks
+            .iter()
+            .position(|chunk| pointer.is_none_or(|pointer| chunk.smallest_key.as_slice() > pointer.as_slice()))
+            .unwrap_or(0);
+        let mut victims = vec![chunks[index].clone()];
+        for neighbour in [index.checked_sub(1), Some(index + 1)].into_iter().flatten() {
+            if let Some(chunk) = chunks.get(neighbour).filter(|chunk| chunk.is_odd()) {
+                victims.push(chunk.clone());
+            }
+        }
+        victims
+    };
+    let (smallest, largest) = key_range(&victims);
+    let overlapping = version
+        .level(source_level + 1)
+        .into_iter()
+        .filter(|chunk| overlaps(chunk, &smallest, &largest))
+        .cloned()
+        .collect();
+    Some(Plan { source_level, victims, overlapping })
+}
+
+fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
+    chunks.iter().map(|chunk| DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }).collect()
+}
+
+impl Inner {
+    fn limits(&self) -> Limits {
+        let level1_bytes = if self.options.level1_max_bytes == 0 {
+            10 * self.geometry.slot_size
+        } else {
+            self.options.level1_max_bytes
+        };
+        Limits {
+            level0_trigger: self.options.level0_compaction_trigger.max(1),
+            level1_bytes,
+            multiplier: self.options.level_size_multiplier.max(2),
+        }
+    }
+
+    /// Runs compactions until no level is over its limit. "Space full" stops compacting
+    /// without an error: the flush that led here is already committed.
+    pub(crate) fn compact_while_needed(&mut self) -> Result<()> {
+        for _ in 0..COMPACTIONS_PER_FLUSH_MAX {
+            let Some(plan) = pick(&self.version, &self.limits()) else { return Ok(()) };
+            match self.compact(&plan) {
+                Ok(()) => {}
+                Err(Error::SpaceFull { .. }) => return Ok(()),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self, plan: &Plan) -> Result<()> {
+        let target_level = plan.source_level + 1;
+        let (_, victims_largest) = key_range(&plan.victims);
+        let pointer =
+            (plan.source_level > 0).then(|| CompactPointer { level: plan.source_level, key: victims_largest.clone() });
+        if plan.overlapping.is_empty() && plan.victims.len() == 1 {
+            // Trivial move (paper §2.1 footnote 1): the chunk changes level, not slot.
+            let mut moved = plan.victims[0].clone();
+            moved.level = target_level;
+            moved.flags &= !CHUNK_FLAG_ODD;
+            let delta = DeltaVersion {
+                last_sequence: self.version.last_sequence,
+                ofs_backup_start: self.version.ofs_backup_start,
+                lsn_backup_start: self.version.lsn_backup_start,
+                compaction_id: 0,
+                deleted: deleted_of(&plan.victims),
+                compact_pointers: pointer.into_iter().collect(),
+                added: vec![moved],
+            };
+            return self.commit(&delta);
+        }
+        let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
+        let (smallest, largest) = key_range(&inputs);
+        let mut images = Vec::new();
+        for chunk in &inputs {
+            for slot in chunk.slots() {
+                images.push((
+                    self.geometry.slot_offset(slot),
+                    self.device.read_vec(self.geometry.slot_offset(slot), self.geometry.slot_size)?,
+                ));
+            }
+        }
+        let path = self.device.path().display().to_string();
+        let mut entries = Vec::new();
+        for (offset, image) in &images {
+            let view =
+                SubChunkView::open(image, *offset).map_err(|error| Error::Corrupt { path: path.clone(), error })?;
+            entries.extend(view.entries(*offset).map_err(|error| Error::Corrupt { path: path.clone(), error })?);
+        }
+        entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
+        // Deeper levels that overlap the range decide whether a tombstone may be dropped.
+        let deeper: Vec<(Vec<u8>, Vec<u8>)> = self
+            .version
+            .chunks
+            .values()
+            .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
+            .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+            .collect();
+        let mut previous: Option<&[u8]> = None;
+        let merged = entries.iter().filter(|entry| {
+            let newest = previous != Some(entry.key);
+            previous = Some(entry.key);
+            let shadowing = entry.kind == EntryKind::Put
+                || deeper.iter().any(|(low, high)| low.as_slice() <= entry.key && entry.key <= high.as_slice());
+            newest && shadowing
+        });
+        let mut built = self.build_chunks(merged.map(|entry| (entry.key, entry.sequence, entry.kind, entry.value)));
+        let mut placement = vec![(target_level, 0u8); built.len()];
+        if let Some(last) = built.last() {
+            let odd_fits = plan.source_level > 0
+                && built.len() > 1
+                && last.len_data() < self.geometry.slot_size / 2
+                && !self.version.level(plan.source_level).iter().any(|chunk| {
+                    !plan.victims.contains(chunk)
+                        && (chunk.is_odd() || overlaps(chunk, &last.first_key, &last.last_key))
+                });
+            if odd_fits {
+                // SPEC.md §11: the odd chunk stays in the source level.
+                if let Some(place) = placement.last_mut() {
+                    *place = (plan.source_level, CHUNK_FLAG_ODD);
+                }
+            }
+        }
+        let added = self.write_chunks(&mut built, &placement)?;
+        self.flush_device()?;
+        let delta = DeltaVersion {
+            last_sequence: self.version.last_sequence,
+            ofs_backup_start: self.version.ofs_backup_start,
+            lsn_backup_start: self.version.lsn_backup_start,
+            compaction_id: 0,
+            deleted: deleted_of(&inputs),
+            compact_pointers: pointer.into_iter().collect(),
+            added,
+        };
+        self.commit(&delta)?;
+        self.free_slots(&inputs);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::version::SubChunkRef;
+    use std::collections::BTreeMap;
+
+    fn meta(chunk_id: u64, level: u8, smallest: &str, largest: &str, len_data: u64, flags: u8) -> ChunkMeta {
+        ChunkMeta {
+            chunk_id,
+            level,
+            flags,
+            num_entries: 1,
+            smallest_seq: chunk_id,
+            largest_seq: chunk_id,
+            len_data,
+            smallest_key: smallest.as_bytes().to_vec(),
+            largest_key: largest.as_bytes().to_vec(),
+            sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [0; 32] }],
+        }
+    }
+
+    fn version(chunks: Vec<ChunkMeta>) -> Version {
+        let mut version = Version {
+            num_levels: 7,
+            last_sequence: 0,
+            label_generation: 1,
+            ofs_backup_start: 0,
+            lsn_backup_start: 1,
+            compact_pointers: BTreeMap::new(),
+            chunks: BTreeMap::new(),
+            slot_owner: BTreeMap::new(),
+            num_slots: 100,
+        };
+        for chunk in chunks {
+            version.slot_owner.insert(chunk.chunk_id, chunk.chunk_id);
+            version.chunks.insert(chunk.chunk_id, chunk);
+        }
+        version
+    }
+
+    const LIMITS: Limits = Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10 };
+
+    #[test]
+    fn nothing_to_do_below_the_limits() {
+        let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
+        assert_eq!(pick(&version(chunks), &LIMITS), None);
+    }
+
+    #[test]
+    fn level0_takes_every_chunk_and_the_overlapping_level1_chunks() {
+        let chunks = vec![
+            meta(1, 0, "b", "d", 10, 0),
+            meta(2, 0, "c", "f", 10, 0),
+            meta(3, 0, "a", "b", 10, 0),
+            meta(4, 0, "e", "e", 10, 0),
+            meta(5, 1, "a", "c", 10, 0),
+            meta(6, 1, "g", "h", 10, 0),
+        ];
+        let plan = pick(&version(chunks), &LIMITS).expect("level 0 is full");
+        assert_eq!(plan.source_level, 0);
+        assert_eq!(plan.victims.len(), 4);
+        assert_eq!(plan.overlapping.iter().map(|chunk| chunk.chunk_id).collect::<Vec<_>>(), vec![5]);
+    }
+
+    #[test]
+    fn round_robin_after_the_compact_pointer_with_an_odd_neighbour() {
+        let chunks = vec![
+            meta(1, 1, "a", "b", 600, 0),
+            meta(2, 1, "c", "d", 600, 0),
+            meta(3, 1, "e", "f", 100, CHUNK_FLAG_ODD),
+            meta(4, 2, "c", "e", 100, 0),
+        ];
+        let mut version = version(chunks);
+        version.compact_pointers.insert(1, b"b".to_vec());
+        let plan = pick(&version, &LIMITS).expect("level 1 is over");
+        assert_eq!(plan.source_level, 1);
+        let victims: Vec<u64> = plan.victims.iter().map(|chunk| chunk.chunk_id).collect();
+        assert_eq!(victims, vec![2, 3], "the chunk after the pointer and its odd neighbour");
+        assert_eq!(plan.overlapping.iter().map(|chunk| chunk.chunk_id).collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[test]
+    fn the_fullest_level_goes_first_and_the_last_level_never() {
+        let chunks =
+            vec![meta(1, 1, "a", "b", 1500, 0), meta(2, 2, "a", "b", 30_000, 0), meta(3, 6, "a", "z", u64::MAX / 2, 0)];
+        let plan = pick(&version(chunks), &LIMITS).expect("over");
+        assert_eq!(plan.source_level, 2, "level 2 at 3.0 beats level 1 at 1.5");
+    }
+}
