@@ -177,31 +177,41 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The `[start, end)` bounds a scan asks for, with a prefix turned into a range.
+fn scan_bounds(target: &Target, range: &ScanRange) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    let mut start = range.start.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?.unwrap_or_default();
+    let mut end = range.end.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?;
+    if let Some(prefix) = &range.prefix {
+        let prefix = parse_bytes(prefix, target.hex)?;
+        start = start.max(prefix.clone());
+        end = match (end, prefix_end(&prefix)) {
+            (Some(end), Some(limit)) => Some(end.min(limit)),
+            (end, limit) => end.or(limit),
+        };
+    }
+    Ok((start, end))
+}
+
 /// `lds scan`: key and value per line (tab-separated), or JSON lines.
 pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = (|| {
-        let mut start =
-            range.start.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?.unwrap_or_default();
-        let mut end = range.end.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?;
-        if let Some(prefix) = &range.prefix {
-            let prefix = parse_bytes(prefix, target.hex)?;
-            start = start.max(prefix.clone());
-            end = match (end, prefix_end(&prefix)) {
-                (Some(end), Some(limit)) => Some(end.min(limit)),
-                (end, limit) => end.or(limit),
-            };
-        }
-        open(target)?.range(&start, end.as_deref()).map_err(|error| error.to_string())
-    })();
-    let pairs = match result {
-        Ok(pairs) => pairs,
+    let opened = scan_bounds(target, range).and_then(|(start, end)| Ok((open(target)?, start, end)));
+    let (db, start, end) = match opened {
+        Ok(opened) => opened,
         Err(message) => return fail(err, "scan", &message),
     };
-    for (key, value) in pairs.iter().take(range.limit.unwrap_or(usize::MAX)) {
+    let pairs = match db.range(&start, end.as_deref()) {
+        Ok(pairs) => pairs,
+        Err(error) => return fail(err, "scan", &error.to_string()),
+    };
+    for pair in pairs.take(range.limit.unwrap_or(usize::MAX)) {
+        let (key, value) = match pair {
+            Ok(pair) => pair,
+            Err(error) => return fail(err, "scan", &error.to_string()),
+        };
         let line = if range.json {
-            pair_json(key, value).to_string()
+            pair_json(&key, &value).to_string()
         } else {
-            format!("{}\t{}", render(key, target.hex), render(value, target.hex))
+            format!("{}\t{}", render(&key, target.hex), render(&value, target.hex))
         };
         if writeln!(out, "{line}").is_err() {
             break;

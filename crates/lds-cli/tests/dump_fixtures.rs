@@ -24,14 +24,15 @@ fn fixtures() -> Vec<(String, PathBuf)> {
     found
 }
 
-fn unpack(name: &str, gz: &Path) -> PathBuf {
+/// Unpacks to a file named after the test too: tests run in parallel in one process.
+fn unpack(name: &str, gz: &Path, test: &str) -> PathBuf {
     use std::io::Read;
     let mut bytes = Vec::new();
     let file = std::fs::File::open(gz).unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
     flate2::read::GzDecoder::new(file)
         .read_to_end(&mut bytes)
         .unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
-    let path = std::env::temp_dir().join(format!("lds-dump-test-{}-{name}.img", std::process::id()));
+    let path = std::env::temp_dir().join(format!("lds-dump-test-{}-{test}-{name}.img", std::process::id()));
     std::fs::write(&path, bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     path
 }
@@ -49,7 +50,7 @@ fn dump(path: &Path, what: DumpWhat, instance: u32, json: bool) -> String {
 #[test]
 fn dump_views_match_snapshots() {
     for (name, gz) in fixtures() {
-        let image = unpack(&name, &gz);
+        let image = unpack(&name, &gz, "views");
         let before = std::fs::read(&image).unwrap_or_default();
         let views = [
             ("label", DumpWhat::Label),
@@ -72,7 +73,7 @@ fn dump_views_match_snapshots() {
 fn chunk_views_match_snapshots() {
     let (name, gz) =
         fixtures().into_iter().find(|(name, _)| name == "d_versions").unwrap_or_else(|| panic!("d_versions"));
-    let image = unpack(&name, &gz);
+    let image = unpack(&name, &gz, "chunk");
     insta::assert_snapshot!("d_versions__chunk_9", dump(&image, DumpWhat::Chunk(9), 0, false));
     insta::assert_snapshot!("d_versions__chunk_9_json", dump(&image, DumpWhat::Chunk(9), 0, true));
     let _ = std::fs::remove_file(&image);
@@ -82,7 +83,7 @@ fn chunk_views_match_snapshots() {
 fn second_instance_is_dumped() {
     let (name, gz) =
         fixtures().into_iter().find(|(name, _)| name == "d_two_instances").unwrap_or_else(|| panic!("fixture"));
-    let image = unpack(&name, &gz);
+    let image = unpack(&name, &gz, "instance");
     insta::assert_snapshot!("d_two_instances__tree_1", dump(&image, DumpWhat::Tree, 1, false));
     let missing = dump(&image, DumpWhat::Tree, 2, false);
     assert!(missing.starts_with("exit 1"), "{missing}");

@@ -2,25 +2,28 @@
 //! merging into the next level, the odd-chunk rule of SPEC.md §11, and the commit of one
 //! delta version after which the input slots are freed.
 
-use lds_format::batch::EntryKind;
 use lds_format::chunk::SubChunkView;
 use lds_format::version::{ChunkMeta, CompactPointer, DeletedChunk, DeltaVersion, Version, CHUNK_FLAG_ODD};
 
-use crate::db::Inner;
+use crate::background::{build_chunks, commit, flush_device, smallest_snapshot, write_chunks};
+use crate::db::Shared;
 use crate::error::{Error, Result};
-
-/// Most compactions run after one flush, so that a flush returns in bounded time.
-const COMPACTIONS_PER_FLUSH_MAX: usize = 64;
+use crate::retention::Retention;
 
 /// What one compaction does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Plan {
     /// Level the victims come from.
     pub(crate) source_level: u8,
+    /// Level the outputs go to: the next one, or the same for the last level's manual
+    /// rewrite.
+    pub(crate) target_level: u8,
     /// Victims in the source level.
     pub(crate) victims: Vec<ChunkMeta>,
     /// Chunks of the next level that overlap the victims.
     pub(crate) overlapping: Vec<ChunkMeta>,
+    /// A manual compaction: everything goes down, no odd chunk stays behind.
+    pub(crate) manual: bool,
 }
 
 /// Level sizing, from the options and the slot size.
@@ -51,9 +54,42 @@ fn key_range(chunks: &[ChunkMeta]) -> (Vec<u8>, Vec<u8>) {
     (smallest, largest)
 }
 
-/// Picks the level most over its limit (score >= 1) and its victims, or nothing.
-pub(crate) fn pick(version: &Version, limits: &Limits) -> Option<Plan> {
+/// The limits of an open store.
+pub(crate) fn limits(shared: &Shared) -> Limits {
+    let options = &shared.options;
+    let level1_bytes =
+        if options.level1_max_bytes == 0 { 10 * shared.geometry.slot_size } else { options.level1_max_bytes };
+    Limits {
+        level0_trigger: options.level0_compaction_trigger.max(1),
+        level1_bytes,
+        multiplier: options.level_size_multiplier.max(2),
+    }
+}
+
+/// Picks the level most over its limit (score >= 1) and its victims, or nothing. A manual
+/// compaction (`Some(level)`) takes the whole first non-empty level from `level` on, above
+/// the last level, and merges it into the next even without overlap, so that obsolete
+/// versions go (LevelDB's CompactRange).
+pub(crate) fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> {
     let last_level = (version.num_levels - 1) as u8;
+    if let Some(from_level) = manual {
+        let source_level = (from_level..=last_level).find(|&level| !version.level(level).is_empty())?;
+        let victims: Vec<ChunkMeta> = version.level(source_level).into_iter().cloned().collect();
+        // The last level merges into itself (a bottommost rewrite).
+        let target_level = (source_level + 1).min(last_level);
+        let (smallest, largest) = key_range(&victims);
+        let overlapping = if target_level == source_level {
+            Vec::new()
+        } else {
+            version
+                .level(target_level)
+                .into_iter()
+                .filter(|chunk| overlaps(chunk, &smallest, &largest))
+                .cloned()
+                .collect()
+        };
+        return Some(Plan { source_level, target_level, victims, overlapping, manual: true });
+    }
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
         let chunks = version.level(level);
@@ -93,129 +129,104 @@ pub(crate) fn pick(version: &Version, limits: &Limits) -> Option<Plan> {
         .filter(|chunk| overlaps(chunk, &smallest, &largest))
         .cloned()
         .collect();
-    Some(Plan { source_level, victims, overlapping })
+    Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false })
 }
 
 fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
     chunks.iter().map(|chunk| DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }).collect()
 }
 
-impl Inner {
-    fn limits(&self) -> Limits {
-        let level1_bytes = if self.options.level1_max_bytes == 0 {
-            10 * self.geometry.slot_size
-        } else {
-            self.options.level1_max_bytes
-        };
-        Limits {
-            level0_trigger: self.options.level0_compaction_trigger.max(1),
-            level1_bytes,
-            multiplier: self.options.level_size_multiplier.max(2),
-        }
-    }
-
-    /// Runs compactions until no level is over its limit. "Space full" stops compacting
-    /// without an error: the flush that led here is already committed.
-    pub(crate) fn compact_while_needed(&mut self) -> Result<()> {
-        for _ in 0..COMPACTIONS_PER_FLUSH_MAX {
-            let Some(plan) = pick(&self.version, &self.limits()) else { return Ok(()) };
-            match self.compact(&plan) {
-                Ok(()) => {}
-                Err(Error::SpaceFull { .. }) => return Ok(()),
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(())
-    }
-
-    fn compact(&mut self, plan: &Plan) -> Result<()> {
-        let target_level = plan.source_level + 1;
-        let (_, victims_largest) = key_range(&plan.victims);
-        let pointer =
-            (plan.source_level > 0).then(|| CompactPointer { level: plan.source_level, key: victims_largest.clone() });
-        if plan.overlapping.is_empty() && plan.victims.len() == 1 {
-            // Trivial move (paper §2.1 footnote 1): the chunk changes level, not slot.
-            let mut moved = plan.victims[0].clone();
-            moved.level = target_level;
-            moved.flags &= !CHUNK_FLAG_ODD;
-            let delta = DeltaVersion {
-                last_sequence: self.version.last_sequence,
-                ofs_backup_start: self.version.ofs_backup_start,
-                lsn_backup_start: self.version.lsn_backup_start,
-                compaction_id: 0,
-                deleted: deleted_of(&plan.victims),
-                compact_pointers: pointer.into_iter().collect(),
-                added: vec![moved],
-            };
-            return self.commit(&delta);
-        }
-        let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
-        let (smallest, largest) = key_range(&inputs);
-        let mut images = Vec::new();
-        for chunk in &inputs {
-            for slot in chunk.slots() {
-                images.push((
-                    self.geometry.slot_offset(slot),
-                    self.device.read_vec(self.geometry.slot_offset(slot), self.geometry.slot_size)?,
-                ));
-            }
-        }
-        let path = self.device.path().display().to_string();
-        let mut entries = Vec::new();
-        for (offset, image) in &images {
-            let view =
-                SubChunkView::open(image, *offset).map_err(|error| Error::Corrupt { path: path.clone(), error })?;
-            entries.extend(view.entries(*offset).map_err(|error| Error::Corrupt { path: path.clone(), error })?);
-        }
-        entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
-        // Deeper levels that overlap the range decide whether a tombstone may be dropped.
-        let deeper: Vec<(Vec<u8>, Vec<u8>)> = self
-            .version
-            .chunks
-            .values()
-            .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
-            .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-            .collect();
-        let mut previous: Option<&[u8]> = None;
-        let merged = entries.iter().filter(|entry| {
-            let newest = previous != Some(entry.key);
-            previous = Some(entry.key);
-            let shadowing = entry.kind == EntryKind::Put
-                || deeper.iter().any(|(low, high)| low.as_slice() <= entry.key && entry.key <= high.as_slice());
-            newest && shadowing
-        });
-        let mut built = self.build_chunks(merged.map(|entry| (entry.key, entry.sequence, entry.kind, entry.value)));
-        let mut placement = vec![(target_level, 0u8); built.len()];
-        if let Some(last) = built.last() {
-            let odd_fits = plan.source_level > 0
-                && built.len() > 1
-                && last.len_data() < self.geometry.slot_size / 2
-                && !self.version.level(plan.source_level).iter().any(|chunk| {
-                    !plan.victims.contains(chunk)
-                        && (chunk.is_odd() || overlaps(chunk, &last.first_key, &last.last_key))
-                });
-            if odd_fits {
-                // SPEC.md §11: the odd chunk stays in the source level.
-                if let Some(place) = placement.last_mut() {
-                    *place = (plan.source_level, CHUNK_FLAG_ODD);
-                }
-            }
-        }
-        let added = self.write_chunks(&mut built, &placement)?;
-        self.flush_device()?;
+/// Runs one compaction: a trivial move, or a merge committed by one delta version after
+/// which the input slots are freed (once no reader holds them).
+pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
+    let target_level = plan.target_level;
+    let (_, victims_largest) = key_range(&plan.victims);
+    let pointer = (plan.source_level > 0 && target_level > plan.source_level)
+        .then(|| CompactPointer { level: plan.source_level, key: victims_largest.clone() });
+    let version = std::sync::Arc::clone(&shared.lock_state().version);
+    if !plan.manual && plan.overlapping.is_empty() && plan.victims.len() == 1 {
+        // Trivial move (paper §2.1 footnote 1): the chunk changes level, not slot.
+        let mut moved = plan.victims[0].clone();
+        moved.level = target_level;
+        moved.flags &= !CHUNK_FLAG_ODD;
         let delta = DeltaVersion {
-            last_sequence: self.version.last_sequence,
-            ofs_backup_start: self.version.ofs_backup_start,
-            lsn_backup_start: self.version.lsn_backup_start,
+            last_sequence: version.last_sequence,
+            ofs_backup_start: version.ofs_backup_start,
+            lsn_backup_start: version.lsn_backup_start,
             compaction_id: 0,
-            deleted: deleted_of(&inputs),
+            deleted: deleted_of(&plan.victims),
             compact_pointers: pointer.into_iter().collect(),
-            added,
+            added: vec![moved],
         };
-        self.commit(&delta)?;
-        self.free_slots(&inputs);
-        Ok(())
+        return commit(shared, &mut shared.lock_state(), &delta, &[]);
     }
+    let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
+    let (smallest, largest) = key_range(&inputs);
+    let mut images = Vec::new();
+    for chunk in &inputs {
+        for slot in chunk.slots() {
+            let offset = shared.geometry.slot_offset(slot);
+            images.push((offset, shared.device.read_vec(offset, shared.geometry.slot_size)?));
+        }
+    }
+    let corrupt = |error| Error::Corrupt { path: shared.path_string(), error };
+    let mut entries = Vec::new();
+    for (offset, image) in &images {
+        let view = SubChunkView::open(image, *offset).map_err(corrupt)?;
+        entries.extend(view.entries(*offset).map_err(corrupt)?);
+    }
+    entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
+    // Deeper levels that overlap the range decide whether a tombstone may be dropped.
+    let deeper: Vec<(Vec<u8>, Vec<u8>)> = version
+        .chunks
+        .values()
+        .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
+        .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+        .collect();
+    let mut retention = Retention::new(smallest_snapshot(shared));
+    let merged = entries.iter().filter(|entry| {
+        retention.keep(entry.key, entry.sequence, entry.kind, |key| {
+            !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
+        })
+    });
+    let mut built = build_chunks(shared, merged.map(|entry| (entry.key, entry.sequence, entry.kind, entry.value)));
+    let mut placement = vec![(target_level, 0u8); built.len()];
+    if let Some(last) = built.last() {
+        let odd_fits = !plan.manual
+            && plan.source_level > 0
+            && built.len() > 1
+            && last.len_data() < shared.geometry.slot_size / 2
+            && !version.level(plan.source_level).iter().any(|chunk| {
+                !plan.victims.contains(chunk) && (chunk.is_odd() || overlaps(chunk, &last.first_key, &last.last_key))
+            });
+        if odd_fits {
+            // SPEC.md §11: the odd chunk stays in the source level.
+            if let Some(place) = placement.last_mut() {
+                *place = (plan.source_level, CHUNK_FLAG_ODD);
+            }
+        }
+    }
+    let added = write_chunks(shared, &mut built, &placement)?;
+    flush_device(shared)?;
+    let delta = DeltaVersion {
+        last_sequence: version.last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        compaction_id: 0,
+        deleted: deleted_of(&inputs),
+        compact_pointers: pointer.into_iter().collect(),
+        added,
+    };
+    let mut state = shared.lock_state();
+    // A flush may have committed since `version` was taken; the delta applies to the
+    // current version, which still holds every input (only this thread deletes chunks).
+    let delta = DeltaVersion {
+        last_sequence: state.version.last_sequence,
+        ofs_backup_start: state.version.ofs_backup_start,
+        lsn_backup_start: state.version.lsn_backup_start,
+        ..delta
+    };
+    commit(shared, &mut state, &delta, &inputs)
 }
 
 #[cfg(test)]
@@ -263,7 +274,7 @@ mod tests {
     #[test]
     fn nothing_to_do_below_the_limits() {
         let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
-        assert_eq!(pick(&version(chunks), &LIMITS), None);
+        assert_eq!(pick(&version(chunks), &LIMITS, None), None);
     }
 
     #[test]
@@ -276,7 +287,7 @@ mod tests {
             meta(5, 1, "a", "c", 10, 0),
             meta(6, 1, "g", "h", 10, 0),
         ];
-        let plan = pick(&version(chunks), &LIMITS).expect("level 0 is full");
+        let plan = pick(&version(chunks), &LIMITS, None).expect("level 0 is full");
         assert_eq!(plan.source_level, 0);
         assert_eq!(plan.victims.len(), 4);
         assert_eq!(plan.overlapping.iter().map(|chunk| chunk.chunk_id).collect::<Vec<_>>(), vec![5]);
@@ -292,7 +303,7 @@ mod tests {
         ];
         let mut version = version(chunks);
         version.compact_pointers.insert(1, b"b".to_vec());
-        let plan = pick(&version, &LIMITS).expect("level 1 is over");
+        let plan = pick(&version, &LIMITS, None).expect("level 1 is over");
         assert_eq!(plan.source_level, 1);
         let victims: Vec<u64> = plan.victims.iter().map(|chunk| chunk.chunk_id).collect();
         assert_eq!(victims, vec![2, 3], "the chunk after the pointer and its odd neighbour");
@@ -303,7 +314,7 @@ mod tests {
     fn the_fullest_level_goes_first_and_the_last_level_never() {
         let chunks =
             vec![meta(1, 1, "a", "b", 1500, 0), meta(2, 2, "a", "b", 30_000, 0), meta(3, 6, "a", "z", u64::MAX / 2, 0)];
-        let plan = pick(&version(chunks), &LIMITS).expect("over");
+        let plan = pick(&version(chunks), &LIMITS, None).expect("over");
         assert_eq!(plan.source_level, 2, "level 2 at 3.0 beats level 1 at 1.5");
     }
 }

@@ -1,39 +1,45 @@
 //! The key-value store on an LDS volume: open with recovery (SPEC.md §9), writes to the
-//! backup log and the memtable, flushes to level-0 chunks committed by one delta version
-//! (SPEC.md §10.2), reads from the memtable and chunks.
+//! backup log and the memtable, reads from memtables and chunks.
 //!
-//! This first version runs flushes in the caller's thread and has no compaction yet: level 0
-//! grows until "space full". Both come with the rest of the engine issue.
+//! Threads and locks: a writer lock serializes backup log appends and sequence numbers; a
+//! state lock guards the memtables, the version, the version log and the online map. Lock
+//! order is writer, then state. One background thread flushes frozen memtables and runs
+//! compactions; it is the only thread that commits to the version log, and it never takes the
+//! writer lock. Readers take `Arc`s of the memtables and version and read without locks;
+//! slots of deleted chunks are freed only when no reader holds a version that names them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use lds_format::batch::{
-    decode_entries, EntryKind, WriteBatchRecord, BATCH_ENTRY_FIXED_LEN, BATCH_HEADER_LEN, SEQUENCE_MAX,
-};
-use lds_format::chunk::{
-    visit_block, BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, Filter, Footer, IndexEntry, FOOTER_LEN,
+    decode_entries, BatchEntry, EntryKind, WriteBatchRecord, BATCH_ENTRY_FIXED_LEN, BATCH_HEADER_LEN, SEQUENCE_MAX,
 };
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::{read_object, ObjectType};
 use lds_format::recovery::{online_map, recover_backup_log, recover_version_log};
-use lds_format::version::{ChunkMeta, DeltaVersion, SubChunkRef, Version};
-use lds_format::writer::{AppendError, LogAppender, PendingWrite};
+use lds_format::version::{ChunkMeta, Version};
+use lds_format::writer::{AppendError, LogAppender};
 
 use crate::device::{Device, OpenMode};
 use crate::error::{Error, Result};
 use crate::inspect::{read_labels, InspectError};
 use crate::memtable::MemTable;
+use crate::read::{DbIterator, Tail};
 
-/// Options of an open store, with their defaults.
+/// Options of an open store, with their defaults. Memory is bounded by
+/// `2 * write_buffer_size` (memtable and frozen memtable) plus `block_cache_bytes` plus the
+/// decoded tails of chunks in use (about 1/300 of the data) plus, during a compaction, its
+/// input and output chunks.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Which instance of the volume to open (default 0).
     pub instance: u32,
-    /// Memtable bytes before a flush (default 4 MiB, the paper's; capped at a third of the
-    /// backup log so that the log never fills before a flush).
+    /// Memtable bytes before it is frozen and flushed (default 4 MiB, the paper's; capped at
+    /// a third of the backup log so that the log never fills before a flush).
     pub write_buffer_size: usize,
     /// Target block size in chunks (default 4 KiB).
     pub block_size: usize,
@@ -41,10 +47,14 @@ pub struct Options {
     pub bloom_bits_per_key: u32,
     /// Level-0 chunks that trigger a compaction into level 1 (default 4, LevelDB's).
     pub level0_compaction_trigger: usize,
+    /// Level-0 chunks at which writers wait for compaction (default 12, LevelDB's).
+    pub level0_stop_writes_trigger: usize,
     /// Bytes level 1 may hold before it is compacted (default 0: ten slots).
     pub level1_max_bytes: u64,
     /// Each deeper level may hold this many times the bytes of the one above (default 10).
     pub level_size_multiplier: u64,
+    /// Bytes of decoded blocks kept in memory for reads (default 8 MiB).
+    pub block_cache_bytes: usize,
 }
 
 impl Default for Options {
@@ -55,8 +65,10 @@ impl Default for Options {
             block_size: 4096,
             bloom_bits_per_key: 10,
             level0_compaction_trigger: 4,
+            level0_stop_writes_trigger: 12,
             level1_max_bytes: 0,
             level_size_multiplier: 10,
+            block_cache_bytes: 8 << 20,
         }
     }
 }
@@ -65,13 +77,14 @@ impl Default for Options {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteOptions {
     /// Durable before returning: the batch's backup log range is flushed to the device.
+    /// Concurrent synced writers share flushes (group commit).
     pub sync: bool,
 }
 
 /// An atomic group of puts and deletes.
 #[derive(Debug, Clone, Default)]
 pub struct WriteBatch {
-    entries: Vec<(EntryKind, Vec<u8>, Vec<u8>)>,
+    entries: Vec<BatchEntry>,
 }
 
 impl WriteBatch {
@@ -82,13 +95,13 @@ impl WriteBatch {
 
     /// Sets `key` to `value`.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> &mut Self {
-        self.entries.push((EntryKind::Put, key.to_vec(), value.to_vec()));
+        self.entries.push(BatchEntry { kind: EntryKind::Put, key: key.to_vec(), value: value.to_vec() });
         self
     }
 
     /// Deletes `key`.
     pub fn delete(&mut self, key: &[u8]) -> &mut Self {
-        self.entries.push((EntryKind::Delete, key.to_vec(), Vec::new()));
+        self.entries.push(BatchEntry { kind: EntryKind::Delete, key: key.to_vec(), value: Vec::new() });
         self
     }
 
@@ -97,46 +110,20 @@ impl WriteBatch {
         self.entries.len()
     }
 
-    /// Bytes of the batch's backup log payload (SPEC.md §7).
-    pub fn encoded_len(&self) -> usize {
-        BATCH_HEADER_LEN
-            + self.entries.iter().map(|(_, key, value)| BATCH_ENTRY_FIXED_LEN + key.len() + value.len()).sum::<usize>()
-    }
-
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
-}
 
-/// The decoded tail of one sub-chunk, cached per slot.
-#[derive(Debug)]
-pub(crate) struct Tail {
-    pub(crate) index: Vec<IndexEntry>,
-    pub(crate) filter: Filter,
-}
-
-pub(crate) struct Inner {
-    pub(crate) device: Device,
-    pub(crate) geometry: Geometry,
-    pub(crate) instance: u32,
-    pub(crate) options: Options,
-    pub(crate) version_log: LogAppender,
-    pub(crate) backup_log: LogAppender,
-    pub(crate) version: Version,
-    pub(crate) sn: u64,
-    pub(crate) memtable: MemTable,
-    pub(crate) last_sequence: u64,
-    pub(crate) online: Vec<bool>,
-    pub(crate) allocation_cursor: u64,
-    pub(crate) tails: HashMap<u64, Arc<Tail>>,
-    pub(crate) poisoned: Option<String>,
-}
-
-/// An open store. All operations take `&self`; writes are serialized.
-pub struct Db {
-    inner: Mutex<Inner>,
-    path: PathBuf,
+    /// Bytes of the batch's backup log payload (SPEC.md §7).
+    pub fn encoded_len(&self) -> usize {
+        BATCH_HEADER_LEN
+            + self
+                .entries
+                .iter()
+                .map(|entry| BATCH_ENTRY_FIXED_LEN + entry.key.len() + entry.value.len())
+                .sum::<usize>()
+    }
 }
 
 /// What open found and did, for `lds recover`.
@@ -158,6 +145,136 @@ pub struct RecoveryReport {
     pub last_sequence: u64,
     /// Slots in use over all instances.
     pub slots_in_use: u64,
+}
+
+/// A frozen memtable waiting for its flush.
+pub(crate) struct Frozen {
+    pub(crate) table: Arc<MemTable>,
+    /// The backup start point once it is in chunks (SPEC.md §10.2).
+    pub(crate) backup_start: (u64, u64),
+    /// The largest sequence number it holds.
+    pub(crate) last_sequence: u64,
+}
+
+/// What the writer lock guards.
+pub(crate) struct WriterState {
+    pub(crate) backup_log: LogAppender,
+    pub(crate) last_sequence: u64,
+}
+
+/// What the state lock guards.
+pub(crate) struct TreeState {
+    pub(crate) mem: Arc<MemTable>,
+    pub(crate) imm: Option<Frozen>,
+    pub(crate) version: Arc<Version>,
+    pub(crate) sn: u64,
+    pub(crate) version_log: LogAppender,
+    pub(crate) online: Vec<bool>,
+    pub(crate) allocation_cursor: u64,
+    /// Slots of deleted chunks, freed when no reader holds the version that named them.
+    pub(crate) pending_free: Vec<(Arc<Version>, Vec<u64>)>,
+    /// A backup start the writer applies before its next append.
+    pub(crate) backup_start_update: Option<(u64, u64)>,
+    /// Live snapshots: sequence number and how many hold it.
+    pub(crate) snapshots: BTreeMap<u64, usize>,
+    /// Set by a failed write or flush: no more writes (SPEC.md §2.4).
+    pub(crate) poisoned: Option<String>,
+    /// Set when the frozen memtable cannot be flushed for lack of slots.
+    pub(crate) space_full: bool,
+    /// A compaction found no slots; cleared by the next commit.
+    pub(crate) compaction_stalled: bool,
+    /// `Db::compact_range` runs: the next level it compacts.
+    pub(crate) manual_compaction: Option<u8>,
+    pub(crate) shutting_down: bool,
+    /// Flushes and compactions done, for waiters.
+    pub(crate) commits: u64,
+}
+
+/// Everything the store's threads share.
+pub(crate) struct Shared {
+    pub(crate) device: Device,
+    pub(crate) geometry: Geometry,
+    pub(crate) instance: u32,
+    pub(crate) options: Options,
+    pub(crate) path: PathBuf,
+    pub(crate) writer: Mutex<WriterState>,
+    pub(crate) state: Mutex<TreeState>,
+    /// Wakes the background thread.
+    pub(crate) work: Condvar,
+    /// Wakes writers and callers waiting for the background thread.
+    pub(crate) progress: Condvar,
+    /// The largest sequence number readers may see.
+    pub(crate) published: AtomicU64,
+    /// The largest sequence number known durable (group commit).
+    pub(crate) synced: Mutex<u64>,
+    pub(crate) tails: Mutex<HashMap<u64, Arc<Tail>>>,
+    pub(crate) blocks: Mutex<crate::read::BlockCache>,
+}
+
+impl Shared {
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, TreeState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, WriterState> {
+        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn wait<'a>(&self, guard: MutexGuard<'a, TreeState>) -> MutexGuard<'a, TreeState> {
+        self.progress.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a failure after which nothing may be written (SPEC.md §2.4).
+    pub(crate) fn poison(&self, state: &mut TreeState, reason: String) -> Error {
+        state.poisoned.get_or_insert(reason.clone());
+        self.progress.notify_all();
+        Error::Poisoned { reason }
+    }
+
+    pub(crate) fn path_string(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// An open store. Share it between threads with `Arc<Db>`; every operation takes `&self`.
+pub struct Db {
+    pub(crate) shared: Arc<Shared>,
+    background: Option<JoinHandle<()>>,
+}
+
+/// A consistent view at one sequence number; reads through it see no later write.
+pub struct Snapshot<'a> {
+    db: &'a Db,
+    sequence: u64,
+}
+
+impl Snapshot<'_> {
+    /// The sequence number it sees.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The value of `key` as of the snapshot.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        crate::read::get(&self.db.shared, key, self.sequence)
+    }
+
+    /// An iterator over `start <= key < end` as of the snapshot.
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Result<DbIterator> {
+        DbIterator::new(&self.db.shared, start, end, self.sequence)
+    }
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        let mut state = self.db.shared.lock_state();
+        if let Some(count) = state.snapshots.get_mut(&self.sequence) {
+            *count -= 1;
+            if *count == 0 {
+                state.snapshots.remove(&self.sequence);
+            }
+        }
+    }
 }
 
 fn path_string(path: &Path) -> String {
@@ -255,7 +372,7 @@ impl Db {
             state.sn,
         )
         .map_err(|error| recovery_error(instance, error.to_string()))?;
-        let mut memtable = MemTable::default();
+        let memtable = MemTable::default();
         let mut last_sequence = version.last_sequence;
         let mut entries_replayed = 0;
         for batch in &backup.batches {
@@ -292,32 +409,47 @@ impl Db {
             LogAppender::new(backup_context, backup.head, version.ofs_backup_start, version.lsn_backup_start);
         let mut options = options;
         options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
-        let inner = Inner {
+        let block_cache_bytes = options.block_cache_bytes;
+        let shared = Arc::new(Shared {
             device,
             geometry,
             instance,
             options,
-            version_log,
-            backup_log,
-            version,
-            sn: state.sn,
-            memtable,
-            last_sequence,
-            online,
-            allocation_cursor: 0,
-            tails: HashMap::new(),
-            poisoned: None,
-        };
-        Ok((Self { inner: Mutex::new(inner), path: path.to_path_buf() }, report))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+            path: path.to_path_buf(),
+            writer: Mutex::new(WriterState { backup_log, last_sequence }),
+            state: Mutex::new(TreeState {
+                mem: Arc::new(memtable),
+                imm: None,
+                version: Arc::new(version),
+                sn: state.sn,
+                version_log,
+                online,
+                allocation_cursor: 0,
+                pending_free: Vec::new(),
+                backup_start_update: None,
+                snapshots: BTreeMap::new(),
+                poisoned: None,
+                space_full: false,
+                compaction_stalled: false,
+                manual_compaction: None,
+                shutting_down: false,
+                commits: 0,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            published: AtomicU64::new(last_sequence),
+            synced: Mutex::new(last_sequence),
+            tails: Mutex::new(HashMap::new()),
+            blocks: Mutex::new(crate::read::BlockCache::new(block_cache_bytes)),
+        });
+        let background = crate::background::spawn(Arc::clone(&shared))
+            .map_err(|error| Error::Unsupported { reason: format!("cannot start the background thread: {error}") })?;
+        Ok((Self { shared, background: Some(background) }, report))
     }
 
     /// The path the store was opened by.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
     }
 
     /// Sets `key` to `value`.
@@ -334,459 +466,253 @@ impl Db {
         self.write(&batch, options)
     }
 
+    /// The largest batch `write` accepts, in `WriteBatch::encoded_len` bytes: half the
+    /// backup log's object limit, so that a batch never waits on a log it cannot fit.
+    pub fn batch_len_max(&self) -> u64 {
+        self.shared.lock_writer().backup_log.context().payload_len_max() / 2
+    }
+
     /// Applies a batch atomically: one backup log object, then the memtable.
     pub fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut inner = self.lock();
-        inner.check_writable()?;
-        let value_len_max = inner.geometry.slot_size / 4;
-        for (_, key, value) in &batch.entries {
-            if key.is_empty() || key.len() > usize::from(u16::MAX) {
+        let shared = &self.shared;
+        let value_len_max = shared.geometry.slot_size / 4;
+        for entry in &batch.entries {
+            if entry.key.is_empty() || entry.key.len() > usize::from(u16::MAX) {
                 return Err(Error::InvalidArgument {
-                    reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", key.len()),
+                    reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", entry.key.len()),
                 });
             }
-            if value.len() as u64 > value_len_max {
+            if entry.value.len() as u64 > value_len_max {
                 return Err(Error::InvalidArgument {
-                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", value.len()),
+                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", entry.value.len()),
                 });
             }
         }
-        let payload_len = batch.encoded_len();
-        if payload_len as u64 > inner.batch_len_max() {
+        let mut writer = shared.lock_writer();
+        let payload_len = batch.encoded_len() as u64;
+        let batch_len_max = writer.backup_log.context().payload_len_max() / 2;
+        if payload_len > batch_len_max {
             return Err(Error::InvalidArgument {
-                reason: format!("a batch of {payload_len} bytes is more than half the backup log"),
+                reason: format!(
+                    "a batch of {payload_len} bytes exceeds {batch_len_max} (half the backup log's object limit)"
+                ),
             });
         }
-        if inner.memtable.approximate_bytes() >= inner.options.write_buffer_size {
-            inner.flush_memtable()?;
-        }
-        let first_sequence = inner.last_sequence + 1;
-        if first_sequence + batch.len() as u64 - 1 > SEQUENCE_MAX {
+        let first_sequence = writer.last_sequence + 1;
+        let last_sequence = first_sequence + batch.len() as u64 - 1;
+        if last_sequence > SEQUENCE_MAX {
             return Err(Error::Unsupported { reason: "sequence numbers exhausted (2^56)".into() });
         }
-        let record = WriteBatchRecord {
-            first_sequence,
-            entries: batch
-                .entries
-                .iter()
-                .map(|(kind, key, value)| lds_format::batch::BatchEntry {
-                    kind: *kind,
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-        };
-        let payload = record.encode();
-        let sn = inner.sn;
-        let pending = match inner.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
-            Ok(pending) => pending,
-            Err(AppendError::LogFull { .. }) => {
-                // The live region reached the start point: flushing the memtable moves it.
-                inner.flush_memtable()?;
-                inner
-                    .backup_log
-                    .append(ObjectType::WriteBatch, sn, &payload)
-                    .map_err(|error| Error::InvalidArgument { reason: error.to_string() })?
+        let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone() }.encode();
+        let mut force_freeze = false;
+        let (pending, mem) = loop {
+            let mem = self.make_room(&mut writer, force_freeze)?;
+            let sn = shared.lock_state().sn;
+            match writer.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
+                Ok(pending) => break (pending, mem),
+                // The live region reached the start point: a flush of the memtable moves it.
+                Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
+                Err(error) => return Err(Error::InvalidArgument { reason: error.to_string() }),
             }
-            Err(error) => return Err(Error::InvalidArgument { reason: error.to_string() }),
         };
-        let ofs_area = inner.backup_log.context().ofs_area;
-        inner.write_pending(ofs_area, &pending)?;
+        let ofs_area = writer.backup_log.context().ofs_area;
+        for write in &pending {
+            if let Err(error) = shared.device.write_at(ofs_area + write.offset, &write.bytes) {
+                let mut state = shared.lock_state();
+                return Err(shared.poison(&mut state, error.to_string()));
+            }
+        }
+        for (index, entry) in batch.entries.iter().enumerate() {
+            mem.insert(&entry.key, first_sequence + index as u64, entry.kind, &entry.value);
+        }
+        writer.last_sequence = last_sequence;
+        shared.published.store(last_sequence, Ordering::Release);
+        drop(writer);
         if options.sync {
-            inner.flush_device()?;
+            self.sync_through(last_sequence)?;
         }
-        for (index, (kind, key, value)) in batch.entries.iter().enumerate() {
-            inner.memtable.insert(key, first_sequence + index as u64, *kind, value);
-        }
-        inner.last_sequence = first_sequence + batch.len() as u64 - 1;
         Ok(())
+    }
+
+    /// Makes `sequence` durable, sharing one device flush among concurrent callers.
+    fn sync_through(&self, sequence: u64) -> Result<()> {
+        let shared = &self.shared;
+        let mut synced = shared.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *synced >= sequence {
+            return Ok(());
+        }
+        // Every write up to `target` was issued before this flush starts.
+        let target = shared.published.load(Ordering::Acquire);
+        if let Err(error) = shared.device.flush() {
+            let mut state = shared.lock_state();
+            return Err(shared.poison(&mut state, error.to_string()));
+        }
+        *synced = target;
+        Ok(())
+    }
+
+    /// Waits until the memtable has room (LevelDB's MakeRoomForWrite): freezes a full
+    /// memtable for the background thread, and waits while a frozen one is still being
+    /// flushed or level 0 is at its stop trigger. Returns the memtable to insert into.
+    fn make_room(&self, writer: &mut WriterState, force: bool) -> Result<Arc<MemTable>> {
+        let shared = &self.shared;
+        let mut state = shared.lock_state();
+        let forced = force;
+        loop {
+            if let Some(start) = state.backup_start_update.take() {
+                writer.backup_log.set_live_start(start.0, start.1);
+            }
+            if let Some(reason) = &state.poisoned {
+                return Err(Error::Poisoned { reason: reason.clone() });
+            }
+            let full = state.mem.approximate_bytes() >= shared.options.write_buffer_size;
+            let level0 = state.version.chunks.values().filter(|chunk| chunk.level == 0).count();
+            if !forced && !full && level0 < shared.options.level0_stop_writes_trigger {
+                return Ok(Arc::clone(&state.mem));
+            }
+            if state.imm.is_some() || (!forced && level0 >= shared.options.level0_stop_writes_trigger) {
+                if state.space_full {
+                    return Err(Error::SpaceFull { needed: 1, num_slots: shared.geometry.num_slots });
+                }
+                state = shared.wait(state);
+                continue;
+            }
+            if state.mem.is_empty() {
+                // Nothing to flush: room is all there is.
+                return Ok(Arc::clone(&state.mem));
+            }
+            let frozen = Frozen {
+                table: std::mem::take(&mut state.mem),
+                backup_start: writer.backup_log.next_position(),
+                last_sequence: writer.last_sequence,
+            };
+            state.imm = Some(frozen);
+            shared.work.notify_all();
+            // A forced freeze (the backup log is full, or `flush`) waits for the flush that
+            // moves the backup start; an ordinary one goes on with the new memtable.
+            if !forced {
+                return Ok(Arc::clone(&state.mem));
+            }
+        }
     }
 
     /// The value of `key`, if any.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut inner = self.lock();
-        if let Some(found) = inner.memtable.get(key, u64::MAX) {
-            return Ok(found.map(<[u8]>::to_vec));
-        }
-        inner.get_from_chunks(key)
+        crate::read::get(&self.shared, key, self.shared.published.load(Ordering::Acquire))
     }
 
-    /// Every live key and value with `start <= key < end` (`end` None: to the last key), in
-    /// key order.
-    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut inner = self.lock();
-        inner.range(start, end)
+    /// An iterator over every live key and value with `start <= key < end` (`end` None: to
+    /// the last key), in key order, as of now.
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Result<DbIterator> {
+        DbIterator::new(&self.shared, start, end, self.shared.published.load(Ordering::Acquire))
     }
 
-    /// Writes the memtable to level-0 chunks and commits them.
+    /// An iterator over every key.
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.range(b"", None)
+    }
+
+    /// A consistent view: reads through it see the store as it is now.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        let mut state = self.shared.lock_state();
+        let sequence = self.shared.published.load(Ordering::Acquire);
+        *state.snapshots.entry(sequence).or_insert(0) += 1;
+        Snapshot { db: self, sequence }
+    }
+
+    /// Writes the memtable to level-0 chunks and waits until they are committed.
     pub fn flush(&self) -> Result<()> {
-        let mut inner = self.lock();
-        inner.check_writable()?;
-        inner.flush_memtable()
+        let mut writer = self.shared.lock_writer();
+        let mem = self.make_room(&mut writer, true)?;
+        drop(writer);
+        drop(mem);
+        self.wait_idle()
     }
 
-    /// Chunks per level (level 0 first), for tools and tests.
-    pub fn level_chunk_counts(&self) -> Vec<usize> {
-        let inner = self.lock();
-        (0..inner.version.num_levels as u8).map(|level| inner.version.level(level).len()).collect()
+    /// Compacts every level down as far as it goes, and waits.
+    pub fn compact_range(&self) -> Result<()> {
+        self.flush()?;
+        let mut state = self.shared.lock_state();
+        state.manual_compaction = Some(0);
+        self.shared.work.notify_all();
+        drop(state);
+        self.wait_idle()
     }
 
-    /// The largest batch `write` accepts, in `WriteBatch::encoded_len` bytes: half the
-    /// backup log's object limit, so that a batch never waits on a log it cannot fit.
-    pub fn batch_len_max(&self) -> u64 {
-        self.lock().batch_len_max()
+    /// Waits until the background thread has nothing left to do.
+    fn wait_idle(&self) -> Result<()> {
+        let shared = &self.shared;
+        let mut state = shared.lock_state();
+        loop {
+            if let Some(reason) = &state.poisoned {
+                return Err(Error::Poisoned { reason: reason.clone() });
+            }
+            if state.space_full {
+                return Err(Error::SpaceFull { needed: 1, num_slots: shared.geometry.num_slots });
+            }
+            let busy = state.imm.is_some()
+                || state.manual_compaction.is_some()
+                || crate::background::compaction_wanted(shared, &state);
+            if !busy {
+                return Ok(());
+            }
+            shared.work.notify_all();
+            state = shared.wait(state);
+        }
     }
 
-    /// Every chunk of the current version, by id.
-    pub fn chunks(&self) -> Vec<ChunkMeta> {
-        self.lock().version.chunks.values().cloned().collect()
-    }
-
-    /// Slots marked in use in the online map (all instances).
-    pub fn slots_in_use(&self) -> u64 {
-        self.lock().online.iter().filter(|&&used| used).count() as u64
-    }
-
-    /// The largest sequence number written.
-    pub fn last_sequence(&self) -> u64 {
-        self.lock().last_sequence
-    }
-}
-
-impl Inner {
-    fn batch_len_max(&self) -> u64 {
-        self.backup_log.context().payload_len_max() / 2
-    }
-
-    fn check_writable(&self) -> Result<()> {
-        match &self.poisoned {
+    /// Stops the background thread after its current task and closes the device. The
+    /// memtable stays in the backup log; the next open replays it.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_background();
+        let state = self.shared.lock_state();
+        match &state.poisoned {
             Some(reason) => Err(Error::Poisoned { reason: reason.clone() }),
             None => Ok(()),
         }
     }
 
-    fn write_pending(&mut self, ofs_area: u64, pending: &[PendingWrite]) -> Result<()> {
-        for write in pending {
-            if let Err(error) = self.device.write_at(ofs_area + write.offset, &write.bytes) {
-                self.poisoned = Some(error.to_string());
-                return Err(error.into());
-            }
+    fn stop_background(&mut self) {
+        {
+            let mut state = self.shared.lock_state();
+            state.shutting_down = true;
+            self.shared.work.notify_all();
         }
-        Ok(())
-    }
-
-    pub(crate) fn flush_device(&mut self) -> Result<()> {
-        if let Err(error) = self.device.flush() {
-            // SPEC.md §2.4: never retry a failed flush and carry on.
-            self.poisoned = Some(error.to_string());
-            return Err(error.into());
-        }
-        Ok(())
-    }
-
-    /// Threaded logging over the online map (SPEC.md §10.4).
-    fn allocate(&mut self, count: u64) -> Result<Vec<u64>> {
-        let num_slots = self.geometry.num_slots;
-        let mut found = Vec::new();
-        let mut cursor = self.allocation_cursor;
-        for _ in 0..num_slots {
-            if found.len() as u64 == count {
-                break;
-            }
-            if !self.online[cursor as usize] {
-                found.push(cursor);
-            }
-            cursor = (cursor + 1) % num_slots;
-        }
-        if (found.len() as u64) < count {
-            return Err(Error::SpaceFull { needed: count, num_slots });
-        }
-        self.allocation_cursor = cursor;
-        Ok(found)
-    }
-
-    /// Packs sorted entries (one version per key) into chunks, each filling at most a slot.
-    pub(crate) fn build_chunks<'a>(
-        &self,
-        entries: impl Iterator<Item = (&'a [u8], u64, EntryKind, &'a [u8])>,
-    ) -> Vec<BuiltSubChunk> {
-        let chunk_options = ChunkOptions {
-            slot_size: self.geometry.slot_size,
-            block_size: self.options.block_size,
-            bloom_bits_per_key: self.options.bloom_bits_per_key,
-        };
-        let identity = ChunkIdentity {
-            volume_uuid: self.geometry.volume_uuid,
-            instance: self.instance,
-            chunk_id: 0,
-            sub_chunk_index: 0,
-            num_sub_chunks: 1,
-            level: 0,
-            flags: 0,
-        };
-        let mut built = Vec::new();
-        let mut builder = ChunkBuilder::new(chunk_options);
-        for (key, sequence, kind, value) in entries {
-            if !builder.add(key, sequence, kind, value) {
-                let full = std::mem::replace(&mut builder, ChunkBuilder::new(chunk_options));
-                built.extend(full.finish(identity));
-                let added = builder.add(key, sequence, kind, value);
-                assert!(added, "an entry within the value limit always fits an empty slot");
-            }
-        }
-        built.extend(builder.finish(identity));
-        built
-    }
-
-    /// Allocates a slot for each built chunk, writes it (not yet flushed), marks the slots in
-    /// the online map, and returns the metadata of each at its level with its flags.
-    pub(crate) fn write_chunks(
-        &mut self,
-        built: &mut [BuiltSubChunk],
-        placement: &[(u8, u8)],
-    ) -> Result<Vec<ChunkMeta>> {
-        let slots = self.allocate(built.len() as u64)?;
-        let mut metas = Vec::with_capacity(built.len());
-        for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
-            chunk.set_level_and_flags(level, flags);
-            chunk.set_identity(slot, 0, 1);
-            let offset = self.geometry.slot_offset(slot);
-            let tail = chunk.tail();
-            let result = self
-                .device
-                .write_at(offset, &chunk.body)
-                .and_then(|()| self.device.write_at(offset + self.geometry.slot_size - tail.len() as u64, &tail));
-            if let Err(error) = result {
-                self.poisoned = Some(error.to_string());
-                return Err(error.into());
-            }
-            metas.push(ChunkMeta {
-                chunk_id: slot,
-                level,
-                flags,
-                num_entries: chunk.footer.num_entries,
-                smallest_seq: chunk.footer.smallest_seq,
-                largest_seq: chunk.footer.largest_seq,
-                len_data: chunk.len_data(),
-                smallest_key: chunk.first_key.clone(),
-                largest_key: chunk.last_key.clone(),
-                sub_chunks: vec![SubChunkRef { slot, digest: chunk.footer.digest }],
-            });
-        }
-        for &slot in &slots {
-            self.online[slot as usize] = true;
-        }
-        Ok(metas)
-    }
-
-    /// Frees the slots of chunks a durable delta version deleted (SPEC.md §3.2 of the paper:
-    /// only after the commit).
-    pub(crate) fn free_slots(&mut self, chunks: &[ChunkMeta]) {
-        for chunk in chunks {
-            for slot in chunk.slots() {
-                self.online[slot as usize] = false;
-                self.tails.remove(&slot);
-            }
+        if let Some(handle) = self.background.take() {
+            let _ = handle.join();
         }
     }
 
-    pub(crate) fn flush_memtable(&mut self) -> Result<()> {
-        if self.memtable.is_empty() {
-            return Ok(());
-        }
-        // Only the newest version of each key is written (there are no snapshots yet to need
-        // older ones), so a key lies in exactly one chunk of a flush and level-0 reads may
-        // take chunks newest first. With snapshots, a chunk must never be cut between two
-        // versions of one key.
-        let mut previous_key: Option<&[u8]> = None;
-        let newest = self.memtable.iter().filter(|&(key, ..)| {
-            let first = previous_key != Some(key);
-            previous_key = Some(key);
-            first
-        });
-        let mut built = self.build_chunks(newest);
-        let placement = vec![(0u8, 0u8); built.len()];
-        let added = self.write_chunks(&mut built, &placement)?;
-        self.flush_device()?;
-        // Everything appended to the backup log so far is in these chunks: the start point
-        // moves to the next append (SPEC.md §10.2).
-        let (ofs_backup_start, lsn_backup_start) = self.backup_log.next_position();
-        let delta = DeltaVersion {
-            last_sequence: self.last_sequence,
-            ofs_backup_start,
-            lsn_backup_start,
-            compaction_id: 0,
-            deleted: Vec::new(),
-            compact_pointers: Vec::new(),
-            added,
-        };
-        self.commit(&delta)?;
-        self.memtable = MemTable::default();
-        self.backup_log.set_live_start(ofs_backup_start, lsn_backup_start);
-        self.compact_while_needed()
+    /// Chunks per level (level 0 first).
+    pub fn level_chunk_counts(&self) -> Vec<usize> {
+        let version = Arc::clone(&self.shared.lock_state().version);
+        (0..version.num_levels as u8).map(|level| version.level(level).len()).collect()
     }
 
-    /// Appends the delta version, or a new base version holding it when the version log
-    /// needs a trim (SPEC.md §10.3), and makes it durable: the commit point.
-    pub(crate) fn commit(&mut self, delta: &DeltaVersion) -> Result<()> {
-        let mut next = self.version.clone();
-        next.apply(delta).map_err(|error| Error::Recovery {
-            path: self.device.path().display().to_string(),
-            instance: self.instance,
-            reason: format!("a new delta version contradicts the version: {error}"),
-        })?;
-        let delta_payload = delta.encode();
-        let base_len = next.to_base(self.geometry, self.instance).encode().len();
-        let ofs_area = self.version_log.context().ofs_area;
-        // Trim while a base version still fits after this delta with room to grow: the next
-        // commit's base is larger by what its delta adds (SPEC.md §10.3).
-        let sector = self.geometry.sector_size as usize;
-        let base_reserve = base_len + base_len / 4 + delta_payload.len() + sector;
-        if self.version_log.fits(&[delta_payload.len(), base_reserve]) {
-            let sn = self.sn;
-            let pending = self
-                .version_log
-                .append(ObjectType::DeltaVersion, sn, &delta_payload)
-                .map_err(|error| Error::Unsupported { reason: error.to_string() })?;
-            self.write_pending(ofs_area, &pending)?;
-            self.flush_device()?;
-        } else {
-            let sn = self.sn + 1;
-            let base = next.to_base(self.geometry, self.instance);
-            let pending = self.version_log.append(ObjectType::BaseVersion, sn, &base.encode()).map_err(|error| {
-                Error::Unsupported {
-                    reason: format!("the version log cannot hold a base version of this tree: {error}"),
-                }
-            })?;
-            self.write_pending(ofs_area, &pending)?;
-            self.flush_device()?;
-            let last = pending.last().map(|write| (write.offset, write.lsn)).unwrap_or_default();
-            self.version_log.set_live_start(last.0, last.1);
-            self.version_log.set_sn(sn);
-            self.sn = sn;
-        }
-        self.version = next;
-        Ok(())
+    /// Every chunk of the current version, by id.
+    pub fn chunks(&self) -> Vec<ChunkMeta> {
+        self.shared.lock_state().version.chunks.values().cloned().collect()
     }
 
-    pub(crate) fn tail(&mut self, slot: u64) -> Result<Arc<Tail>> {
-        if let Some(tail) = self.tails.get(&slot) {
-            return Ok(Arc::clone(tail));
-        }
-        let path = self.device.path().display().to_string();
-        let corrupt = |error| Error::Corrupt { path: path.clone(), error };
-        let slot_offset = self.geometry.slot_offset(slot);
-        let slot_size = self.geometry.slot_size;
-        let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
-        let footer_bytes = self.device.read_vec(footer_offset, FOOTER_LEN as u64)?;
-        let footer = Footer::decode(&footer_bytes, footer_offset, slot_size).map_err(corrupt)?;
-        let tail_bytes = self
-            .device
-            .read_vec(slot_offset + u64::from(footer.ofs_index), u64::from(footer.len_index + footer.len_filter))?;
-        let (index_bytes, filter_bytes) = tail_bytes.split_at(footer.len_index as usize);
-        let index = lds_format::chunk::decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), &footer)
-            .map_err(corrupt)?;
-        let filter =
-            Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), &footer).map_err(corrupt)?;
-        let tail = Arc::new(Tail { index, filter });
-        self.tails.insert(slot, Arc::clone(&tail));
-        Ok(tail)
+    /// Slots in use in the online map (all instances), counting slots that wait for readers
+    /// of older versions to finish.
+    pub fn slots_in_use(&self) -> u64 {
+        let mut state = self.shared.lock_state();
+        crate::background::reclaim(&self.shared, &mut state);
+        state.online.iter().filter(|&&used| used).count() as u64
     }
 
-    /// The newest entry for `key` in one sub-chunk: `Some(None)` is a tombstone.
-    fn get_in_slot(&mut self, slot: u64, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
-        let tail = self.tail(slot)?;
-        if !tail.filter.may_contain(key) {
-            return Ok(None);
-        }
-        // The first block whose last key is at or after `key` is the only one that can
-        // hold its newest version.
-        let position = tail.index.partition_point(|entry| entry.last_key.as_slice() < key);
-        let Some(entry) = tail.index.get(position) else { return Ok(None) };
-        let offset = self.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
-        let block = self.device.read_vec(offset, u64::from(entry.len_block))?;
-        let mut found = None;
-        visit_block(&block, offset, |entry| {
-            if found.is_none() && entry.key == key {
-                found = Some(match entry.kind {
-                    EntryKind::Put => Some(entry.value.to_vec()),
-                    EntryKind::Delete => None,
-                });
-            }
-        })
-        .map_err(|error| Error::Corrupt { path: self.device.path().display().to_string(), error })?;
-        Ok(found)
+    /// The largest sequence number written.
+    pub fn last_sequence(&self) -> u64 {
+        self.shared.published.load(Ordering::Acquire)
     }
+}
 
-    fn get_from_chunks(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        for level in 0..self.version.num_levels as u8 {
-            let mut chunks: Vec<(u64, Vec<u64>)> = self
-                .version
-                .level(level)
-                .into_iter()
-                .filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice())
-                .map(|chunk| (chunk.largest_seq, chunk.slots().collect()))
-                .collect();
-            // Level 0 chunks overlap: the newest holds the newest version.
-            chunks.sort_by_key(|chunk| std::cmp::Reverse(chunk.0));
-            for (_, slots) in chunks {
-                for slot in slots {
-                    if let Some(found) = self.get_in_slot(slot, key)? {
-                        return Ok(found);
-                    }
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    fn range(&mut self, start: &[u8], end: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let in_range = |key: &[u8]| key >= start && end.is_none_or(|end| key < end);
-        // Newest version of each key in range over every source, by sequence number.
-        let mut newest: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
-        let mut offer = |key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]| {
-            if !in_range(key) {
-                return;
-            }
-            let candidate = (sequence, (kind == EntryKind::Put).then(|| value.to_vec()));
-            match newest.get(key) {
-                Some((existing, _)) if *existing >= sequence => {}
-                _ => {
-                    newest.insert(key.to_vec(), candidate);
-                }
-            }
-        };
-        for (key, sequence, kind, value) in self.memtable.range_from(start) {
-            if end.is_some_and(|end| key >= end) {
-                break;
-            }
-            offer(key, sequence, kind, value);
-        }
-        let path = self.device.path().display().to_string();
-        let slots: Vec<u64> = self
-            .version
-            .chunks
-            .values()
-            .filter(|chunk| {
-                chunk.largest_key.as_slice() >= start && end.is_none_or(|end| chunk.smallest_key.as_slice() < end)
-            })
-            .flat_map(|chunk| chunk.slots().collect::<Vec<_>>())
-            .collect();
-        for slot in slots {
-            let tail = self.tail(slot)?;
-            for entry in &tail.index {
-                if entry.last_key.as_slice() < start {
-                    continue;
-                }
-                let offset = self.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
-                let block = self.device.read_vec(offset, u64::from(entry.len_block))?;
-                visit_block(&block, offset, |entry| offer(entry.key, entry.sequence, entry.kind, entry.value))
-                    .map_err(|error| Error::Corrupt { path: path.clone(), error })?;
-            }
-        }
-        Ok(newest.into_iter().filter_map(|(key, (_, value))| value.map(|value| (key, value))).collect())
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_background();
     }
 }

@@ -4,13 +4,17 @@
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
-pub mod compaction;
+mod background;
+mod compaction;
 pub mod db;
 pub mod device;
 pub mod error;
 pub mod inspect;
-pub mod memtable;
+mod memtable;
+mod read;
+mod retention;
 pub mod signature;
 
-pub use db::{Db, Options, RecoveryReport, WriteBatch, WriteOptions};
+pub use db::{Db, Options, RecoveryReport, Snapshot, WriteBatch, WriteOptions};
 pub use error::{Error, Result};
+pub use read::DbIterator;

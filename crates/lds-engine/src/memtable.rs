@@ -1,67 +1,68 @@
-//! The memtable: sorted entries not yet in chunks, newest version of a key first.
+//! The memtable: a concurrent skiplist of entries not yet in chunks, ordered by user key and
+//! then newest first (SPEC.md §8.1 order). Writers insert under the engine's write lock;
+//! readers search without locks.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crossbeam_skiplist::SkipMap;
 use lds_format::batch::EntryKind;
 
-/// An entry's position: user key ascending, sequence descending (SPEC.md §8.1 order).
+/// An entry's position: user key ascending, sequence descending.
 pub type InternalKey = (Vec<u8>, Reverse<u64>);
+
+/// One entry, owned.
+pub type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
 
 /// Sorted entries with their approximate memory footprint.
 #[derive(Debug, Default)]
 pub struct MemTable {
-    entries: BTreeMap<InternalKey, (EntryKind, Vec<u8>)>,
-    bytes: usize,
+    entries: SkipMap<InternalKey, (EntryKind, Vec<u8>)>,
+    bytes: AtomicUsize,
 }
 
-/// Per-entry bookkeeping counted in `approximate_bytes`.
-const ENTRY_OVERHEAD_BYTES: usize = 48;
+/// Per-entry bookkeeping counted in `approximate_bytes` (skiplist node and vectors).
+const ENTRY_OVERHEAD_BYTES: usize = 96;
 
 impl MemTable {
     /// Inserts one entry.
-    pub fn insert(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
-        self.bytes += key.len() + value.len() + ENTRY_OVERHEAD_BYTES;
+    pub fn insert(&self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+        self.bytes.fetch_add(key.len() + value.len() + ENTRY_OVERHEAD_BYTES, Ordering::Relaxed);
         self.entries.insert((key.to_vec(), Reverse(sequence)), (kind, value.to_vec()));
     }
 
-    /// The newest version of `key` at or below `snapshot`: `Some(None)` is a tombstone.
-    pub fn get(&self, key: &[u8], snapshot: u64) -> Option<Option<&[u8]>> {
+    /// The newest version of `key` at or below `snapshot`, with its sequence number:
+    /// `Some((sequence, None))` is a tombstone.
+    pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, Option<Vec<u8>>)> {
         let start = (key.to_vec(), Reverse(snapshot));
-        let ((found, _), (kind, value)) = self.entries.range((Bound::Included(start), Bound::Unbounded)).next()?;
+        let entry = self.entries.range((Bound::Included(start), Bound::Unbounded)).next()?;
+        let (found, Reverse(sequence)) = entry.key();
         if found.as_slice() != key {
             return None;
         }
-        Some(match kind {
-            EntryKind::Put => Some(value.as_slice()),
-            EntryKind::Delete => None,
-        })
+        let (kind, value) = entry.value();
+        Some((*sequence, (*kind == EntryKind::Put).then(|| value.clone())))
     }
 
-    /// Every entry in internal-key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64, EntryKind, &[u8])> {
-        self.entries
-            .iter()
-            .map(|((key, Reverse(sequence)), (kind, value))| (key.as_slice(), *sequence, *kind, value.as_slice()))
+    /// Every entry in internal-key order, copied.
+    pub fn entries(&self) -> Vec<Entry> {
+        self.entries.iter().map(|entry| owned(entry.key(), entry.value())).collect()
     }
 
-    /// Entries from `start` (inclusive) in internal-key order.
-    pub fn range_from<'a>(&'a self, start: &[u8]) -> impl Iterator<Item = (&'a [u8], u64, EntryKind, &'a [u8])> + 'a {
+    /// Entries with `start <= key < end`, in internal-key order, copied.
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {
         let from = (start.to_vec(), Reverse(u64::MAX));
         self.entries
             .range((Bound::Included(from), Bound::Unbounded))
-            .map(|((key, Reverse(sequence)), (kind, value))| (key.as_slice(), *sequence, *kind, value.as_slice()))
+            .take_while(|entry| end.is_none_or(|end| entry.key().0.as_slice() < end))
+            .map(|entry| owned(entry.key(), entry.value()))
+            .collect()
     }
 
     /// Approximate bytes held.
     pub fn approximate_bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// True when empty.
@@ -70,23 +71,30 @@ impl MemTable {
     }
 }
 
+fn owned(key: &InternalKey, value: &(EntryKind, Vec<u8>)) -> Entry {
+    (key.0.clone(), key.1 .0, value.0, value.1.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn newest_visible_version_wins() {
-        let mut table = MemTable::default();
+        let table = MemTable::default();
         table.insert(b"a", 1, EntryKind::Put, b"one");
         table.insert(b"a", 3, EntryKind::Delete, b"");
         table.insert(b"a", 5, EntryKind::Put, b"five");
         table.insert(b"b", 2, EntryKind::Put, b"bee");
-        assert_eq!(table.get(b"a", 10), Some(Some(&b"five"[..])));
-        assert_eq!(table.get(b"a", 4), Some(None));
-        assert_eq!(table.get(b"a", 2), Some(Some(&b"one"[..])));
+        assert_eq!(table.get(b"a", 10), Some((5, Some(b"five".to_vec()))));
+        assert_eq!(table.get(b"a", 4), Some((3, None)));
+        assert_eq!(table.get(b"a", 2), Some((1, Some(b"one".to_vec()))));
         assert_eq!(table.get(b"a", 0), None);
         assert_eq!(table.get(b"c", 10), None);
-        let order: Vec<(Vec<u8>, u64)> = table.iter().map(|(key, sequence, _, _)| (key.to_vec(), sequence)).collect();
+        let order: Vec<(Vec<u8>, u64)> =
+            table.entries().into_iter().map(|(key, sequence, _, _)| (key, sequence)).collect();
         assert_eq!(order, vec![(b"a".to_vec(), 5), (b"a".to_vec(), 3), (b"a".to_vec(), 1), (b"b".to_vec(), 2)]);
+        assert_eq!(table.range(b"a", Some(b"b")).len(), 3);
+        assert_eq!(table.range(b"b", None).len(), 1);
     }
 }

@@ -1,0 +1,346 @@
+//! Reads: point lookups and iterators over a consistent view (memtables, then chunks level by
+//! level), with chunk tails and blocks cached.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use lds_format::batch::EntryKind;
+use lds_format::chunk::{decode_block, decode_index, Filter, Footer, IndexEntry, FOOTER_LEN};
+use lds_format::version::{ChunkMeta, Version};
+
+use crate::db::Shared;
+use crate::error::{Error, Result};
+use crate::memtable::{Entry, MemTable};
+
+/// The decoded tail of one sub-chunk (SPEC.md §8.2, §8.3).
+#[derive(Debug)]
+pub(crate) struct Tail {
+    pub(crate) index: Vec<IndexEntry>,
+    pub(crate) filter: Filter,
+}
+
+/// Raw blocks by (slot, block offset), evicted first-in first-out past a byte budget.
+pub(crate) struct BlockCache {
+    budget: usize,
+    bytes: usize,
+    blocks: HashMap<(u64, u32), Arc<Vec<u8>>>,
+    order: VecDeque<(u64, u32)>,
+}
+
+impl BlockCache {
+    pub(crate) fn new(budget: usize) -> Self {
+        Self { budget, bytes: 0, blocks: HashMap::new(), order: VecDeque::new() }
+    }
+
+    fn get(&self, key: (u64, u32)) -> Option<Arc<Vec<u8>>> {
+        self.blocks.get(&key).cloned()
+    }
+
+    fn insert(&mut self, key: (u64, u32), block: Arc<Vec<u8>>) {
+        if block.len() > self.budget || self.blocks.contains_key(&key) {
+            return;
+        }
+        self.bytes += block.len();
+        self.blocks.insert(key, block);
+        self.order.push_back(key);
+        while self.bytes > self.budget {
+            let Some(oldest) = self.order.pop_front() else { break };
+            if let Some(evicted) = self.blocks.remove(&oldest) {
+                self.bytes -= evicted.len();
+            }
+        }
+    }
+
+    /// Drops a freed slot's blocks.
+    pub(crate) fn remove_slot(&mut self, slot: u64) {
+        let keys: Vec<(u64, u32)> = self.blocks.keys().filter(|key| key.0 == slot).copied().collect();
+        for key in keys {
+            if let Some(removed) = self.blocks.remove(&key) {
+                self.bytes -= removed.len();
+            }
+        }
+        self.order.retain(|key| key.0 != slot);
+    }
+}
+
+fn corrupt(shared: &Shared, error: lds_format::FormatError) -> Error {
+    Error::Corrupt { path: shared.path_string(), error }
+}
+
+/// The decoded tail of the sub-chunk in `slot`, cached.
+pub(crate) fn tail(shared: &Shared, slot: u64) -> Result<Arc<Tail>> {
+    if let Some(tail) = shared.tails.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&slot) {
+        return Ok(Arc::clone(tail));
+    }
+    let slot_offset = shared.geometry.slot_offset(slot);
+    let slot_size = shared.geometry.slot_size;
+    let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
+    let footer_bytes = shared.device.read_vec(footer_offset, FOOTER_LEN as u64)?;
+    let footer = Footer::decode(&footer_bytes, footer_offset, slot_size).map_err(|error| corrupt(shared, error))?;
+    let tail_bytes = shared.device.read_vec(
+        slot_offset + u64::from(footer.ofs_index),
+        u64::from(footer.len_index) + u64::from(footer.len_filter),
+    )?;
+    let (index_bytes, filter_bytes) = tail_bytes.split_at(footer.len_index as usize);
+    let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), &footer)
+        .map_err(|error| corrupt(shared, error))?;
+    let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), &footer)
+        .map_err(|error| corrupt(shared, error))?;
+    let tail = Arc::new(Tail { index, filter });
+    shared.tails.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(slot, Arc::clone(&tail));
+    Ok(tail)
+}
+
+/// The bytes of one block, cached.
+fn block(shared: &Shared, slot: u64, entry: &IndexEntry) -> Result<Arc<Vec<u8>>> {
+    let key = (slot, entry.ofs_block);
+    if let Some(block) = shared.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key) {
+        return Ok(block);
+    }
+    let offset = shared.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
+    let block = Arc::new(shared.device.read_vec(offset, u64::from(entry.len_block))?);
+    shared.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, Arc::clone(&block));
+    Ok(block)
+}
+
+/// A found version: its sequence number and value (`None`: a tombstone).
+type Found = (u64, Option<Vec<u8>>);
+
+/// The newest version of `key` at or below `snapshot` in one sub-chunk.
+fn find_in_slot(shared: &Shared, slot: u64, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
+    let tail = tail(shared, slot)?;
+    if !tail.filter.may_contain(key) {
+        return Ok(None);
+    }
+    let first = tail.index.partition_point(|entry| entry.last_key.as_slice() < key);
+    for entry in &tail.index[first..] {
+        let bytes = block(shared, slot, entry)?;
+        let offset = shared.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
+        for found in decode_block(&bytes, offset).map_err(|error| corrupt(shared, error))? {
+            if found.key > key {
+                return Ok(None);
+            }
+            if found.key == key && found.sequence <= snapshot {
+                return Ok(Some((found.sequence, (found.kind == EntryKind::Put).then(|| found.value.to_vec()))));
+            }
+        }
+        if entry.last_key.as_slice() > key {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
+    for slot in chunk.slots() {
+        if let Some(found) = find_in_slot(shared, slot, key, snapshot)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// What a reader works from: the memtables and version at one moment.
+pub(crate) struct View {
+    pub(crate) mem: Arc<MemTable>,
+    pub(crate) imm: Option<Arc<MemTable>>,
+    pub(crate) version: Arc<Version>,
+}
+
+pub(crate) fn view(shared: &Shared) -> View {
+    let state = shared.lock_state();
+    View {
+        mem: Arc::clone(&state.mem),
+        imm: state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)),
+        version: Arc::clone(&state.version),
+    }
+}
+
+/// The value of `key` at `snapshot`.
+pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+    let view = view(shared);
+    for table in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
+        if let Some((_, value)) = table.get(key, snapshot) {
+            return Ok(value);
+        }
+    }
+    for level in 0..view.version.num_levels as u8 {
+        let chunks = view.version.level(level);
+        let candidates =
+            chunks.iter().filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice());
+        if level == 0 {
+            // Level-0 chunks overlap: the newest visible version among them wins.
+            let mut best: Option<Found> = None;
+            for chunk in candidates {
+                if chunk.smallest_seq > snapshot {
+                    continue;
+                }
+                if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    if best.as_ref().is_none_or(|best| found.0 > best.0) {
+                        best = Some(found);
+                    }
+                }
+            }
+            if let Some((_, value)) = best {
+                return Ok(value);
+            }
+        } else {
+            for chunk in candidates {
+                if let Some((_, value)) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    return Ok(value);
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Walks the sub-chunks of a list of chunks block by block, from a start key.
+struct ChunkCursor {
+    slots: VecDeque<u64>,
+    index: Option<Arc<Tail>>,
+    slot: u64,
+    next_block: usize,
+    buffer: VecDeque<Entry>,
+    start: Vec<u8>,
+}
+
+impl ChunkCursor {
+    fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
+        let slots = chunks.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).collect();
+        Self { slots, index: None, slot: 0, next_block: 0, buffer: VecDeque::new(), start: start.to_vec() }
+    }
+
+    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+        loop {
+            if let Some(entry) = self.buffer.pop_front() {
+                return Ok(Some(entry));
+            }
+            let tail = match &self.index {
+                Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
+                _ => {
+                    let Some(slot) = self.slots.pop_front() else { return Ok(None) };
+                    let tail = tail(shared, slot)?;
+                    self.slot = slot;
+                    self.next_block =
+                        tail.index.partition_point(|entry| entry.last_key.as_slice() < self.start.as_slice());
+                    self.index = Some(Arc::clone(&tail));
+                    continue;
+                }
+            };
+            let entry = &tail.index[self.next_block];
+            self.next_block += 1;
+            let bytes = block(shared, self.slot, entry)?;
+            let offset = shared.geometry.slot_offset(self.slot) + u64::from(entry.ofs_block);
+            let start = self.start.as_slice();
+            self.buffer.extend(
+                decode_block(&bytes, offset)
+                    .map_err(|error| corrupt(shared, error))?
+                    .into_iter()
+                    .filter(|found| found.key >= start)
+                    .map(|found| (found.key.to_vec(), found.sequence, found.kind, found.value.to_vec())),
+            );
+        }
+    }
+}
+
+enum Source {
+    Entries(std::vec::IntoIter<Entry>),
+    Chunks(ChunkCursor),
+}
+
+impl Source {
+    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+        match self {
+            Self::Entries(entries) => Ok(entries.next()),
+            Self::Chunks(cursor) => cursor.next(shared),
+        }
+    }
+}
+
+/// A merge candidate: user key, sequence (newest first), source index, kind, value.
+type HeapItem = Reverse<(Vec<u8>, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
+
+/// An iterator over live keys and values in key order, as of one sequence number. It holds
+/// the version it started on, so the chunks it reads stay in place until it is dropped.
+pub struct DbIterator {
+    shared: Arc<Shared>,
+    _version: Arc<Version>,
+    sources: Vec<Source>,
+    heap: BinaryHeap<HeapItem>,
+    snapshot: u64,
+    end: Option<Vec<u8>>,
+    decided: Option<Vec<u8>>,
+    failed: bool,
+}
+
+impl DbIterator {
+    pub(crate) fn new(shared: &Arc<Shared>, start: &[u8], end: Option<&[u8]>, snapshot: u64) -> Result<Self> {
+        let view = view(shared);
+        let in_range = |chunk: &&ChunkMeta| {
+            chunk.largest_key.as_slice() >= start && end.is_none_or(|end| chunk.smallest_key.as_slice() < end)
+        };
+        let mut sources = vec![Source::Entries(view.mem.range(start, end).into_iter())];
+        if let Some(imm) = &view.imm {
+            sources.push(Source::Entries(imm.range(start, end).into_iter()));
+        }
+        for level in 0..view.version.num_levels as u8 {
+            let chunks: Vec<&ChunkMeta> = view.version.level(level).into_iter().filter(in_range).collect();
+            if level == 0 {
+                sources.extend(chunks.iter().map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
+            } else if !chunks.is_empty() {
+                sources.push(Source::Chunks(ChunkCursor::new(&chunks, start)));
+            }
+        }
+        let mut iterator = Self {
+            shared: Arc::clone(shared),
+            _version: view.version,
+            sources,
+            heap: BinaryHeap::new(),
+            snapshot,
+            end: end.map(<[u8]>::to_vec),
+            decided: None,
+            failed: false,
+        };
+        for index in 0..iterator.sources.len() {
+            iterator.refill(index)?;
+        }
+        Ok(iterator)
+    }
+
+    fn refill(&mut self, index: usize) -> Result<()> {
+        if let Some((key, sequence, kind, value)) = self.sources[index].next(&self.shared)? {
+            self.heap.push(Reverse((key, Reverse(sequence), index, kind, value)));
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        while let Some(Reverse((key, Reverse(sequence), index, kind, value))) = self.heap.pop() {
+            if let Err(error) = self.refill(index) {
+                self.failed = true;
+                return Some(Err(error));
+            }
+            if self.end.as_ref().is_some_and(|end| &key >= end) {
+                self.heap.clear();
+                return None;
+            }
+            if sequence > self.snapshot || self.decided.as_ref() == Some(&key) {
+                continue;
+            }
+            self.decided = Some(key.clone());
+            if kind == EntryKind::Put {
+                return Some(Ok((key, value)));
+            }
+        }
+        None
+    }
+}
