@@ -67,6 +67,25 @@ fn mkfs_and_dump_on_a_loop_device() {
     let label: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(label["primary"]["geometry"]["volume_len"], 64u64 << 20);
     assert_eq!(label["chosen"], "both");
+    // The engine on a block device: synced appends flush their range (sync_file_range).
+    let target = lds_cli::kv::Target { path: device.clone(), instance: 0, hex: false };
+    assert_eq!(lds_cli::kv::put(&target, "on-a-block-device", "yes", true, &mut err), 0);
+    let lines = (0..3000).map(|number| format!("key{number:05}\tvalue{number}\n")).collect::<String>();
+    assert_eq!(
+        lds_cli::kv::load(
+            &target,
+            lds_cli::kv::LoadFormat::Tsv,
+            true,
+            &mut lines.as_bytes(),
+            &mut Vec::new(),
+            &mut err
+        ),
+        0
+    );
+    let mut got = Vec::new();
+    let keys = vec!["on-a-block-device".to_string(), "key02999".to_string()];
+    assert_eq!(lds_cli::kv::get(&target, &keys, None, &mut got, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    assert_eq!(String::from_utf8_lossy(&got), "on-a-block-device\tyes\nkey02999\tvalue2999\n");
     // A size beyond the device is refused; so is a second format without --force.
     let too_big = MkfsOptions { path: device.clone(), size: Some(128 << 20), force: true, ..MkfsOptions::default() };
     let mut err = Vec::new();

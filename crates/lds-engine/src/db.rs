@@ -544,9 +544,11 @@ impl Db {
         if *synced >= sequence {
             return Ok(());
         }
-        // Every write up to `target` was issued before this flush starts.
+        // Every write up to `target` was issued before this flush starts, all of them in the
+        // backup log: flushing its range covers them.
         let target = shared.published.load(Ordering::Acquire);
-        if let Err(error) = shared.device.flush() {
+        let (ofs_area, len_area) = shared.geometry.log_area(LogKind::Backup, shared.instance);
+        if let Err(error) = shared.device.flush_range(ofs_area, len_area) {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.to_string()));
         }
