@@ -88,9 +88,26 @@ fn run(shared: &Shared) {
         if state.manual_compaction.take().is_some() {
             shared.progress.notify_all();
         }
-        state = shared.work.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (guard, waited) =
+            shared.work.wait_timeout(state, LOG_BUFFER_AGE_MAX).unwrap_or_else(std::sync::PoisonError::into_inner);
+        state = guard;
+        if waited.timed_out() {
+            // Idle: write out gathered backup log appends (lock order: writer, then state).
+            drop(state);
+            let drained = match shared.writer.try_lock() {
+                Ok(mut writer) => writer.drain(&shared.device),
+                Err(_) => Ok(()),
+            };
+            state = shared.lock_state();
+            if let Err(error) = drained {
+                shared.poison(&mut state, error.to_string());
+            }
+        }
     }
 }
+
+/// Gathered unsynced appends reach the device at least this often.
+const LOG_BUFFER_AGE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Writes a frozen memtable to level-0 chunks and commits them with the new backup start.
 fn flush_frozen(
