@@ -14,9 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use lds_format::batch::{
-    decode_entries, BatchEntry, EntryKind, WriteBatchRecord, BATCH_ENTRY_FIXED_LEN, BATCH_HEADER_LEN, SEQUENCE_MAX,
-};
+use lds_format::batch::{decode_entries, BatchEntry, EntryKind, WriteBatchRecord, SEQUENCE_MAX};
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::{read_object, ObjectType};
@@ -124,12 +122,7 @@ impl WriteBatch {
 
     /// Bytes of the batch's backup log payload (SPEC.md §7).
     pub fn encoded_len(&self) -> usize {
-        BATCH_HEADER_LEN
-            + self
-                .entries
-                .iter()
-                .map(|entry| BATCH_ENTRY_FIXED_LEN + entry.key.len() + entry.value.len())
-                .sum::<usize>()
+        lds_format::batch::entries_encoded_len(&self.entries)
     }
 }
 

@@ -3,40 +3,16 @@
 //! iterators whose chunks are not reused while they read.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
 
-struct Image(PathBuf);
+mod common;
 
-impl Image {
-    fn new(name: &str) -> Self {
-        let request = LayoutRequest {
-            volume_len: 48 << 20,
-            sector_size: Some(512),
-            slot_size: Some(64 << 10),
-            len_version_log: Some(512 << 10),
-            len_backup_log: Some(96 << 10),
-            ..LayoutRequest::default()
-        };
-        let geometry = plan_layout(&request, [0x3c; 16]).unwrap_or_else(|error| panic!("{error}"));
-        let path = std::env::temp_dir().join(format!("lds-concurrency-{}-{name}.img", std::process::id()));
-        std::fs::write(&path, ImageBuilder::format(Label::new(geometry, "concurrency")).bytes)
-            .unwrap_or_else(|error| panic!("{error}"));
-        Self(path)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
+use common::{small_layout, Image};
 
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+fn image(name: &str) -> Image {
+    Image::new(&format!("concurrency-{name}"), &small_layout(48 << 20, 512 << 10, 96 << 10))
 }
 
 fn options() -> Options {
@@ -57,7 +33,7 @@ fn round_of(value: &[u8]) -> u64 {
 
 #[test]
 fn concurrent_writers_and_readers_see_values_only_move_forward() {
-    let image = Image::new("threads");
+    let image = image("threads");
     let db = Arc::new(Db::open(image.path(), options()).unwrap_or_else(|error| panic!("open: {error}")));
     const WRITERS: usize = 3;
     const ROUNDS: u64 = 6000;
@@ -108,7 +84,7 @@ fn concurrent_writers_and_readers_see_values_only_move_forward() {
 
 #[test]
 fn snapshots_see_the_past_across_flushes_and_compactions() {
-    let image = Image::new("snapshot");
+    let image = image("snapshot");
     let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("open: {error}"));
     let mut batch = WriteBatch::new();
     for number in 0..2000u64 {
@@ -152,7 +128,7 @@ fn snapshots_see_the_past_across_flushes_and_compactions() {
 
 #[test]
 fn an_open_iterator_keeps_reading_what_it_started_on() {
-    let image = Image::new("iterator");
+    let image = image("iterator");
     let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("open: {error}"));
     for number in 0..3000u64 {
         db.put(format!("key{number:05}").as_bytes(), &value(number), WriteOptions::default())
@@ -184,7 +160,7 @@ fn an_open_iterator_keeps_reading_what_it_started_on() {
 
 #[test]
 fn close_then_reopen_keeps_everything() {
-    let image = Image::new("close");
+    let image = image("close");
     let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("open: {error}"));
     for number in 0..5000u64 {
         db.put(format!("key{number:05}").as_bytes(), &value(number), WriteOptions::default())

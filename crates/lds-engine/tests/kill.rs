@@ -4,13 +4,11 @@
 //! issued (no holes).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lds_engine::{Db, Options, WriteOptions};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
 
 const CHILD_ENV: &str = "LDS_KILL_TEST_CHILD";
 
@@ -42,18 +40,19 @@ fn child(path: &Path, first: u64, sync: bool) {
 /// Keys a child writes at most.
 const KEYS_MAX: u64 = 40_000;
 
-fn image(path: &PathBuf) {
-    let request = LayoutRequest {
+mod common;
+
+/// Larger sectors and slots than the other tests: the kill test writes more.
+fn image(path: &Path) {
+    let request = lds_format::label::LayoutRequest {
         volume_len: 32 << 20,
         sector_size: Some(4096),
         slot_size: Some(256 << 10),
         len_version_log: Some(256 << 10),
         len_backup_log: Some(128 << 10),
-        ..LayoutRequest::default()
+        ..lds_format::label::LayoutRequest::default()
     };
-    let geometry = plan_layout(&request, [0x6b; 16]).unwrap_or_else(|error| panic!("{error}"));
-    std::fs::write(path, ImageBuilder::format(Label::new(geometry, "kill")).bytes)
-        .unwrap_or_else(|error| panic!("{error}"));
+    common::format_image(path, &request);
 }
 
 /// How many leading keys are present, checking each value and that nothing follows a gap.

@@ -3,58 +3,15 @@
 //! version log trims; and a run that fills the volume to "space full" and stays readable.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
 
-struct Random(u64);
+mod common;
 
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-}
+use common::{small_layout, Image, Random};
 
-/// A formatted image file (what mkfs writes), removed on drop.
-struct Image(PathBuf);
-
-impl Image {
-    fn new(name: &str, volume_len: u64) -> Self {
-        Self::with_logs(name, volume_len, 64 << 10, 12 << 10)
-    }
-
-    fn with_logs(name: &str, volume_len: u64, len_version_log: u64, len_backup_log: u64) -> Self {
-        let request = LayoutRequest {
-            volume_len,
-            sector_size: Some(512),
-            slot_size: Some(64 << 10),
-            len_version_log: Some(len_version_log),
-            len_backup_log: Some(len_backup_log),
-            ..LayoutRequest::default()
-        };
-        let geometry = plan_layout(&request, [0x42; 16]).unwrap_or_else(|error| panic!("{error}"));
-        let path = std::env::temp_dir().join(format!("lds-model-{}-{name}.img", std::process::id()));
-        std::fs::write(&path, ImageBuilder::format(Label::new(geometry, "model")).bytes)
-            .unwrap_or_else(|error| panic!("{error}"));
-        Self(path)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+fn image(name: &str, volume_len: u64) -> Image {
+    Image::new(&format!("model-{name}"), &small_layout(volume_len, 64 << 10, 12 << 10))
 }
 
 fn key(random: &mut Random) -> Vec<u8> {
@@ -90,7 +47,7 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, random: &mut Random, conte
 #[test]
 fn random_operations_match_a_btreemap_across_reopens() {
     for seed in 1..=12u64 {
-        let image = Image::new(&format!("seed{seed}"), 24 << 20);
+        let image = image(&format!("seed{seed}"), 24 << 20);
         let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut db =
@@ -143,7 +100,7 @@ fn random_operations_match_a_btreemap_across_reopens() {
 
 #[test]
 fn filling_the_volume_ends_in_space_full_and_stays_readable() {
-    let image = Image::new("full", 3 << 20);
+    let image = image("full", 3 << 20);
     let mut random = Random(7);
     let mut model = BTreeMap::new();
     let db = Db::open(image.path(), Options::default()).unwrap_or_else(|error| panic!("open: {error}"));
@@ -181,7 +138,7 @@ fn check_all(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, context: &str) {
 
 #[test]
 fn compaction_builds_levels_with_odd_chunks_and_frees_slots() {
-    let image = Image::with_logs("levels", 48 << 20, 512 << 10, 96 << 10);
+    let image = Image::new("model-levels", &small_layout(48 << 20, 512 << 10, 96 << 10));
     let options = Options { level1_max_bytes: 2 * (64 << 10), level_size_multiplier: 4, ..Options::default() };
     let mut random = Random(99);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();

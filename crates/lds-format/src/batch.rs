@@ -69,12 +69,7 @@ pub struct WriteBatchRecord {
 impl WriteBatchRecord {
     /// Bytes the payload takes.
     pub fn encoded_len(&self) -> usize {
-        BATCH_HEADER_LEN
-            + self
-                .entries
-                .iter()
-                .map(|entry| BATCH_ENTRY_FIXED_LEN + entry.key.len() + entry.value.len())
-                .sum::<usize>()
+        entries_encoded_len(&self.entries)
     }
 
     /// Encodes the payload.
@@ -95,6 +90,12 @@ impl WriteBatchRecord {
         })?;
         Ok(Self { first_sequence, entries })
     }
+}
+
+/// Bytes of a batch payload holding `entries`.
+pub fn entries_encoded_len(entries: &[BatchEntry]) -> usize {
+    BATCH_HEADER_LEN
+        + entries.iter().map(|entry| BATCH_ENTRY_FIXED_LEN + entry.key.len() + entry.value.len()).sum::<usize>()
 }
 
 /// Appends one entry in the batch encoding (used by the engine's write path directly).

@@ -1,0 +1,64 @@
+//! Helpers shared by the engine's integration tests: formatted image files and a seedable
+//! random source.
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::path::{Path, PathBuf};
+
+use lds_format::image::ImageBuilder;
+use lds_format::label::{plan_layout, Label, LayoutRequest};
+
+/// xorshift64*: deterministic, seedable, no dependency.
+pub struct Random(pub u64);
+
+impl Random {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+/// A layout with small sectors and slots, so that tests exercise wraps, trims and levels.
+pub fn small_layout(volume_len: u64, len_version_log: u64, len_backup_log: u64) -> LayoutRequest {
+    LayoutRequest {
+        volume_len,
+        sector_size: Some(512),
+        slot_size: Some(64 << 10),
+        len_version_log: Some(len_version_log),
+        len_backup_log: Some(len_backup_log),
+        ..LayoutRequest::default()
+    }
+}
+
+/// Writes what mkfs would write for `request` to `path`.
+pub fn format_image(path: &Path, request: &LayoutRequest) {
+    let geometry = plan_layout(request, [0x42; 16]).unwrap_or_else(|error| panic!("{error}"));
+    std::fs::write(path, ImageBuilder::format(Label::new(geometry, "test")).bytes)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+}
+
+/// A formatted image file in the temporary directory, removed on drop.
+pub struct Image(PathBuf);
+
+impl Image {
+    pub fn new(name: &str, request: &LayoutRequest) -> Self {
+        let path = std::env::temp_dir().join(format!("lds-engine-test-{}-{name}.img", std::process::id()));
+        format_image(&path, request);
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
