@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::dump::{DumpOptions, DumpWhat};
+use crate::fsck::FsckOptions;
 use crate::kv::{LoadFormat, ScanRange, Target};
 use crate::mkfs::MkfsOptions;
 
@@ -33,6 +34,18 @@ pub enum Command {
     /// Example: lds mkfs --size 1GiB volume.img
     #[command(verbatim_doc_comment)]
     Mkfs(MkfsOptions),
+    /// Check a volume completely, read-only.
+    ///
+    /// Labels, both logs of every instance, every chunk the trees reference (footer, index,
+    /// filter, every block's checksum, key order and range; with --deep the blake3 digest and
+    /// every key against its filter), the online map and the compaction journal. One line per
+    /// problem with a stable code (E errors, W warnings, I info), then a summary.
+    /// Exit codes as fsck(8): 0 clean, 4 errors left uncorrected, 8 operational error,
+    /// 16 usage error. Refuses a volume another process holds unless --force-readonly.
+    ///
+    /// Example: lds fsck --deep volume.img
+    #[command(verbatim_doc_comment)]
+    Fsck(FsckOptions),
     /// Print a volume's structures. Never writes.
     ///
     /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree.
@@ -154,6 +167,7 @@ pub enum Command {
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
         Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
+        Command::Fsck(options) => crate::fsck::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),
         Command::Get { target, keys, stdin } => {
             let mut input = std::io::stdin().lock();

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod dump;
+pub mod fsck;
 pub mod json;
 pub mod kv;
 pub mod mkfs;

@@ -4,7 +4,20 @@ use clap::Parser;
 
 fn main() {
     restore_sigpipe();
-    let cli = lds_cli::cli::Cli::parse();
+    let cli = match lds_cli::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            // fsck(8) reports usage errors as 16; the other commands use clap's 2.
+            let fsck = std::env::args().nth(1).as_deref() == Some("fsck");
+            let code = match (error.use_stderr(), fsck) {
+                (false, _) => 0,
+                (true, true) => 16,
+                (true, false) => 2,
+            };
+            std::process::exit(code);
+        }
+    };
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr().lock();
     let code = lds_cli::cli::run(cli, &mut out, &mut err);

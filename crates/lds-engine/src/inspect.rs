@@ -72,8 +72,51 @@ impl std::fmt::Display for InspectError {
 
 impl std::error::Error for InspectError {}
 
+/// Positioned reads from a device, an image file or an image in memory.
+pub trait ReadAt {
+    /// Bytes available.
+    fn len(&self) -> u64;
+    /// True when there are no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Reads `len` bytes at `offset`.
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError>;
+}
+
+impl ReadAt for Device {
+    fn len(&self) -> u64 {
+        Device::len(self)
+    }
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        Device::read_vec(self, offset, len)
+    }
+}
+
+/// A volume image held in memory (tests, the crash simulator).
+pub struct MemoryImage<'a>(pub &'a [u8]);
+
+impl ReadAt for MemoryImage<'_> {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let start = usize::try_from(offset).ok();
+        let end = start.and_then(|start| start.checked_add(usize::try_from(len).ok()?));
+        match (start, end) {
+            (Some(start), Some(end)) if end <= self.0.len() => Ok(self.0[start..end].to_vec()),
+            _ => Err(DeviceError::Read {
+                path: "memory image".into(),
+                offset,
+                len,
+                source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            }),
+        }
+    }
+}
+
 /// Reads both label copies (SPEC.md §4.2).
-pub fn read_labels(device: &Device) -> Result<LabelPair, DeviceError> {
+pub fn read_labels(device: &impl ReadAt) -> Result<LabelPair, DeviceError> {
     let read_label = |offset: u64| -> Result<Result<Label, FormatError>, DeviceError> {
         if offset + LABEL_LEN as u64 > device.len() {
             return Ok(Err(FormatError::Truncated {

@@ -9,6 +9,7 @@ mod compaction;
 pub mod db;
 pub mod device;
 pub mod error;
+pub mod fsck;
 pub mod inspect;
 mod memtable;
 mod read;

@@ -3,6 +3,8 @@
 //! I8): the uuids are fixed and nothing depends on time or randomness.
 #![deny(clippy::unwrap_used)]
 
+pub mod fsck_cases;
+
 use lds_format::batch::{BatchEntry, EntryKind};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest};
@@ -18,7 +20,7 @@ pub struct Fixture {
     pub image: Vec<u8>,
 }
 
-fn label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
+pub(crate) fn label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
     let mut uuid = [uuid_byte; 16];
     uuid[6] = 0x40 | (uuid_byte & 0x0f);
     uuid[8] = 0x80 | (uuid_byte & 0x3f);
@@ -29,7 +31,7 @@ type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
 
 /// Entries `key{first..first+count}` with sequence numbers from `first_sequence`; every
 /// seventh is a tombstone.
-fn entries(first: u32, count: u32, first_sequence: u64) -> Vec<Entry> {
+pub(crate) fn entries(first: u32, count: u32, first_sequence: u64) -> Vec<Entry> {
     (0..count)
         .map(|index| {
             let number = first + index;
@@ -40,7 +42,7 @@ fn entries(first: u32, count: u32, first_sequence: u64) -> Vec<Entry> {
         .collect()
 }
 
-fn puts(names: &[&str]) -> Vec<BatchEntry> {
+pub(crate) fn puts(names: &[&str]) -> Vec<BatchEntry> {
     names
         .iter()
         .map(|name| BatchEntry {
@@ -52,7 +54,7 @@ fn puts(names: &[&str]) -> Vec<BatchEntry> {
 }
 
 /// A delta adding `chunks` that keeps the instance's current backup start.
-fn added(image: &ImageBuilder, instance: u32, chunks: Vec<ChunkMeta>, last_sequence: u64) -> DeltaVersion {
+pub(crate) fn added(image: &ImageBuilder, instance: u32, chunks: Vec<ChunkMeta>, last_sequence: u64) -> DeltaVersion {
     let version = &image.instances[instance as usize].version;
     DeltaVersion {
         added: chunks,
@@ -63,11 +65,11 @@ fn added(image: &ImageBuilder, instance: u32, chunks: Vec<ChunkMeta>, last_seque
     }
 }
 
-fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+pub(crate) fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|error| panic!("fixture generation: {error}"))
 }
 
-fn small(sector_size: u32) -> LayoutRequest {
+pub(crate) fn small(sector_size: u32) -> LayoutRequest {
     LayoutRequest { volume_len: 4 << 20, sector_size: Some(sector_size), ..LayoutRequest::default() }
 }
 
@@ -77,7 +79,7 @@ fn empty() -> Vec<u8> {
 }
 
 /// Base and delta versions, chunks in three levels with an odd chunk, a trim, batches.
-fn versions() -> Vec<u8> {
+pub(crate) fn versions_image() -> ImageBuilder {
     let mut image = ImageBuilder::format(label(small(4096), 0x22, "versions"));
     // Two memtable flushes to L0.
     expect(image.append_batch(0, puts(&["apple", "banana"])));
@@ -151,11 +153,11 @@ fn versions() -> Vec<u8> {
     ));
     // Written after the last flush: replayed by recovery.
     expect(image.append_batch(0, puts(&["damson", "elderberry"])));
-    image.bytes
+    image
 }
 
 /// Both logs wrapped: the version log holds a WOL, the backup log a WOR and a WOL.
-fn wrapped() -> Vec<u8> {
+pub(crate) fn wrapped_image() -> ImageBuilder {
     let request = LayoutRequest {
         volume_len: 4 << 20,
         sector_size: Some(512),
@@ -188,11 +190,11 @@ fn wrapped() -> Vec<u8> {
     for batch in 0..30u32 {
         expect(image.append_batch(0, puts(&[&format!("after-the-last-flush-{batch:02}")])));
     }
-    image.bytes
+    image
 }
 
 /// An unfinished compaction recorded in the compaction journal (SifrDB §4.2).
-fn journal() -> Vec<u8> {
+pub(crate) fn journal_image() -> ImageBuilder {
     let mut image = ImageBuilder::format(label(small(4096), 0x44, "journal"));
     let inputs: Vec<ChunkMeta> = (0..3u32)
         .map(|index| {
@@ -218,11 +220,11 @@ fn journal() -> Vec<u8> {
         outputs: vec![output],
     };
     expect(image.append_journal(0, &record));
-    image.bytes
+    image
 }
 
 /// Two instances sharing the slot area.
-fn two_instances() -> Vec<u8> {
+pub(crate) fn two_instances_image() -> ImageBuilder {
     let request = LayoutRequest { volume_len: 4 << 20, instance_count: Some(2), ..LayoutRequest::default() };
     let mut image = ImageBuilder::format(label(request, 0x55, "two instances"));
     for instance in 0..2u32 {
@@ -233,7 +235,7 @@ fn two_instances() -> Vec<u8> {
         expect(image.append_delta(instance, &delta));
         expect(image.append_batch(instance, puts(&[&format!("instance-{instance}")])));
     }
-    image.bytes
+    image
 }
 
 /// Every fixture.
@@ -247,23 +249,23 @@ pub fn all() -> Vec<Fixture> {
         Fixture {
             name: "d_versions",
             description: "base and delta versions, chunks in levels 0 to 2 with an odd chunk, a trim, write batches",
-            image: versions(),
+            image: versions_image().bytes,
         },
         Fixture {
             name: "d_wrapped",
             description:
                 "512-byte sectors and tiny logs: the version log wrapped (WOL) and the backup log wrapped (WOR, WOL)",
-            image: wrapped(),
+            image: wrapped_image().bytes,
         },
         Fixture {
             name: "d_journal",
             description: "an unfinished compaction: a compaction journal record with one output and one cleaned input",
-            image: journal(),
+            image: journal_image().bytes,
         },
         Fixture {
             name: "d_two_instances",
             description: "two instances with their own logs sharing one slot area",
-            image: two_instances(),
+            image: two_instances_image().bytes,
         },
     ]
 }

@@ -1,0 +1,178 @@
+//! `lds fsck`: check a volume completely, read-only, with fsck(8) exit codes (0 clean, 4
+//! errors left uncorrected, 8 operational error, 16 usage). Output: one line per problem with
+//! its stable code, then a summary; `--json` follows docs/fsck-json.md (`lds-fsck/1`).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use lds_engine::device::{Device, DeviceError, OpenMode};
+use lds_engine::fsck::{check, CheckOptions, Report, Severity};
+use serde_json::json;
+
+/// Exit code: an operational error (the check could not run).
+pub const EXIT_OPERATIONAL: i32 = 8;
+
+/// Options of `lds fsck`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct FsckOptions {
+    /// Block device or image file.
+    pub path: PathBuf,
+    /// Never write (the only mode: accepted for fsck(8) habits).
+    #[arg(short = 'n', long = "no-changes")]
+    pub read_only: bool,
+    /// Also recompute every chunk's blake3 digest and test every key against its filter.
+    #[arg(long)]
+    pub deep: bool,
+    /// Print JSON (schema lds-fsck/1, docs/fsck-json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Check even while another process holds the volume (results may be inconsistent).
+    #[arg(long)]
+    pub force_readonly: bool,
+}
+
+/// One line of a problem: `E405 chunk 12 of instance 0 @ 123456: message`.
+pub fn problem_line(problem: &lds_engine::fsck::Problem) -> String {
+    let letter = match problem.code.severity() {
+        Severity::Error => 'E',
+        Severity::Warning => 'W',
+        Severity::Info => 'I',
+    };
+    format!("{letter}{} {} @ {}: {}", problem.code.number(), problem.structure, problem.offset, problem.message)
+}
+
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
+    let summary = &report.summary;
+    vec![
+        format!(
+            "checked {} log objects ({} live), {} chunks, {} blocks, {} entries, {} bytes of chunks in {seconds:.2} s",
+            summary.log_objects,
+            summary.live_log_objects,
+            summary.chunks,
+            summary.blocks,
+            summary.entries,
+            summary.bytes_verified
+        ),
+        format!("slots: {} in use of {}", summary.slots_in_use, summary.slots),
+        format!(
+            "problems: {}, {}, {} info",
+            plural(report.count(Severity::Error), "error"),
+            plural(report.count(Severity::Warning), "warning"),
+            report.count(Severity::Info)
+        ),
+    ]
+}
+
+/// Runs fsck; returns the exit code.
+pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let device = match Device::open(&options.path, OpenMode::ReadOnlyLocked) {
+        Ok(device) => device,
+        Err(DeviceError::Locked { .. }) if options.force_readonly => {
+            match Device::open(&options.path, OpenMode::ReadOnly) {
+                Ok(device) => device,
+                Err(error) => {
+                    let _ = writeln!(err, "lds fsck: {error}");
+                    return EXIT_OPERATIONAL;
+                }
+            }
+        }
+        Err(DeviceError::Locked { path }) => {
+            let _ = writeln!(
+                err,
+                "lds fsck: {}: in use by another process; refusing to check a live volume (use --force-readonly)",
+                path.display()
+            );
+            return EXIT_OPERATIONAL;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds fsck: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let started = Instant::now();
+    let terminal = std::io::stderr().is_terminal() && !options.json;
+    let mut last_percent = 0u64;
+    let mut progress = |done: u64, total: u64| {
+        if total < (64 << 20) {
+            return;
+        }
+        let percent = done * 100 / total.max(1);
+        if terminal && percent != last_percent {
+            let filled = (percent / 5) as usize;
+            let _ = write!(
+                std::io::stderr(),
+                "\rchecking chunks [{}{}] {percent:3}%",
+                "#".repeat(filled),
+                " ".repeat(20 - filled)
+            );
+        } else if !terminal && percent / 25 != last_percent / 25 {
+            let _ = writeln!(std::io::stderr(), "lds fsck: checked {percent}% of the chunks");
+        }
+        last_percent = percent;
+    };
+    let result = check(&device, CheckOptions { deep: options.deep }, &mut progress);
+    if terminal && last_percent > 0 {
+        let _ = writeln!(std::io::stderr());
+    }
+    let report = match result {
+        Ok(report) => report,
+        Err(error) => {
+            let _ = writeln!(err, "lds fsck: {}: {error}", options.path.display());
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let code = report.exit_code();
+    if options.json {
+        let summary = &report.summary;
+        let document = json!({
+            "schema": "lds-fsck/1",
+            "device": options.path.display().to_string(),
+            "deep": options.deep,
+            "problems": report.problems.iter().map(|problem| json!({
+                "code": problem.code.number(),
+                "severity": problem.code.severity().name(),
+                "structure": problem.structure,
+                "offset": problem.offset,
+                "message": problem.message,
+            })).collect::<Vec<_>>(),
+            "summary": {
+                "log_objects": summary.log_objects,
+                "live_log_objects": summary.live_log_objects,
+                "chunks": summary.chunks,
+                "blocks": summary.blocks,
+                "entries": summary.entries,
+                "bytes_verified": summary.bytes_verified,
+                "slots": summary.slots,
+                "slots_in_use": summary.slots_in_use,
+                "seconds": seconds,
+            },
+            "counts": {
+                "error": report.count(Severity::Error),
+                "warning": report.count(Severity::Warning),
+                "info": report.count(Severity::Info),
+            },
+            "exit_code": code,
+        });
+        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
+        return code;
+    }
+    for problem in &report.problems {
+        let _ = writeln!(out, "{}", problem_line(problem));
+    }
+    for line in summary_lines(&report, seconds) {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ =
+        writeln!(out, "{}: {}", options.path.display(), if code == 0 { "clean" } else { "errors left uncorrected" });
+    code
+}
