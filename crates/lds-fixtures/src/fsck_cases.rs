@@ -6,7 +6,7 @@ use lds_format::batch::{BatchEntry, EntryKind, WriteBatchRecord};
 use lds_format::chunk::{Footer, FOOTER_LEN};
 use lds_format::codec::crc32c;
 use lds_format::image::{area_context, ImageBuilder};
-use lds_format::label::{Label, LayoutRequest, LogKind};
+use lds_format::label::{Label, LogKind};
 use lds_format::log::{encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
 use lds_format::recovery::{recover_version_log, VersionLogState};
 use lds_format::version::{ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
@@ -523,13 +523,7 @@ fn append_raw_delta_instance(image: &mut ImageBuilder, instance: u32, delta: &De
 /// A wrapped version log whose live base version is in the right portion, with the WOL
 /// pointing elsewhere.
 fn bad_wol_pointer() -> FsckCase {
-    let request = LayoutRequest {
-        volume_len: 4 << 20,
-        sector_size: Some(512),
-        len_version_log: Some(16 << 10),
-        len_backup_log: Some(8 << 10),
-        ..LayoutRequest::default()
-    };
+    let request = crate::tiny_logs();
     let mut image = ImageBuilder::format(label(request, 0x66, "bad wol"));
     for round in 0..400u64 {
         let slot = 4 + round % 8;

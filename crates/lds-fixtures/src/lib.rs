@@ -156,15 +156,20 @@ pub(crate) fn versions_image() -> ImageBuilder {
     image
 }
 
-/// Both logs wrapped: the version log holds a WOL, the backup log a WOR and a WOL.
-pub(crate) fn wrapped_image() -> ImageBuilder {
-    let request = LayoutRequest {
+/// 512-byte sectors and logs of 16 and 8 KiB, so that a few rounds wrap both logs.
+pub(crate) fn tiny_logs() -> LayoutRequest {
+    LayoutRequest {
         volume_len: 4 << 20,
         sector_size: Some(512),
         len_version_log: Some(16 << 10),
         len_backup_log: Some(8 << 10),
         ..LayoutRequest::default()
-    };
+    }
+}
+
+/// Both logs wrapped: the version log holds a WOL, the backup log a WOR and a WOL.
+pub(crate) fn wrapped_image() -> ImageBuilder {
+    let request = tiny_logs();
     let mut image = ImageBuilder::format(label(request, 0x33, "wrapped"));
     for round in 0..120u32 {
         // Five batches of two entries, then a flush of ten entries into a level-0 chunk.
