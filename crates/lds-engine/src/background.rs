@@ -39,54 +39,82 @@ fn next_plan(shared: &Shared, state: &TreeState) -> Option<crate::compaction::Pl
         .or_else(|| crate::compaction::pick(&state.version, &limits, None))
 }
 
+/// One unit of background work: flush the frozen memtable, or run one compaction. Returns
+/// the state lock again and whether anything was done.
+pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>) -> (MutexGuard<'a, TreeState>, bool) {
+    if state.poisoned.is_some() {
+        return (state, false);
+    }
+    if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full) {
+        let table = Arc::clone(&frozen.table);
+        let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
+        drop(state);
+        let result = flush_frozen(shared, &table, backup_start, last_sequence);
+        state = shared.lock_state();
+        match result {
+            Ok(()) => {
+                state.imm = None;
+                state.backup_start_update = Some(backup_start);
+            }
+            Err(Error::SpaceFull { .. }) => state.space_full = true,
+            Err(error) => {
+                shared.poison(&mut state, error.to_string());
+            }
+        }
+        shared.progress.notify_all();
+        return (state, true);
+    }
+    if state.shutting_down {
+        return (state, false);
+    }
+    if let Some(plan) = next_plan(shared, &state) {
+        drop(state);
+        let result = crate::compaction::compact(shared, &plan);
+        state = shared.lock_state();
+        match result {
+            Ok(()) if plan.manual => state.manual_compaction = Some(plan.source_level + 1),
+            Ok(()) => {}
+            Err(Error::SpaceFull { .. }) => {
+                state.compaction_stalled = true;
+                state.manual_compaction = None;
+            }
+            Err(error) => {
+                shared.poison(&mut state, error.to_string());
+            }
+        }
+        shared.progress.notify_all();
+        return (state, true);
+    }
+    if state.manual_compaction.take().is_some() {
+        shared.progress.notify_all();
+    }
+    (state, false)
+}
+
+/// Runs every step there is to do, in the calling thread (`Options::background` false).
+pub(crate) fn run_inline<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>) -> MutexGuard<'a, TreeState> {
+    loop {
+        let (guard, worked) = step(shared, state);
+        state = guard;
+        if !worked {
+            return state;
+        }
+    }
+}
+
 fn run(shared: &Shared) {
     let mut state = shared.lock_state();
     loop {
         if state.poisoned.is_some() {
             return;
         }
-        if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full) {
-            let table = Arc::clone(&frozen.table);
-            let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
-            drop(state);
-            let result = flush_frozen(shared, &table, backup_start, last_sequence);
-            state = shared.lock_state();
-            match result {
-                Ok(()) => {
-                    state.imm = None;
-                    state.backup_start_update = Some(backup_start);
-                }
-                Err(Error::SpaceFull { .. }) => state.space_full = true,
-                Err(error) => {
-                    shared.poison(&mut state, error.to_string());
-                }
-            }
-            shared.progress.notify_all();
+        let (guard, worked) = step(shared, state);
+        state = guard;
+        if worked {
             continue;
         }
         if state.shutting_down {
             return;
-        }
-        if let Some(plan) = next_plan(shared, &state) {
-            drop(state);
-            let result = crate::compaction::compact(shared, &plan);
-            state = shared.lock_state();
-            match result {
-                Ok(()) if plan.manual => state.manual_compaction = Some(plan.source_level + 1),
-                Ok(()) => {}
-                Err(Error::SpaceFull { .. }) => {
-                    state.compaction_stalled = true;
-                    state.manual_compaction = None;
-                }
-                Err(error) => {
-                    shared.poison(&mut state, error.to_string());
-                }
-            }
-            shared.progress.notify_all();
-            continue;
-        }
-        if state.manual_compaction.take().is_some() {
-            shared.progress.notify_all();
         }
         let (guard, waited) =
             shared.work.wait_timeout(state, LOG_BUFFER_AGE_MAX).unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -95,7 +123,7 @@ fn run(shared: &Shared) {
             // Idle: write out gathered backup log appends (lock order: writer, then state).
             drop(state);
             let drained = match shared.writer.try_lock() {
-                Ok(mut writer) => writer.drain(&shared.device),
+                Ok(mut writer) => writer.drain(shared.device.as_ref()),
                 Err(_) => Ok(()),
             };
             state = shared.lock_state();

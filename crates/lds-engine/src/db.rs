@@ -22,7 +22,7 @@ use lds_format::recovery::{online_map, recover_backup_log, recover_version_log};
 use lds_format::version::{ChunkMeta, Version};
 use lds_format::writer::{AppendError, LogAppender};
 
-use crate::device::{Device, OpenMode};
+use crate::device::{BlockDevice, Device, OpenMode};
 use crate::error::{Error, Result};
 use crate::inspect::{read_labels, InspectError};
 use crate::memtable::MemTable;
@@ -59,6 +59,10 @@ pub struct Options {
     /// writes (still a prefix of the writes issued); a synced write first writes out
     /// everything before it. 0 writes every batch.
     pub log_buffer_bytes: usize,
+    /// Flushes and compactions run in a background thread (default). When false they run
+    /// in the writing thread, so that the same operations always issue the same device
+    /// writes and flushes (the crash simulator, RELIABILITY.md I8).
+    pub background: bool,
 }
 
 impl Default for Options {
@@ -74,6 +78,7 @@ impl Default for Options {
             level_size_multiplier: 10,
             block_cache_bytes: 8 << 20,
             log_buffer_bytes: 64 << 10,
+            background: true,
         }
     }
 }
@@ -167,7 +172,7 @@ pub(crate) struct WriterState {
 
 impl WriterState {
     /// Writes the gathered appends to the device.
-    pub(crate) fn drain(&mut self, device: &Device) -> std::result::Result<(), crate::device::DeviceError> {
+    pub(crate) fn drain(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), crate::device::DeviceError> {
         if self.buffer.is_empty() {
             return Ok(());
         }
@@ -180,7 +185,7 @@ impl WriterState {
     /// Adds an append; a discontiguous one (a WOR or WOL) writes out what was gathered first.
     fn gather(
         &mut self,
-        device: &Device,
+        device: &dyn BlockDevice,
         offset: u64,
         bytes: &[u8],
     ) -> std::result::Result<(), crate::device::DeviceError> {
@@ -225,7 +230,7 @@ pub(crate) struct TreeState {
 
 /// Everything the store's threads share.
 pub(crate) struct Shared {
-    pub(crate) device: Device,
+    pub(crate) device: Arc<dyn BlockDevice>,
     pub(crate) geometry: Geometry,
     pub(crate) instance: u32,
     pub(crate) options: Options,
@@ -323,7 +328,13 @@ impl Db {
     /// Opens and returns what recovery found.
     pub fn open_with_report(path: &Path, options: Options) -> Result<(Self, RecoveryReport)> {
         let device = Device::open(path, OpenMode::ReadWrite)?;
-        let labels = read_labels(&device)?;
+        Self::open_device(Arc::new(device), path, options)
+    }
+
+    /// Opens a volume on any device (the crash simulator's, for one); `path` names it in
+    /// messages.
+    pub fn open_device(device: Arc<dyn BlockDevice>, path: &Path, options: Options) -> Result<(Self, RecoveryReport)> {
+        let labels = read_labels(device.as_ref())?;
         let (_, label) = labels.choose().map_err(|choice| InspectError::Label {
             path: path_string(path),
             choice,
@@ -475,9 +486,15 @@ impl Db {
             tails: Mutex::new(HashMap::new()),
             blocks: Mutex::new(crate::read::BlockCache::new(block_cache_bytes)),
         });
-        let background = crate::background::spawn(Arc::clone(&shared))
-            .map_err(|error| Error::Unsupported { reason: format!("cannot start the background thread: {error}") })?;
-        Ok((Self { shared, background: Some(background) }, report))
+        let background = if shared.options.background {
+            let handle = crate::background::spawn(Arc::clone(&shared)).map_err(|error| Error::Unsupported {
+                reason: format!("cannot start the background thread: {error}"),
+            })?;
+            Some(handle)
+        } else {
+            None
+        };
+        Ok((Self { shared, background }, report))
     }
 
     /// The path the store was opened by.
@@ -552,9 +569,9 @@ impl Db {
             }
         };
         let mut written =
-            pending.iter().try_for_each(|write| writer.gather(&shared.device, write.offset, &write.bytes));
+            pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
         if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
-            written = writer.drain(&shared.device);
+            written = writer.drain(shared.device.as_ref());
         }
         if let Err(error) = written {
             let mut state = shared.lock_state();
@@ -596,9 +613,13 @@ impl Db {
     /// flushed or level 0 is at its stop trigger. Returns the memtable to insert into.
     fn make_room(&self, writer: &mut WriterState, force: bool) -> Result<Arc<MemTable>> {
         let shared = &self.shared;
+        let background = shared.options.background;
         let mut state = shared.lock_state();
-        let forced = force;
         loop {
+            if !background {
+                // Inline mode: the writing thread does the background work itself, here.
+                state = crate::background::run_inline(shared, state);
+            }
             if let Some(start) = state.backup_start_update.take() {
                 writer.backup_log.set_live_start(start.0, start.1);
             }
@@ -607,11 +628,13 @@ impl Db {
             }
             let full = state.mem.approximate_bytes() >= shared.options.write_buffer_size;
             let level0 = state.version.chunks.values().filter(|chunk| chunk.level == 0).count();
-            if !forced && !full && level0 < shared.options.level0_stop_writes_trigger {
+            // Inline, compactions already ran: level 0 cannot be waited down.
+            let level0_stop = background && level0 >= shared.options.level0_stop_writes_trigger;
+            if !force && !full && !level0_stop {
                 return Ok(Arc::clone(&state.mem));
             }
-            if state.imm.is_some() || (!forced && level0 >= shared.options.level0_stop_writes_trigger) {
-                if state.space_full {
+            if state.imm.is_some() || (!force && level0_stop) {
+                if state.space_full || !background {
                     return Err(Error::SpaceFull { needed: 1, num_slots: shared.geometry.num_slots });
                 }
                 state = shared.wait(state);
@@ -630,7 +653,10 @@ impl Db {
             shared.work.notify_all();
             // A forced freeze (the backup log is full, or `flush`) waits for the flush that
             // moves the backup start; an ordinary one goes on with the new memtable.
-            if !forced {
+            if !force {
+                if !background {
+                    state = crate::background::run_inline(shared, state);
+                }
                 return Ok(Arc::clone(&state.mem));
             }
         }
@@ -684,6 +710,9 @@ impl Db {
         let shared = &self.shared;
         let mut state = shared.lock_state();
         loop {
+            if !shared.options.background {
+                state = crate::background::run_inline(shared, state);
+            }
             if let Some(reason) = &state.poisoned {
                 return Err(Error::Poisoned { reason: reason.clone() });
             }
@@ -693,7 +722,7 @@ impl Db {
             let busy = state.imm.is_some()
                 || state.manual_compaction.is_some()
                 || crate::background::compaction_wanted(shared, &state);
-            if !busy {
+            if !busy || !shared.options.background {
                 return Ok(());
             }
             shared.work.notify_all();
@@ -713,7 +742,7 @@ impl Db {
     }
 
     fn stop_background(&mut self) {
-        let drained = self.shared.lock_writer().drain(&self.shared.device);
+        let drained = self.shared.lock_writer().drain(self.shared.device.as_ref());
         if let Err(error) = drained {
             let mut state = self.shared.lock_state();
             self.shared.poison(&mut state, error.to_string());

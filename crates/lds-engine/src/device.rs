@@ -278,3 +278,55 @@ impl Device {
         self.file.sync_data().map_err(|source| DeviceError::Flush { path: self.path.clone(), source })
     }
 }
+
+/// What the engine needs of a device: positioned reads and writes and the two flushes of
+/// SPEC.md §2.5. `Device` is the real one; the crash simulator provides another.
+pub trait BlockDevice: Send + Sync {
+    /// Bytes of the device.
+    fn len(&self) -> u64;
+    /// True for a zero-length device.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Reads exactly `buffer.len()` bytes at `offset`.
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError>;
+    /// Writes all of `bytes` at `offset`.
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> Result<(), DeviceError>;
+    /// Makes the completed writes in a range durable.
+    fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError>;
+    /// Reads `len` bytes at `offset` into a new buffer.
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let size = usize::try_from(len).map_err(|_| DeviceError::Read {
+            path: PathBuf::from("device"),
+            offset,
+            len,
+            source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
+        })?;
+        let mut buffer = vec![0u8; size];
+        self.read_at(offset, &mut buffer)?;
+        Ok(buffer)
+    }
+}
+
+impl BlockDevice for Device {
+    fn len(&self) -> u64 {
+        Device::len(self)
+    }
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        Device::read_at(self, offset, buffer)
+    }
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        Device::write_at(self, offset, bytes)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        Device::flush(self)
+    }
+    fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        Device::flush_range(self, offset, len)
+    }
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        Device::read_vec(self, offset, len)
+    }
+}

@@ -84,12 +84,12 @@ pub trait ReadAt {
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError>;
 }
 
-impl ReadAt for Device {
+impl<T: crate::device::BlockDevice + ?Sized> ReadAt for T {
     fn len(&self) -> u64 {
-        Device::len(self)
+        crate::device::BlockDevice::len(self)
     }
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        Device::read_vec(self, offset, len)
+        crate::device::BlockDevice::read_vec(self, offset, len)
     }
 }
 
@@ -116,7 +116,7 @@ impl ReadAt for MemoryImage<'_> {
 }
 
 /// Reads both label copies (SPEC.md §4.2).
-pub fn read_labels(device: &impl ReadAt) -> Result<LabelPair, DeviceError> {
+pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceError> {
     let read_label = |offset: u64| -> Result<Result<Label, FormatError>, DeviceError> {
         if offset + LABEL_LEN as u64 > device.len() {
             return Ok(Err(FormatError::Truncated {
