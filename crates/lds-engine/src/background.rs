@@ -356,11 +356,17 @@ pub(crate) fn commit(
         .version_log
         .append(object_type, sn, &payload)
         .map_err(|error| Error::Unsupported { reason: format!("the version log cannot hold this tree: {error}") })?;
+    // Recovery reaches the live base version through offset 0 (SPEC.md §9.2): when the log
+    // wraps, the WOR must be durable before the WOL, and the WOL before anything overwrites
+    // the start of the old chain (SPEC.md §10.1).
     for write in &pending {
         shared
             .device
             .write_at(ofs_area + write.offset, &write.bytes)
             .map_err(|error| Error::Poisoned { reason: error.to_string() })?;
+        if write.object_type.is_wrap() {
+            flush_device(shared)?;
+        }
     }
     flush_device(shared)?;
     if object_type == ObjectType::BaseVersion {

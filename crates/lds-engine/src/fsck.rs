@@ -77,9 +77,14 @@ pub enum Code {
     LevelOutOfRange,
     /// 209: the base version's geometry replica differs from the label's.
     GeometryReplicaDiffers,
+    /// 210: valid version log objects stand after a position that was never written: writes
+    /// a crash reordered before any flush covered them (nothing acknowledged is lost).
+    VersionLogUnflushedAfterGap,
     /// 306: the object at the head of the backup log is incomplete or damaged (recovery
     /// ignores it, as a write interrupted by a crash).
     BackupLogTornHead,
+    /// 307: valid backup log objects stand after a position that was never written (as 210).
+    BackupLogUnflushedAfterGap,
     /// 302: write batches do not have increasing sequence numbers.
     BackupLogSequence,
     /// 303: a corrupt object breaks the live chain of the backup log: later writes are lost.
@@ -146,8 +151,10 @@ impl Code {
             Self::VersionLogChainBroken => 207,
             Self::LevelOutOfRange => 208,
             Self::GeometryReplicaDiffers => 209,
+            Self::VersionLogUnflushedAfterGap => 210,
             Self::BackupLogSequence => 302,
             Self::BackupLogTornHead => 306,
+            Self::BackupLogUnflushedAfterGap => 307,
             Self::BackupLogChainBroken => 303,
             Self::BackupStartMismatch => 304,
             Self::BackupStartOutside => 305,
@@ -177,6 +184,8 @@ impl Code {
         match self {
             Self::VersionLogTornHead
             | Self::BackupLogTornHead
+            | Self::VersionLogUnflushedAfterGap
+            | Self::BackupLogUnflushedAfterGap
             | Self::StaleChunksInFreeSlots
             | Self::JournalUnfinished => Severity::Info,
             Self::BackupLabelInvalid
@@ -492,17 +501,25 @@ fn replay_code(error: &ReplayError) -> Code {
 /// damage.
 fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, next_lsn: u64) -> bool {
     let sector = u64::from(context.sector_size);
-    let candidates = [offset, offset.div_ceil(sector) * sector];
-    candidates.iter().any(|&at| {
+    let boundary = offset.div_ceil(sector) * sector;
+    [(offset, 2usize), (boundary, 3usize)].iter().any(|&(at, needed)| {
+        // A valid object there is stale, not damaged.
+        if read_valid_object(area, at, context).is_ok() {
+            return false;
+        }
         let Some(header) = area.get(at as usize..at as usize + HEADER_LEN) else { return false };
         let field = |range: std::ops::Range<usize>| {
             header[range].iter().rev().fold(0u64, |value, &byte| (value << 8) | u64::from(byte))
         };
-        let lsn = field(24..32);
-        let log_offset = field(32..40);
-        // Any one field may be the damaged one: two of the three identify the object.
-        let matches = [header[48..64] == context.volume_uuid, log_offset == at, lsn == next_lsn];
-        matches.iter().filter(|&&matched| matched).count() >= 2
+        // At the head any one field may be the damaged one: two of the three identify the
+        // object. At the next sector boundary (a WOR's place) all three must match.
+        let matches = [header[48..64] == context.volume_uuid, field(32..40) == at, field(24..32) == next_lsn];
+        if lds_format::codec::crc32c(&header[8..]) == field(4..8) as u32 {
+            // The header is intact, so its fields are true: it is ours only with the next
+            // lsn (a stale header of an earlier lap is not damage).
+            return matches.iter().all(|&matched| matched);
+        }
+        matches.iter().filter(|&&matched| matched).count() >= needed
     })
 }
 
@@ -534,6 +551,22 @@ fn check_chain_end(
         position += 8;
     }
     if let (Some(first), Some(last)) = (later.iter().min(), later.iter().max()) {
+        if !damaged_head(area, context, end_offset, next_lsn) {
+            // Nothing of ours was ever written where the chain breaks, so nothing after it was
+            // flushed: a flush covers every earlier write to the area. These are writes a
+            // crash reordered, and nothing acknowledged is lost.
+            let gap_code = match code {
+                Code::VersionLogChainBroken => Code::VersionLogUnflushedAfterGap,
+                _ => Code::BackupLogUnflushedAfterGap,
+            };
+            report.add(
+                gap_code,
+                structure,
+                context.ofs_area + end_offset,
+                format!("{} valid objects (lsn {first} to {last}) stand after a position never written: unflushed writes a crash reordered; recovery ignores them", later.len()),
+            );
+            return;
+        }
         let why = match end {
             ChainEnd::Invalid { error, .. } => format!("{error}"),
             ChainEnd::Stale { lsn, expected_lsn, .. } => {
@@ -645,7 +678,7 @@ fn check_backup_log(
             &area,
             &context,
             &end,
-            version.lsn_backup_start.saturating_sub(1),
+            version.lsn_backup_start,
             report,
             Code::BackupLogChainBroken,
             &structure,

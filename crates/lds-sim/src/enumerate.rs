@@ -1,0 +1,212 @@
+//! The crash-state enumerator (RELIABILITY.md L2): at every point between two device events,
+//! the durable image plus every subset of the writes not yet flushed (all subsets up to a
+//! bound, sampled with a seed past it), and every write torn at each sector boundary. Each
+//! distinct image is recovered with the real engine and checked against the oracles.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use lds_engine::fsck::{check, CheckOptions, Severity};
+use lds_engine::inspect::MemoryImage;
+use lds_engine::Db;
+
+use crate::device::{apply, sectors_touched, Event, SimDevice};
+use crate::workload::{options, Model, Random, Run};
+
+/// Limits of an enumeration.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Up to this many unflushed writes, every subset is tried.
+    pub exhaustive_max: usize,
+    /// Past it, this many random subsets (plus none, all, and each one left out).
+    pub samples: usize,
+    /// Also tear each unflushed multi-sector write at each sector boundary.
+    pub tears: bool,
+    /// Seed for sampling.
+    pub seed: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self { exhaustive_max: 6, samples: 16, tears: true, seed: 1 }
+    }
+}
+
+/// What an enumeration counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Points between device events.
+    pub crash_points: u64,
+    /// Crash images built.
+    pub images: u64,
+    /// Distinct images checked.
+    pub distinct_images: u64,
+    /// Images that broke an oracle.
+    pub failures: u64,
+}
+
+/// An image that broke an oracle.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The crash point (events that happened).
+    pub crash_point: usize,
+    /// Which unflushed writes reached the media, or which write tore.
+    pub state: String,
+    /// The oracle: `I1/I2`, `I3`, `I5`, or `recovery`.
+    pub oracle: &'static str,
+    /// What went wrong.
+    pub message: String,
+    /// The crash image.
+    pub image: Vec<u8>,
+}
+
+/// The state a recovered image shows, or why it cannot be read.
+fn recovered_state(image: &[u8], unbuffered: bool) -> Result<(Model, Db), String> {
+    let device = SimDevice::new(image.to_vec());
+    let (db, _) = Db::open_device(Arc::new(device), Path::new("crash image"), options(unbuffered))
+        .map_err(|error| error.to_string())?;
+    let state: Model = db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?;
+    Ok((state, db))
+}
+
+/// Checks one crash image against the oracles; `Err((oracle, message))` on a failure.
+fn check_image(
+    image: &[u8],
+    run: &Run,
+    model_min: usize,
+    model_max: usize,
+    unbuffered: bool,
+) -> Result<(), (&'static str, String)> {
+    // I3: fsck finds no error or warning (info lines, such as a torn head, are expected).
+    let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+        .map_err(|error| ("I3", format!("fsck cannot check: {error}")))?;
+    if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
+        return Err((
+            "I3",
+            format!("fsck: {} {} @ {}: {}", problem.code.number(), problem.structure, problem.offset, problem.message),
+        ));
+    }
+    // I1 and I2: the recovered state is the model after some operation between the last
+    // synced one and the last issued one.
+    let (state, db) = recovered_state(image, unbuffered).map_err(|error| ("recovery", error))?;
+    let matching = (model_min..=model_max.min(run.models.len() - 1)).rev().find(|&index| run.models[index] == state);
+    if matching.is_none() {
+        let nearest = (0..run.models.len()).find(|&index| run.models[index] == state);
+        return Err((
+            "I1/I2",
+            format!(
+                "the recovered state ({} keys) is not the model after any operation from {model_min} to {model_max}{}",
+                state.len(),
+                nearest.map_or_else(String::new, |index| format!(" (it is the model after operation {index})"))
+            ),
+        ));
+    }
+    // I5: recovering again (after a clean close) gives the same state.
+    db.close().map_err(|error| ("I5", error.to_string()))?;
+    let (again, _) = recovered_state(image, unbuffered).map_err(|error| ("I5", error))?;
+    if again != state {
+        return Err(("I5", "a second recovery of the same image gives another state".into()));
+    }
+    Ok(())
+}
+
+/// Enumerates the crash states of a run and checks each; calls `on_failure` for each
+/// failing image.
+pub fn enumerate(run: &Run, bounds: &Bounds, unbuffered: bool, on_failure: &mut dyn FnMut(Failure)) -> Counts {
+    let history = &run.history;
+    let mut counts = Counts::default();
+    let mut durable = history.initial.as_ref().clone();
+    let mut pending: Vec<usize> = Vec::new();
+    let mut seen: HashSet<[u8; 32]> = HashSet::new();
+    let mut random = Random(bounds.seed | 1);
+    for point in 0..=history.events.len() {
+        counts.crash_points += 1;
+        // The oracle's window: every operation acknowledged as durable by this point, and
+        // at most the operations started by it.
+        let model_min = run
+            .spans
+            .iter()
+            .enumerate()
+            .filter(|(index, span)| span.end_event <= point && run.workload.ops[*index].is_sync_point())
+            .map(|(index, _)| index + 1)
+            .max()
+            .unwrap_or(0);
+        let model_max = run.spans.iter().filter(|span| span.start_event <= point).count();
+        for (state, image) in crash_images(&durable, &pending, run, bounds, &mut random) {
+            counts.images += 1;
+            if !seen.insert(*blake3::hash(&image).as_bytes()) {
+                continue;
+            }
+            counts.distinct_images += 1;
+            if let Err((oracle, message)) = check_image(&image, run, model_min, model_max, unbuffered) {
+                counts.failures += 1;
+                on_failure(Failure { crash_point: point, state, oracle, message, image });
+            }
+        }
+        let Some(event) = history.events.get(point) else { break };
+        match event {
+            Event::Write(index) => pending.push(*index),
+            Event::Flush(made) => {
+                for &index in &pending {
+                    if made.contains(&index) {
+                        apply(&mut durable, &history.writes[index], run.sector_size, None);
+                    }
+                }
+                pending.retain(|index| !made.contains(index));
+            }
+        }
+    }
+    counts
+}
+
+/// The crash images at one point: subsets of the pending writes, then tears.
+fn crash_images(
+    durable: &[u8],
+    pending: &[usize],
+    run: &Run,
+    bounds: &Bounds,
+    random: &mut Random,
+) -> Vec<(String, Vec<u8>)> {
+    let writes = &run.history.writes;
+    let count = pending.len();
+    let mut masks: Vec<u64> = Vec::new();
+    if count <= bounds.exhaustive_max {
+        masks.extend(0..1u64 << count);
+    } else {
+        let all = if count >= 64 { u64::MAX } else { (1u64 << count) - 1 };
+        masks.push(0);
+        masks.push(all);
+        for left_out in 0..count.min(63) {
+            masks.push(all & !(1 << left_out));
+        }
+        for prefix in 1..count.min(63) {
+            masks.push((1u64 << prefix) - 1);
+        }
+        masks.extend((0..bounds.samples).map(|_| random.next_u64() & all));
+    }
+    let mut images = Vec::with_capacity(masks.len());
+    for mask in masks {
+        let mut image = durable.to_vec();
+        for (position, &index) in pending.iter().enumerate().take(64) {
+            if mask & (1 << position) != 0 {
+                apply(&mut image, &writes[index], run.sector_size, None);
+            }
+        }
+        images.push((format!("unflushed writes {pending:?} with mask {mask:#x}"), image));
+    }
+    if bounds.tears {
+        for (position, &index) in pending.iter().enumerate() {
+            let sectors = sectors_touched(&writes[index], run.sector_size);
+            for torn in 1..sectors {
+                let mut image = durable.to_vec();
+                for &earlier in &pending[..position] {
+                    apply(&mut image, &writes[earlier], run.sector_size, None);
+                }
+                apply(&mut image, &writes[index], run.sector_size, Some(torn));
+                images.push((format!("write {index} torn after {torn} of {sectors} sectors"), image));
+            }
+        }
+    }
+    images
+}

@@ -1,0 +1,285 @@
+//! Workloads: sequences of engine operations, run on the real engine over a `SimDevice`,
+//! with the model state after every operation and the device events each one spans.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use lds_engine::{Db, Options, WriteBatch, WriteOptions};
+use lds_format::image::ImageBuilder;
+use lds_format::label::{plan_layout, Label, LayoutRequest};
+
+use crate::device::{History, SimDevice};
+
+/// One engine operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `put`.
+    Put {
+        /// Key.
+        key: Vec<u8>,
+        /// Value.
+        value: Vec<u8>,
+        /// Synced.
+        sync: bool,
+    },
+    /// `delete`.
+    Delete {
+        /// Key.
+        key: Vec<u8>,
+        /// Synced.
+        sync: bool,
+    },
+    /// `write` of a batch: `None` deletes.
+    Batch {
+        /// Entries.
+        entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        /// Synced.
+        sync: bool,
+    },
+    /// `flush`: everything before it becomes durable.
+    Flush,
+    /// `compact_range`.
+    Compact,
+    /// Close and reopen the store (recovery runs).
+    Reopen,
+}
+
+impl Op {
+    /// After it completes, every earlier operation is durable.
+    pub fn is_sync_point(&self) -> bool {
+        match self {
+            Self::Put { sync, .. } | Self::Delete { sync, .. } | Self::Batch { sync, .. } => *sync,
+            Self::Flush | Self::Compact => true,
+            Self::Reopen => false,
+        }
+    }
+
+    /// One line for reproducers.
+    pub fn describe(&self) -> String {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        match self {
+            Self::Put { key, value, sync } => {
+                format!("put {} ({} bytes){}", text(key), value.len(), if *sync { " sync" } else { "" })
+            }
+            Self::Delete { key, sync } => format!("delete {}{}", text(key), if *sync { " sync" } else { "" }),
+            Self::Batch { entries, sync } => format!("batch of {}{}", entries.len(), if *sync { " sync" } else { "" }),
+            Self::Flush => "flush".into(),
+            Self::Compact => "compact".into(),
+            Self::Reopen => "reopen".into(),
+        }
+    }
+}
+
+/// A named sequence of operations.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Its name.
+    pub name: String,
+    /// The operations.
+    pub ops: Vec<Op>,
+}
+
+/// The model: key to value.
+pub type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Where an operation lies in the device's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpSpan {
+    /// Events before it started.
+    pub start_event: usize,
+    /// Events when it returned.
+    pub end_event: usize,
+}
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The workload.
+    pub workload: Workload,
+    /// The device's history.
+    pub history: History,
+    /// Each operation's span.
+    pub spans: Vec<OpSpan>,
+    /// The model before the first operation (`models[0]`) and after each (`models[i + 1]`).
+    pub models: Vec<Model>,
+    /// Sector size of the volume.
+    pub sector_size: u64,
+}
+
+/// The volume the simulator uses: 512-byte sectors and tiny logs, so that short workloads wrap
+/// both logs, trim the version log and compact.
+pub fn layout() -> LayoutRequest {
+    LayoutRequest {
+        volume_len: 3 << 20,
+        sector_size: Some(512),
+        slot_size: Some(64 << 10),
+        len_version_log: Some(16 << 10),
+        len_backup_log: Some(8 << 10),
+        ..LayoutRequest::default()
+    }
+}
+
+/// A formatted image of `layout()`, as mkfs writes it.
+pub fn formatted_image() -> Result<Vec<u8>, String> {
+    let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
+    Ok(ImageBuilder::format(Label::new(geometry, "crashtest")).bytes)
+}
+
+/// Engine options for simulation: inline (deterministic), small levels; `log_buffer_bytes`
+/// 0 when `unbuffered`, so that every batch reaches the device.
+pub fn options(unbuffered: bool) -> Options {
+    Options {
+        background: false,
+        level1_max_bytes: 2 * (64 << 10),
+        level_size_multiplier: 4,
+        log_buffer_bytes: if unbuffered { 0 } else { Options::default().log_buffer_bytes },
+        ..Options::default()
+    }
+}
+
+/// Applies an operation to the model.
+pub fn apply_to_model(model: &mut Model, op: &Op) {
+    match op {
+        Op::Put { key, value, .. } => {
+            model.insert(key.clone(), value.clone());
+        }
+        Op::Delete { key, .. } => {
+            model.remove(key);
+        }
+        Op::Batch { entries, .. } => {
+            for (key, value) in entries {
+                match value {
+                    Some(value) => model.insert(key.clone(), value.clone()),
+                    None => model.remove(key),
+                };
+            }
+        }
+        Op::Flush | Op::Compact | Op::Reopen => {}
+    }
+}
+
+/// Runs a workload on the engine over a simulated device holding `image`.
+pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, String> {
+    let sector_size = plan_layout(&layout(), [0; 16]).map_err(|error| error.to_string())?.sector();
+    let device = SimDevice::new(image);
+    let open = |device: &SimDevice| {
+        Db::open_device(Arc::new(device.clone()), Path::new("simulated"), options(unbuffered))
+            .map(|(db, _)| db)
+            .map_err(|error| error.to_string())
+    };
+    let mut db = open(&device)?;
+    let mut model = Model::new();
+    let mut models = vec![model.clone()];
+    let mut spans = Vec::with_capacity(workload.ops.len());
+    for (index, op) in workload.ops.iter().enumerate() {
+        let start_event = device.event_count();
+        let failed = |error: lds_engine::Error| format!("operation {index} ({}): {error}", op.describe());
+        match op {
+            Op::Put { key, value, sync } => db.put(key, value, WriteOptions { sync: *sync }).map_err(failed)?,
+            Op::Delete { key, sync } => db.delete(key, WriteOptions { sync: *sync }).map_err(failed)?,
+            Op::Batch { entries, sync } => {
+                let mut batch = WriteBatch::new();
+                for (key, value) in entries {
+                    match value {
+                        Some(value) => batch.put(key, value),
+                        None => batch.delete(key),
+                    };
+                }
+                db.write(&batch, WriteOptions { sync: *sync }).map_err(failed)?;
+            }
+            Op::Flush => db.flush().map_err(failed)?,
+            Op::Compact => db.compact_range().map_err(failed)?,
+            Op::Reopen => {
+                db.close().map_err(failed)?;
+                db = open(&device)?;
+            }
+        }
+        apply_to_model(&mut model, op);
+        models.push(model.clone());
+        spans.push(OpSpan { start_event, end_event: device.event_count() });
+    }
+    db.close().map_err(|error| error.to_string())?;
+    Ok(Run { workload: workload.clone(), history: device.history(), spans, models, sector_size })
+}
+
+/// xorshift64*: deterministic and seedable.
+pub struct Random(pub u64);
+
+impl Random {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value below `bound`.
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound.max(1)
+    }
+}
+
+/// A random workload of `len` operations over a small key space.
+pub fn random(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let key = |random: &mut Random| format!("key-{:02}", random.below(40)).into_bytes();
+    let value = |random: &mut Random| {
+        let len = 1 + random.below(120) as usize;
+        (0..len).map(|index| b'a' + ((random.next_u64() as usize + index) % 26) as u8).collect::<Vec<u8>>()
+    };
+    for _ in 0..len {
+        let sync = random.below(5) == 0;
+        let op = match random.below(100) {
+            0..=54 => Op::Put { key: key(&mut random), value: value(&mut random), sync },
+            55..=69 => Op::Delete { key: key(&mut random), sync },
+            70..=86 => {
+                let entries = (0..1 + random.below(5))
+                    .map(|_| (key(&mut random), (random.below(3) > 0).then(|| value(&mut random))))
+                    .collect();
+                Op::Batch { entries, sync }
+            }
+            87..=92 => Op::Flush,
+            93..=95 => Op::Compact,
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-{seed}"), ops }
+}
+
+/// The named workloads: `basic` (a few synced and buffered writes and a flush), `wrap`
+/// (enough writes to wrap both logs and trim the version log), `compaction` (flushes and
+/// compactions down the levels).
+pub fn named(name: &str) -> Option<Workload> {
+    let put = |number: u32, sync: bool| Op::Put {
+        key: format!("key-{:03}", number % 97).into_bytes(),
+        value: format!("value-{number}-{}", "v".repeat((number % 50) as usize)).into_bytes(),
+        sync,
+    };
+    let ops = match name {
+        "basic" => vec![
+            put(1, true),
+            put(2, false),
+            Op::Delete { key: b"key-001".to_vec(), sync: true },
+            put(3, false),
+            Op::Flush,
+            put(4, true),
+        ],
+        "wrap" => {
+            (0..120).map(|number| if number % 40 == 39 { Op::Flush } else { put(number, number % 3 == 0) }).collect()
+        }
+        "compaction" => (0..240)
+            .map(|number| match number % 30 {
+                29 => Op::Compact,
+                14 => Op::Flush,
+                7 => Op::Delete { key: format!("key-{:03}", (number * 7) % 97).into_bytes(), sync: false },
+                _ => put(number, number % 5 == 0),
+            })
+            .collect(),
+        _ => return None,
+    };
+    Some(Workload { name: name.to_string(), ops })
+}
