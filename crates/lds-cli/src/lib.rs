@@ -4,6 +4,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod cli;
+pub mod crashtest;
 pub mod dump;
 pub mod fsck;
 pub mod json;

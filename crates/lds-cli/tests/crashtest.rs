@@ -1,0 +1,42 @@
+//! Guards `lds crashtest`: a named workload runs, its crash states are counted and checked
+//! with no failure, and usage errors are named.
+
+use lds_cli::crashtest::{run_crashtest, CrashtestOptions};
+
+fn options(workload: &str) -> CrashtestOptions {
+    CrashtestOptions {
+        workload: workload.into(),
+        seed: 1,
+        runs: 1,
+        ops: 40,
+        exhaustive: 4,
+        samples: 4,
+        no_tears: false,
+        unbuffered: true,
+        out: std::env::temp_dir().join(format!("lds-crashtest-test-{}", std::process::id())),
+        json: true,
+    }
+}
+
+#[test]
+fn basic_workload_has_no_failing_crash_state() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("basic"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["schema"], "lds-crashtest/1");
+    assert_eq!(counts["failures"], 0);
+    assert!(counts["distinct_images"].as_u64() > Some(10), "{counts}");
+}
+
+#[test]
+fn a_short_random_workload_has_no_failing_crash_state() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("random"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+}
+
+#[test]
+fn an_unknown_workload_is_a_usage_error() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("nonsense"), &mut out, &mut err), 2);
+    assert!(String::from_utf8_lossy(&err).contains("unknown workload 'nonsense'"));
+}
