@@ -22,6 +22,11 @@ step "cargo test (format, engine, cli, fixtures; loop-device test needs root)"
 cargo test --quiet --workspace 2>&1 | tee /tmp/lds-cargo-test.log
 grep -q "test result: ok" /tmp/lds-cargo-test.log
 
+step "oracle self-check (RELIABILITY.md L6): deliberately broken builds must fail the crash enumeration"
+for fault in fault-drop-chunk-flush fault-skip-payload-checksum; do
+  cargo test --quiet -p lds-sim --features "$fault" --test oracle_self_check
+done
+
 step "Kaitai: compile formats/*.ksy and compare with lds dump on every fixture"
 bash tools/kaitai/compile.sh
 LDS_BIN="$PWD/target/release/lds" python3 -m pytest -q tools/tests

@@ -155,6 +155,8 @@ fn flush_frozen(
     let mut built = build_chunks(shared, kept);
     let placement = vec![(0u8, 0u8); built.len()];
     let added = write_chunks(shared, &mut built, &placement)?;
+    // The chunks must be durable before the delta version that names them.
+    #[cfg(not(feature = "fault-drop-chunk-flush"))]
     flush_device(shared)?;
     let mut state = shared.lock_state();
     let version = Arc::clone(&state.version);

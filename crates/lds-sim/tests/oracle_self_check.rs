@@ -1,0 +1,30 @@
+//! Guards the oracles themselves (RELIABILITY.md L6): a build that drops the flush between
+//! chunk writes and their delta version, and a build that skips the log payload checksum,
+//! must each make the crash-state enumeration report failures. Run with
+//! `--features fault-drop-chunk-flush` or `--features fault-skip-payload-checksum`; the
+//! normal build compiles this file to nothing (the other crash tests assert zero failures).
+
+#[cfg(any(feature = "fault-drop-chunk-flush", feature = "fault-skip-payload-checksum"))]
+#[test]
+fn the_enumerator_catches_the_broken_build() {
+    use lds_sim::enumerate::{enumerate, Bounds};
+    use lds_sim::workload::{formatted_image, named, random, run};
+
+    let mut failures = 0;
+    let mut oracles = std::collections::BTreeSet::new();
+    let workloads = [named("wrap"), named("compaction"), Some(random(2, 150))];
+    for workload in workloads.into_iter().flatten() {
+        let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
+        let Ok(recorded) = run(&workload, image, true) else {
+            // A broken build may fail during the workload itself: that is caught too.
+            failures += 1;
+            continue;
+        };
+        let counts = enumerate(&recorded, &Bounds::default(), true, &mut |failure| {
+            oracles.insert(failure.oracle);
+        });
+        failures += counts.failures;
+    }
+    eprintln!("the broken build failed {failures} crash images; oracles: {oracles:?}");
+    assert!(failures > 0, "the enumerator did not catch the deliberately broken build");
+}
