@@ -24,8 +24,19 @@ pub enum Event {
     Flush(Vec<usize>),
 }
 
+/// An injected fault (RELIABILITY.md F7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The write with this index (counting from 0) fails with EIO and writes nothing.
+    Write(usize),
+    /// The flush with this index fails with EIO and makes nothing durable.
+    Flush(usize),
+}
+
 #[derive(Debug)]
 struct State {
+    fault: Option<Fault>,
+    flushes: usize,
     /// What reads see.
     current: Vec<u8>,
     writes: Vec<Write>,
@@ -47,6 +58,8 @@ impl SimDevice {
         Self {
             initial: Arc::new(image.clone()),
             state: Arc::new(Mutex::new(State {
+                fault: None,
+                flushes: 0,
                 current: image,
                 writes: Vec::new(),
                 events: Vec::new(),
@@ -57,6 +70,23 @@ impl SimDevice {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes one write or flush fail with EIO.
+    pub fn inject(&self, fault: Fault) {
+        self.lock().fault = Some(fault);
+    }
+
+    /// The durable image now: the initial image with every flushed write applied.
+    pub fn durable(&self, sector_size: u64) -> Vec<u8> {
+        let state = self.lock();
+        let mut image = self.initial.as_ref().clone();
+        for (index, write) in state.writes.iter().enumerate() {
+            if !state.pending.contains(&index) {
+                apply(&mut image, write, sector_size, None);
+            }
+        }
+        image
     }
 
     /// Events so far.
@@ -75,12 +105,21 @@ impl SimDevice {
         self.lock().current.clone()
     }
 
-    fn flush_where(&self, covered: impl Fn(&Write) -> bool) {
+    fn flush_where(&self, covered: impl Fn(&Write) -> bool) -> Result<(), DeviceError> {
         let mut state = self.lock();
+        let number = state.flushes;
+        state.flushes += 1;
+        if state.fault == Some(Fault::Flush(number)) {
+            return Err(DeviceError::Flush {
+                path: "simulated device".into(),
+                source: std::io::Error::from_raw_os_error(5),
+            });
+        }
         let (durable, still): (Vec<usize>, Vec<usize>) =
             state.pending.iter().partition(|&&index| covered(&state.writes[index]));
         state.pending = still;
         state.events.push(Event::Flush(durable));
+        Ok(())
     }
 }
 
@@ -111,6 +150,16 @@ impl BlockDevice for SimDevice {
 
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let mut state = self.lock();
+        if state.fault == Some(Fault::Write(state.writes.len())) {
+            // Counted, so that later writes keep their indices; nothing is written.
+            state.writes.push(Write { offset, bytes: Vec::new() });
+            return Err(DeviceError::Write {
+                path: "simulated device".into(),
+                offset,
+                len: bytes.len() as u64,
+                source: std::io::Error::from_raw_os_error(5),
+            });
+        }
         let start = offset as usize;
         let end = start
             .checked_add(bytes.len())
@@ -125,14 +174,12 @@ impl BlockDevice for SimDevice {
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
-        self.flush_where(|_| true);
-        Ok(())
+        self.flush_where(|_| true)
     }
 
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         // Like sync_file_range on a block device: only the writes inside the range.
-        self.flush_where(|write| write.offset < offset + len && offset < write.offset + write.bytes.len() as u64);
-        Ok(())
+        self.flush_where(|write| write.offset < offset + len && offset < write.offset + write.bytes.len() as u64)
     }
 }
 
