@@ -78,7 +78,7 @@ fn check_fault(fault: Fault) -> bool {
         .unwrap_or_else(|error| panic!("{fault:?}: recovery failed: {error}"));
     let state: Model = db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{fault:?}: {error}"));
     models.push(after);
-    let fits = models[synced..].iter().any(|candidate| *candidate == state);
+    let fits = models[synced..].contains(&state);
     assert!(fits, "{fault:?}: the recovered state is not a prefix from the last synced operation {synced} to the failed one {failed}");
     assert!(recovered.len() > 0);
     true
