@@ -159,6 +159,27 @@ pub fn apply_to_model(model: &mut Model, op: &Op) {
     }
 }
 
+/// Applies one operation to a store (`Reopen` needs the caller: it does nothing here).
+pub fn apply_op(db: &Db, op: &Op) -> Result<(), lds_engine::Error> {
+    match op {
+        Op::Put { key, value, sync } => db.put(key, value, WriteOptions { sync: *sync }),
+        Op::Delete { key, sync } => db.delete(key, WriteOptions { sync: *sync }),
+        Op::Batch { entries, sync } => {
+            let mut batch = WriteBatch::new();
+            for (key, value) in entries {
+                match value {
+                    Some(value) => batch.put(key, value),
+                    None => batch.delete(key),
+                };
+            }
+            db.write(&batch, WriteOptions { sync: *sync })
+        }
+        Op::Flush => db.flush(),
+        Op::Compact => db.compact_range(),
+        Op::Reopen => Ok(()),
+    }
+}
+
 /// Runs a workload on the engine over a simulated device holding `image`.
 pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, String> {
     let sector_size = plan_layout(&layout(), [0; 16]).map_err(|error| error.to_string())?.sector();
@@ -176,24 +197,11 @@ pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run,
         let start_event = device.event_count();
         let failed = |error: lds_engine::Error| format!("operation {index} ({}): {error}", op.describe());
         match op {
-            Op::Put { key, value, sync } => db.put(key, value, WriteOptions { sync: *sync }).map_err(failed)?,
-            Op::Delete { key, sync } => db.delete(key, WriteOptions { sync: *sync }).map_err(failed)?,
-            Op::Batch { entries, sync } => {
-                let mut batch = WriteBatch::new();
-                for (key, value) in entries {
-                    match value {
-                        Some(value) => batch.put(key, value),
-                        None => batch.delete(key),
-                    };
-                }
-                db.write(&batch, WriteOptions { sync: *sync }).map_err(failed)?;
-            }
-            Op::Flush => db.flush().map_err(failed)?,
-            Op::Compact => db.compact_range().map_err(failed)?,
             Op::Reopen => {
                 db.close().map_err(failed)?;
                 db = open(&device)?;
             }
+            _ => apply_op(&db, op).map_err(failed)?,
         }
         apply_to_model(&mut model, op);
         models.push(model.clone());

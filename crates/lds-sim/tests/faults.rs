@@ -7,30 +7,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::device::BlockDevice;
-use lds_engine::{Db, Error, WriteBatch, WriteOptions};
+use lds_engine::{Db, Error, WriteOptions};
 use lds_sim::device::{Fault, SimDevice};
-use lds_sim::workload::{apply_to_model, formatted_image, named, options, Model, Op};
+use lds_sim::workload::{apply_op, apply_to_model, formatted_image, named, options, Model, Op};
 
 /// Runs `ops` until one fails; returns the index of the failed operation.
 fn drive(db: &Db, ops: &[Op], model: &mut Model, models: &mut Vec<Model>, synced: &mut usize) -> Option<usize> {
     for (index, op) in ops.iter().enumerate() {
-        let result = match op {
-            Op::Put { key, value, sync } => db.put(key, value, WriteOptions { sync: *sync }),
-            Op::Delete { key, sync } => db.delete(key, WriteOptions { sync: *sync }),
-            Op::Batch { entries, sync } => {
-                let mut batch = WriteBatch::new();
-                for (key, value) in entries {
-                    match value {
-                        Some(value) => batch.put(key, value),
-                        None => batch.delete(key),
-                    };
-                }
-                db.write(&batch, WriteOptions { sync: *sync })
-            }
-            Op::Flush => db.flush(),
-            Op::Compact => db.compact_range(),
-            Op::Reopen => Ok(()),
-        };
+        let result = apply_op(db, op);
         if result.is_err() {
             return Some(index);
         }
