@@ -58,7 +58,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
             }
             Err(Error::SpaceFull { .. }) => state.space_full = true,
             Err(error) => {
-                shared.poison(&mut state, error.to_string());
+                shared.poison(&mut state, error.poison_reason());
             }
         }
         shared.progress.notify_all();
@@ -79,7 +79,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
                 state.manual_compaction = None;
             }
             Err(error) => {
-                shared.poison(&mut state, error.to_string());
+                shared.poison(&mut state, error.poison_reason());
             }
         }
         shared.progress.notify_all();

@@ -36,10 +36,11 @@ pub enum Error {
         /// Slots in the volume.
         num_slots: u64,
     },
-    /// A flush failed earlier: writes are refused until the volume is reopened and recovered
-    /// (SPEC.md §2.4).
+    /// A device write or flush failed (now or earlier): writes are refused until the volume
+    /// is reopened and recovered (SPEC.md §2.4).
     Poisoned {
-        /// The original failure.
+        /// The original failure: the device error, naming the device, the offset and the
+        /// cause (an EIO, an ENOSPC, ...).
         reason: String,
     },
     /// A key or value is outside the limits of SPEC.md §16.
@@ -67,7 +68,10 @@ impl std::fmt::Display for Error {
                 write!(f, "space full: no {needed} free slots among {num_slots}; the store stays readable")
             }
             Self::Poisoned { reason } => {
-                write!(f, "writes refused after a failed flush ({reason}); reopen the volume to recover")
+                write!(
+                    f,
+                    "writes refused after a failed device write or flush ({reason}); reopen the volume to recover"
+                )
             }
             Self::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             Self::Unsupported { reason } => write!(f, "{reason}"),
@@ -76,6 +80,17 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Error {
+    /// What poisons the store when this error fails a write: the original failure of a
+    /// `Poisoned` error (not wrapped twice), or the error's message.
+    pub(crate) fn poison_reason(&self) -> String {
+        match self {
+            Self::Poisoned { reason } => reason.clone(),
+            _ => self.to_string(),
+        }
+    }
+}
 
 impl From<DeviceError> for Error {
     fn from(error: DeviceError) -> Self {
