@@ -50,12 +50,12 @@ impl MemTable {
         self.entries.iter().map(|entry| owned(entry.key(), entry.value())).collect()
     }
 
-    /// Entries with `start <= key < end`, in internal-key order, copied.
-    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {
-        let from = (start.to_vec(), Reverse(u64::MAX));
+    /// At most `limit` entries from `from` (an internal-key bound) below the user key `end`.
+    pub fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize) -> Vec<Entry> {
         self.entries
-            .range((Bound::Included(from), Bound::Unbounded))
+            .range((from.clone(), Bound::Unbounded))
             .take_while(|entry| end.is_none_or(|end| entry.key().0.as_slice() < end))
+            .take(limit)
             .map(|entry| owned(entry.key(), entry.value()))
             .collect()
     }
@@ -94,7 +94,8 @@ mod tests {
         let order: Vec<(Vec<u8>, u64)> =
             table.entries().into_iter().map(|(key, sequence, _, _)| (key, sequence)).collect();
         assert_eq!(order, vec![(b"a".to_vec(), 5), (b"a".to_vec(), 3), (b"a".to_vec(), 1), (b"b".to_vec(), 2)]);
-        assert_eq!(table.range(b"a", Some(b"b")).len(), 3);
-        assert_eq!(table.range(b"b", None).len(), 1);
+        assert_eq!(table.batch(&Bound::Included((b"a".to_vec(), Reverse(u64::MAX))), Some(b"b"), usize::MAX).len(), 3);
+        assert_eq!(table.batch(&Bound::Included((b"b".to_vec(), Reverse(u64::MAX))), None, usize::MAX).len(), 1);
+        assert_eq!(table.batch(&Bound::Included((b"a".to_vec(), Reverse(u64::MAX))), None, 2).len(), 2);
     }
 }

@@ -3,15 +3,16 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use lds_format::batch::EntryKind;
 use lds_format::chunk::{decode_block, decode_index, Filter, Footer, IndexEntry, FOOTER_LEN};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::{ChunkMeta, SubChunkRef, Version};
 
 use crate::db::Shared;
 use crate::error::{Error, Result};
-use crate::memtable::{Entry, MemTable};
+use crate::memtable::{Entry, InternalKey, MemTable};
 
 /// The decoded tail of one sub-chunk (SPEC.md §8.2, §8.3).
 #[derive(Debug)]
@@ -68,8 +69,19 @@ fn corrupt(shared: &Shared, error: lds_format::FormatError) -> Error {
     Error::Corrupt { path: shared.path_string(), error }
 }
 
-/// The decoded tail of the sub-chunk in `slot`, cached.
-pub(crate) fn tail(shared: &Shared, slot: u64) -> Result<Arc<Tail>> {
+/// A valid footer whose digest is not the one the version records for the slot.
+pub(crate) fn footer_not_the_versions(footer_offset: u64, slot: u64) -> lds_format::FormatError {
+    lds_format::FormatError::invalid(
+        "chunk footer",
+        "digest",
+        footer_offset,
+        format!("slot {slot} holds another chunk than the version names (a stale or misdirected footer)"),
+    )
+}
+
+/// The decoded tail of the sub-chunk in `sub_chunk.slot`, cached.
+pub(crate) fn tail(shared: &Shared, sub_chunk: &SubChunkRef) -> Result<Arc<Tail>> {
+    let slot = sub_chunk.slot;
     if let Some(tail) = shared.tails.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&slot) {
         return Ok(Arc::clone(tail));
     }
@@ -78,6 +90,12 @@ pub(crate) fn tail(shared: &Shared, slot: u64) -> Result<Arc<Tail>> {
     let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
     let footer_bytes = shared.device.read_vec(footer_offset, FOOTER_LEN as u64)?;
     let footer = Footer::decode(&footer_bytes, footer_offset, slot_size).map_err(|error| corrupt(shared, error))?;
+    // A valid footer of another chunk (the slot's previous chunk after a lost write, or a
+    // misdirected read) must not be used: the version names the sub-chunk by its digest,
+    // which covers the footer's identity fields (SPEC.md §6.4, §8.3).
+    if footer.digest != sub_chunk.digest {
+        return Err(corrupt(shared, footer_not_the_versions(footer_offset, slot)));
+    }
     let tail_bytes = shared.device.read_vec(
         slot_offset + u64::from(footer.ofs_index),
         u64::from(footer.len_index) + u64::from(footer.len_filter),
@@ -108,8 +126,9 @@ fn block(shared: &Shared, slot: u64, entry: &IndexEntry) -> Result<Arc<Vec<u8>>>
 type Found = (u64, Option<Vec<u8>>);
 
 /// The newest version of `key` at or below `snapshot` in one sub-chunk.
-fn find_in_slot(shared: &Shared, slot: u64, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
-    let tail = tail(shared, slot)?;
+fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
+    let slot = sub_chunk.slot;
+    let tail = tail(shared, sub_chunk)?;
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
@@ -133,8 +152,8 @@ fn find_in_slot(shared: &Shared, slot: u64, key: &[u8], snapshot: u64) -> Result
 }
 
 fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
-    for slot in chunk.slots() {
-        if let Some(found) = find_in_slot(shared, slot, key, snapshot)? {
+    for sub_chunk in &chunk.sub_chunks {
+        if let Some(found) = find_in_slot(shared, sub_chunk, key, snapshot)? {
             return Ok(Some(found));
         }
     }
@@ -198,7 +217,7 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
 
 /// Walks the sub-chunks of a list of chunks block by block, from a start key.
 struct ChunkCursor {
-    slots: VecDeque<u64>,
+    slots: VecDeque<SubChunkRef>,
     index: Option<Arc<Tail>>,
     slot: u64,
     next_block: usize,
@@ -208,7 +227,7 @@ struct ChunkCursor {
 
 impl ChunkCursor {
     fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
-        let slots = chunks.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).collect();
+        let slots = chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect();
         Self { slots, index: None, slot: 0, next_block: 0, buffer: VecDeque::new(), start: start.to_vec() }
     }
 
@@ -220,9 +239,9 @@ impl ChunkCursor {
             let tail = match &self.index {
                 Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
                 _ => {
-                    let Some(slot) = self.slots.pop_front() else { return Ok(None) };
-                    let tail = tail(shared, slot)?;
-                    self.slot = slot;
+                    let Some(sub_chunk) = self.slots.pop_front() else { return Ok(None) };
+                    let tail = tail(shared, &sub_chunk)?;
+                    self.slot = sub_chunk.slot;
                     self.next_block =
                         tail.index.partition_point(|entry| entry.last_key.as_slice() < self.start.as_slice());
                     self.index = Some(Arc::clone(&tail));
@@ -245,15 +264,60 @@ impl ChunkCursor {
     }
 }
 
+/// Walks a memtable from a start key in growing batches, so that a seek copies a few
+/// entries rather than the whole rest of the table. Entries inserted after the iterator
+/// began carry newer sequence numbers, which the iterator's snapshot filters out.
+struct MemCursor {
+    table: Arc<MemTable>,
+    from: Bound<InternalKey>,
+    end: Option<Vec<u8>>,
+    buffer: std::vec::IntoIter<Entry>,
+    batch: usize,
+    exhausted: bool,
+}
+
+impl MemCursor {
+    const FIRST_BATCH: usize = 8;
+    const LARGEST_BATCH: usize = 1024;
+
+    fn new(table: &Arc<MemTable>, start: &[u8], end: Option<&[u8]>) -> Self {
+        Self {
+            table: Arc::clone(table),
+            from: Bound::Included((start.to_vec(), Reverse(u64::MAX))),
+            end: end.map(<[u8]>::to_vec),
+            buffer: Vec::new().into_iter(),
+            batch: Self::FIRST_BATCH,
+            exhausted: false,
+        }
+    }
+
+    fn next(&mut self) -> Option<Entry> {
+        if let Some(entry) = self.buffer.next() {
+            return Some(entry);
+        }
+        if self.exhausted {
+            return None;
+        }
+        let entries = self.table.batch(&self.from, self.end.as_deref(), self.batch);
+        self.exhausted = entries.len() < self.batch;
+        if let Some((key, sequence, _, _)) = entries.last() {
+            self.from = Bound::Excluded((key.clone(), Reverse(*sequence)));
+        }
+        self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
+        self.buffer = entries.into_iter();
+        self.buffer.next()
+    }
+}
+
 enum Source {
-    Entries(std::vec::IntoIter<Entry>),
+    Mem(MemCursor),
     Chunks(ChunkCursor),
 }
 
 impl Source {
     fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
         match self {
-            Self::Entries(entries) => Ok(entries.next()),
+            Self::Mem(cursor) => Ok(cursor.next()),
             Self::Chunks(cursor) => cursor.next(shared),
         }
     }
@@ -281,9 +345,9 @@ impl DbIterator {
         let in_range = |chunk: &&ChunkMeta| {
             chunk.largest_key.as_slice() >= start && end.is_none_or(|end| chunk.smallest_key.as_slice() < end)
         };
-        let mut sources = vec![Source::Entries(view.mem.range(start, end).into_iter())];
+        let mut sources = vec![Source::Mem(MemCursor::new(&view.mem, start, end))];
         if let Some(imm) = &view.imm {
-            sources.push(Source::Entries(imm.range(start, end).into_iter()));
+            sources.push(Source::Mem(MemCursor::new(imm, start, end)));
         }
         for level in 0..view.version.num_levels as u8 {
             let chunks: Vec<&ChunkMeta> = view.version.level(level).into_iter().filter(in_range).collect();
