@@ -95,3 +95,26 @@ fn mkfs_and_dump_on_a_loop_device() {
     assert_eq!(run(&options, &mut Vec::new(), &mut err), 1);
     assert!(String::from_utf8_lossy(&err).contains("--force"));
 }
+
+#[test]
+fn a_range_flush_also_flushes_a_volatile_write_cache() {
+    use lds_engine::device::{Device, OpenMode};
+    if !is_root() {
+        eprintln!("skipped: attaching a loop device needs root");
+        return;
+    }
+    let backing = std::env::temp_dir().join(format!("lds-loop-cache-{}.img", std::process::id()));
+    let loop_device =
+        LoopDevice::attach(&backing, 8 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let name = loop_device.device.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let mode = std::path::PathBuf::from(format!("/sys/block/{name}/queue/write_cache"));
+    let original = std::fs::read_to_string(&mode).unwrap_or_else(|error| panic!("{}: {error}", mode.display()));
+    let open = || Device::open(&loop_device.device, OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(open().has_volatile_cache(), original.trim() != "write through", "mode {original:?}");
+    // The kernel lets root declare the cache safe; then sync_file_range alone suffices.
+    for (set, volatile) in [("write through", false), ("write back", true)] {
+        std::fs::write(&mode, set).unwrap_or_else(|error| panic!("{}: {error}", mode.display()));
+        assert_eq!(open().has_volatile_cache(), volatile, "after writing {set:?}");
+    }
+    let _ = std::fs::write(&mode, original.trim());
+}

@@ -118,6 +118,22 @@ pub struct Device {
     path: PathBuf,
     len: u64,
     kind: DeviceKind,
+    /// The device acknowledges writes from a cache it can lose on power failure, so a range
+    /// flush must also flush that cache (SPEC.md §2.5).
+    volatile_cache: bool,
+}
+
+/// Whether the block device `metadata` describes keeps a volatile write cache, from
+/// `/sys/dev/block/MAJ:MIN/queue/write_cache` (a partition's queue is its disk's). Unknown
+/// counts as volatile: durability must not rest on a guess.
+fn volatile_write_cache(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let device = metadata.rdev();
+    let base = PathBuf::from(format!("/sys/dev/block/{}:{}", libc::major(device), libc::minor(device)));
+    [base.join("queue/write_cache"), base.join("../queue/write_cache")]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .is_none_or(|mode| mode.trim() != "write through")
 }
 
 fn lock(file: &File, path: &Path, exclusive: bool) -> Result<(), DeviceError> {
@@ -156,7 +172,8 @@ impl Device {
             OpenMode::ReadWrite => lock(&file, path, true)?,
         }
         let len = file.seek(SeekFrom::End(0)).map_err(open_error)?;
-        Ok(Self { file, path: path.to_path_buf(), len, kind })
+        let volatile_cache = kind == DeviceKind::BlockDevice && volatile_write_cache(&metadata);
+        Ok(Self { file, path: path.to_path_buf(), len, kind, volatile_cache })
     }
 
     /// Creates a new image file of `len` bytes, pre-allocated on its file system (paper
@@ -170,7 +187,7 @@ impl Device {
             .open(path)
             .map_err(|source| DeviceError::Open { path: path.to_path_buf(), source })?;
         lock(&file, path, true)?;
-        let device = Self { file, path: path.to_path_buf(), len, kind: DeviceKind::ImageFile };
+        let device = Self { file, path: path.to_path_buf(), len, kind: DeviceKind::ImageFile, volatile_cache: false };
         device.allocate(len)?;
         Ok(device)
     }
@@ -209,6 +226,11 @@ impl Device {
     /// True for a zero-length device.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether a range flush must also flush a volatile write cache (SPEC.md §2.5).
+    pub fn has_volatile_cache(&self) -> bool {
+        self.volatile_cache
     }
 
     /// Block device or image file.
@@ -251,7 +273,8 @@ impl Device {
 
     /// Makes the completed writes in `[offset, offset + len)` durable (SPEC.md §2.5, paper
     /// §3.5): on a raw block device `sync_file_range` with WAIT_BEFORE, WRITE and WAIT_AFTER,
-    /// which writes and waits for just that range; on an image file `fdatasync`, since the
+    /// which writes and waits for just that range, then, when the device has a volatile
+    /// write cache, `fdatasync` to flush that cache; on an image file `fdatasync`, since the
     /// file system's own metadata must be persisted too (paper §3.6.2).
     pub fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         if self.kind == DeviceKind::ImageFile {
@@ -268,6 +291,9 @@ impl Device {
         let result = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
         if result != 0 {
             return Err(error(std::io::Error::last_os_error()));
+        }
+        if self.volatile_cache {
+            return self.flush();
         }
         Ok(())
     }
