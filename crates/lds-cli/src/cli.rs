@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::bench::BenchOptions;
 use crate::crashtest::CrashtestOptions;
 use crate::dump::{DumpOptions, DumpWhat};
 use crate::fsck::FsckOptions;
@@ -60,6 +61,17 @@ pub enum Command {
     /// Example: lds crashtest --workload random --seed 1 --runs 20 --unbuffered
     #[command(verbatim_doc_comment)]
     Crashtest(CrashtestOptions),
+    /// Benchmark LDS (or a peer built into this binary) with db_bench's workloads and YCSB.
+    ///
+    /// Runs the benchmarks in order; each fill starts from a fresh store (an LDS volume is
+    /// formatted, a peer's directory emptied). Reports ops/s, MB/s, latency p50/p99/p99.9,
+    /// CPU seconds per million operations, write amplification and flushes per operation
+    /// (from the block device's counters), and peak memory. --device-limits measures the
+    /// device instead: O_DIRECT sequential bandwidth and one sector write plus flush.
+    ///
+    /// Example: lds bench --size 4GiB --benchmarks fillrandom,readrandom bench.img
+    #[command(verbatim_doc_comment)]
+    Bench(BenchOptions),
     /// Print a volume's structures. Never writes.
     ///
     /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree.
@@ -183,6 +195,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
         Command::Fsck(options) => crate::fsck::run(&options, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
+        Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),
         Command::Get { target, keys, stdin } => {
             let mut input = std::io::stdin().lock();

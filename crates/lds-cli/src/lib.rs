@@ -3,6 +3,7 @@
 //! processes.
 #![deny(clippy::unwrap_used)]
 
+pub mod bench;
 pub mod cli;
 pub mod crashtest;
 pub mod dump;

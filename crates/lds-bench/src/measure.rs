@@ -1,0 +1,115 @@
+//! What a run costs: CPU time of the process (every thread), its peak memory, and what the
+//! block device under the store saw (bytes written, flush requests).
+
+use std::path::{Path, PathBuf};
+
+/// User plus system CPU seconds of this process so far, all threads.
+pub fn cpu_seconds() -> f64 {
+    #[expect(unsafe_code, reason = "getrusage fills a plain struct we own")]
+    // SAFETY: `usage` is a valid, writable rusage; getrusage has no other effect.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// Peak resident memory of this process in bytes (VmHWM), if the kernel tells.
+pub fn peak_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Counters of one block device from `/sys/.../stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockCounters {
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Write requests.
+    pub writes: u64,
+    /// Flush requests (kernels from 5.5 report them).
+    pub flushes: u64,
+}
+
+/// The `stat` file of a block device.
+#[derive(Debug, Clone)]
+pub struct BlockStat {
+    /// The device's name, as in /sys/block.
+    pub name: String,
+    path: PathBuf,
+}
+
+impl BlockStat {
+    /// The stat file of the device named `name` (as in /sys/block/NAME, e.g. loop3).
+    pub fn named(name: &str) -> Result<Self, String> {
+        let name = name.trim_start_matches("/dev/");
+        let path = PathBuf::from(format!("/sys/block/{name}/stat"));
+        if !path.exists() {
+            return Err(format!("{}: no such block device statistics", path.display()));
+        }
+        Ok(Self { name: name.to_owned(), path })
+    }
+
+    /// The device that holds `path`: the device itself for a block device node, else the
+    /// file system's device. None when the kernel has no statistics for it (btrfs reports
+    /// an anonymous device number; name the device instead).
+    pub fn for_path(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let metadata = std::fs::metadata(path).ok()?;
+        let device = if metadata.file_type().is_block_device() { metadata.rdev() } else { metadata.dev() };
+        let (major, minor) = (libc::major(device), libc::minor(device));
+        let link = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+        let target = std::fs::canonicalize(&link).ok()?;
+        let name = target.file_name()?.to_string_lossy().into_owned();
+        let path = link.join("stat");
+        path.exists().then_some(Self { name, path })
+    }
+
+    /// The counters now.
+    pub fn read(&self) -> Result<BlockCounters, String> {
+        let text = std::fs::read_to_string(&self.path).map_err(|error| format!("{}: {error}", self.path.display()))?;
+        let fields: Vec<u64> = text.split_whitespace().filter_map(|field| field.parse().ok()).collect();
+        if fields.len() < 11 {
+            return Err(format!("{}: expected at least 11 fields, found {}", self.path.display(), fields.len()));
+        }
+        Ok(BlockCounters {
+            writes: fields[4],
+            bytes_written: fields[6] * 512,
+            flushes: fields.get(15).copied().unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_advances_with_work() {
+        let before = cpu_seconds();
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(cpu_seconds() > before);
+    }
+
+    #[test]
+    fn peak_memory_grows_with_an_allocation() {
+        let before = peak_memory().expect("VmHWM");
+        let block = vec![1u8; 64 << 20];
+        std::hint::black_box(&block);
+        assert!(peak_memory().expect("VmHWM") >= before.max(64 << 20));
+    }
+
+    #[test]
+    fn unknown_device_is_an_error_naming_it() {
+        let error = BlockStat::named("no-such-dev0").expect_err("no device");
+        assert!(error.contains("no-such-dev0"), "{error}");
+    }
+}

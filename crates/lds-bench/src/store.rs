@@ -1,0 +1,220 @@
+//! The interface every engine is driven through, and LDS behind it.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lds_engine::device::{BlockDevice, Device, DeviceError, OpenMode};
+use lds_engine::{Db, Options, WriteOptions};
+
+/// The settings every engine gets the same way (SPEC-independent; the paper's defaults).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct EngineSettings {
+    /// Memtable (write buffer) bytes.
+    pub write_buffer_bytes: u64,
+    /// Block cache bytes.
+    pub cache_bytes: u64,
+    /// Target SST or chunk size (LDS: the slot size the volume was formatted with).
+    pub file_bytes: u64,
+    /// Bytes level 1 may hold; each deeper level ten times more.
+    pub level1_bytes: u64,
+    /// Bloom filter bits per key.
+    pub bloom_bits: u32,
+}
+
+/// One key-value engine under test. Errors are messages naming the engine and operation.
+pub trait Store {
+    /// The engine's name and version.
+    fn name(&self) -> String;
+    /// Puts one key; `sync` asks for the engine's durable write.
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String>;
+    /// The value of a key (its length), if present.
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String>;
+    /// Deletes one key.
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String>;
+    /// Reads up to `count` entries from the first key at or after `start`; returns how many.
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String>;
+    /// Reads every entry in key order; returns how many.
+    fn scan_all(&mut self) -> Result<usize, String>;
+    /// The engine's own count of device bytes written and flushes, when it keeps one.
+    fn own_counters(&self) -> Option<(u64, u64)> {
+        None
+    }
+    /// Write-throughput of slot-sized chunk writes as the engine saw them (bytes, seconds),
+    /// when it keeps one.
+    fn chunk_writes(&self) -> Option<(u64, f64)> {
+        None
+    }
+    /// Closes cleanly (everything durable).
+    fn close(self: Box<Self>) -> Result<(), String>;
+}
+
+/// A device that counts what the engine asks of it.
+#[derive(Debug)]
+pub struct CountingDevice {
+    inner: Device,
+    chunk_bytes: u64,
+    bytes_written: AtomicU64,
+    flushes: AtomicU64,
+    /// Bytes of chunk-sized writes since the last flush, and when the first began (ns).
+    pending_chunk: AtomicU64,
+    pending_since: AtomicU64,
+    chunk_total: AtomicU64,
+    chunk_nanos: AtomicU64,
+    origin: Instant,
+}
+
+impl CountingDevice {
+    /// Wraps an open device; writes of at least `chunk_bytes / 2` count as chunk writes.
+    pub fn new(inner: Device, chunk_bytes: u64) -> Self {
+        Self {
+            inner,
+            chunk_bytes,
+            bytes_written: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            pending_chunk: AtomicU64::new(0),
+            pending_since: AtomicU64::new(0),
+            chunk_total: AtomicU64::new(0),
+            chunk_nanos: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn settle_chunks(&self) {
+        let bytes = self.pending_chunk.swap(0, Ordering::Relaxed);
+        if bytes > 0 {
+            let since = self.pending_since.load(Ordering::Relaxed);
+            self.chunk_total.fetch_add(bytes, Ordering::Relaxed);
+            self.chunk_nanos.fetch_add(self.now().saturating_sub(since), Ordering::Relaxed);
+        }
+    }
+}
+
+impl BlockDevice for CountingDevice {
+    fn len(&self) -> u64 {
+        BlockDevice::len(&self.inner)
+    }
+
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        BlockDevice::read_at(&self.inner, offset, buffer)
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        let started = self.now();
+        BlockDevice::write_at(&self.inner, offset, bytes)?;
+        self.bytes_written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if bytes.len() as u64 >= self.chunk_bytes / 2
+            && self.pending_chunk.fetch_add(bytes.len() as u64, Ordering::Relaxed) == 0
+        {
+            self.pending_since.store(started, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let result = BlockDevice::flush(&self.inner);
+        self.settle_chunks();
+        result
+    }
+
+    fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let result = BlockDevice::flush_range(&self.inner, offset, len);
+        if len >= self.chunk_bytes / 2 {
+            self.settle_chunks();
+        }
+        result
+    }
+}
+
+/// LDS on a formatted block device or image file.
+pub struct LdsStore {
+    db: Option<Db>,
+    device: Arc<CountingDevice>,
+    path: PathBuf,
+}
+
+impl LdsStore {
+    /// Opens the formatted volume at `path` with the shared settings.
+    pub fn open(path: &Path, settings: &EngineSettings, slot_size: u64) -> Result<Self, String> {
+        let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
+        let device = Arc::new(CountingDevice::new(device, slot_size));
+        let options = Options {
+            write_buffer_size: settings.write_buffer_bytes as usize,
+            block_cache_bytes: settings.cache_bytes as usize,
+            bloom_bits_per_key: settings.bloom_bits,
+            level1_max_bytes: settings.level1_bytes,
+            level_size_multiplier: 10,
+            ..Options::default()
+        };
+        let shared: Arc<dyn BlockDevice> = device.clone();
+        let (db, _) = Db::open_device(shared, path, options).map_err(|error| format!("lds: open: {error}"))?;
+        Ok(Self { db: Some(db), device, path: path.to_path_buf() })
+    }
+
+    fn db(&self) -> &Db {
+        self.db.as_ref().expect("open until close")
+    }
+}
+
+fn lds_error(operation: &str, error: lds_engine::Error) -> String {
+    format!("lds: {operation}: {error}")
+}
+
+impl Store for LdsStore {
+    fn name(&self) -> String {
+        format!("lds {} ({})", env!("CARGO_PKG_VERSION"), self.path.display())
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+        self.db().put(key, value, WriteOptions { sync }).map_err(|error| lds_error("put", error))
+    }
+
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+        Ok(self.db().get(key).map_err(|error| lds_error("get", error))?.map(|value| value.len()))
+    }
+
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+        self.db().delete(key, WriteOptions { sync }).map_err(|error| lds_error("delete", error))
+    }
+
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+        let mut read = 0;
+        for entry in self.db().range(start, None).map_err(|error| lds_error("seek", error))?.take(count) {
+            entry.map_err(|error| lds_error("next", error))?;
+            read += 1;
+        }
+        Ok(read)
+    }
+
+    fn scan_all(&mut self) -> Result<usize, String> {
+        let mut read = 0;
+        for entry in self.db().iter().map_err(|error| lds_error("iterate", error))? {
+            entry.map_err(|error| lds_error("next", error))?;
+            read += 1;
+        }
+        Ok(read)
+    }
+
+    fn own_counters(&self) -> Option<(u64, u64)> {
+        Some((self.device.bytes_written.load(Ordering::Relaxed), self.device.flushes.load(Ordering::Relaxed)))
+    }
+
+    fn chunk_writes(&self) -> Option<(u64, f64)> {
+        let bytes = self.device.chunk_total.load(Ordering::Relaxed);
+        (bytes > 0).then(|| (bytes, self.device.chunk_nanos.load(Ordering::Relaxed) as f64 / 1e9))
+    }
+
+    fn close(mut self: Box<Self>) -> Result<(), String> {
+        match self.db.take() {
+            Some(db) => db.close().map_err(|error| lds_error("close", error)),
+            None => Ok(()),
+        }
+    }
+}

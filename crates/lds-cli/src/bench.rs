@@ -1,0 +1,269 @@
+//! `lds bench`: db_bench's workloads and YCSB A to F on LDS, or on a peer when this binary
+//! is built with the peer's feature, from the same generator; plus the device's limits.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use lds_bench::limits;
+use lds_bench::measure::BlockStat;
+use lds_bench::run::{self, BenchResult, Benchmark, Workload};
+use lds_bench::store::{EngineSettings, LdsStore, Store};
+use lds_engine::device::{Device, OpenMode};
+
+use crate::mkfs::MkfsOptions;
+use crate::units::parse_size;
+
+/// Options of `lds bench`; also its command-line arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchOptions {
+    /// For lds: a block device or image file (formatted by the benchmark; an image file is
+    /// created with --size). For a peer: a directory (emptied for each fill).
+    pub path: PathBuf,
+    /// The engine: lds, or a peer built into this binary (rocksdb, leveldb, fjall, sled, redb).
+    #[arg(long, default_value = "lds")]
+    pub engine: String,
+    /// Comma-separated benchmarks, or `all`: fillseq, fillrandom, overwrite, fillsync,
+    /// readrandom, readseq, seekrandom, deleterandom, ycsb-load, ycsb-a .. ycsb-f.
+    #[arg(long, default_value = "fillseq,fillrandom,overwrite,readrandom,seekrandom,readseq,deleterandom")]
+    pub benchmarks: String,
+    /// Entries written by fillseq, fillrandom and overwrite.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub num: u64,
+    /// Operations of readrandom, seekrandom and deleterandom (default: --num).
+    #[arg(long)]
+    pub reads: Option<u64>,
+    /// Synced puts of fillsync.
+    #[arg(long, default_value_t = 10_000)]
+    pub sync_ops: u64,
+    /// Records of ycsb-load (default: --num).
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Operations of each YCSB workload (default: --num).
+    #[arg(long)]
+    pub ycsb_ops: Option<u64>,
+    /// Smallest value (the paper: uniform from 1 to 200 bytes).
+    #[arg(long, default_value_t = 1)]
+    pub value_min: usize,
+    /// Largest value.
+    #[arg(long, default_value_t = 200)]
+    pub value_max: usize,
+    /// Entries read after each seek in seekrandom.
+    #[arg(long, default_value_t = 0)]
+    pub seek_nexts: usize,
+    /// Write buffer (memtable) size, for every engine.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub write_buffer: u64,
+    /// Slot size of the LDS volume, and the SST target size of the peers.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    pub slot_size: u64,
+    /// Block cache budget, for every engine.
+    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+    pub cache: u64,
+    /// Level 1 size (default: ten slots), deeper levels ten times the one above.
+    #[arg(long, value_parser = parse_size)]
+    pub level1: Option<u64>,
+    /// Size of the LDS image file to create, when it does not exist.
+    #[arg(long, default_value = "4GiB", value_parser = parse_size)]
+    pub size: u64,
+    /// Block device (as in /sys/block, e.g. loop3) whose counters measure bytes written and
+    /// flushes; by default the device holding PATH, else the engine's own counts.
+    #[arg(long)]
+    pub stat_device: Option<String>,
+    /// Generator seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Measure the device's limits on PATH instead (overwrites its first bytes).
+    #[arg(long)]
+    pub device_limits: bool,
+    /// Format PATH even if it holds another signature.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Print the results as JSON (lds-bench/1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `lds bench`; returns the exit code (0 success, 1 failure, 16 usage error).
+pub fn run(options: &BenchOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let result = if options.device_limits { device_limits(options, out) } else { bench(options, out) };
+    match result {
+        Ok(()) => 0,
+        Err(message) => {
+            let _ = writeln!(err, "lds bench: {message}");
+            1
+        }
+    }
+}
+
+fn settings(options: &BenchOptions) -> EngineSettings {
+    EngineSettings {
+        write_buffer_bytes: options.write_buffer,
+        cache_bytes: options.cache,
+        file_bytes: options.slot_size,
+        level1_bytes: options.level1.unwrap_or(10 * options.slot_size),
+        bloom_bits: 10,
+    }
+}
+
+fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
+    let mkfs = MkfsOptions {
+        path: options.path.clone(),
+        size: (!options.path.exists()).then_some(options.size),
+        slot_size: Some(options.slot_size),
+        // The paper's log sizes on volumes of 1 GiB and more; scaled down below.
+        version_log_size: (options.size >= 1 << 30).then_some(64 << 20),
+        backup_log_size: (options.size >= 1 << 30).then_some(16 << 20),
+        name: "lds-bench".into(),
+        force,
+        ..MkfsOptions::default()
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    match crate::mkfs::run(&mkfs, &mut out, &mut err) {
+        0 => Ok(()),
+        _ => Err(String::from_utf8_lossy(&err).trim().trim_start_matches("lds mkfs: ").to_owned()),
+    }
+}
+
+/// Whether PATH already holds an LDS volume (then reformatting it needs no --force).
+fn holds_lds(path: &Path) -> bool {
+    Device::open(path, OpenMode::ReadOnly)
+        .ok()
+        .and_then(|device| lds_engine::inspect::read_labels(&device).ok())
+        .is_some_and(|labels| labels.choose().is_ok())
+}
+
+fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+    let benchmarks = Benchmark::parse_list(&options.benchmarks)?;
+    if benchmarks.is_empty() {
+        return Err("no benchmarks given".into());
+    }
+    if options.value_min > options.value_max || options.value_max > 1 << 20 {
+        return Err(format!(
+            "values from {} to {} bytes: need value-min <= value-max <= 1 MiB",
+            options.value_min, options.value_max
+        ));
+    }
+    let workload = Workload {
+        num: options.num,
+        reads: options.reads.unwrap_or(options.num),
+        sync_ops: options.sync_ops,
+        records: options.records.unwrap_or(options.num),
+        ycsb_ops: options.ycsb_ops.unwrap_or(options.num),
+        key_bytes: 16,
+        value_min: options.value_min,
+        value_max: options.value_max,
+        seek_nexts: options.seek_nexts,
+        scan_max: 100,
+        seed: options.seed,
+    };
+    let settings = settings(options);
+    let lds = options.engine == "lds";
+    if !lds && options.path.exists() && !options.path.is_dir() {
+        return Err(format!("{}: a peer needs a directory", options.path.display()));
+    }
+    let mut engine_name = options.engine.clone();
+    let force = options.force || !options.path.exists() || holds_lds(&options.path);
+    let mut open = |fresh: bool| -> Result<Box<dyn Store>, String> {
+        let store: Box<dyn Store> = if lds {
+            if fresh {
+                format_lds(options, force)?;
+            }
+            Box::new(LdsStore::open(&options.path, &settings, options.slot_size)?)
+        } else {
+            if fresh {
+                lds_bench::peers::wipe(&options.path)?;
+            }
+            lds_bench::peers::open(&options.engine, &options.path, &settings)?
+        };
+        engine_name = store.name();
+        Ok(store)
+    };
+    let stat = match &options.stat_device {
+        Some(name) => Some(BlockStat::named(name)?),
+        None => None,
+    };
+    let stat = stat.or_else(|| {
+        let probe = if options.path.exists() { options.path.clone() } else { parent_of(&options.path) };
+        BlockStat::for_path(&probe)
+    });
+    let results = run::run(&benchmarks, &workload, &mut open, stat.as_ref())?;
+    report(out, options, &engine_name, &workload, &settings, &results).map_err(|error| error.to_string())
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn report(
+    out: &mut dyn Write,
+    options: &BenchOptions,
+    engine: &str,
+    workload: &Workload,
+    settings: &EngineSettings,
+    results: &[BenchResult],
+) -> std::io::Result<()> {
+    if options.json {
+        let document = serde_json::json!({
+            "schema": "lds-bench/1",
+            "engine": options.engine,
+            "engine_version": engine,
+            "path": options.path.display().to_string(),
+            "workload": workload,
+            "settings": settings,
+            "results": results,
+        });
+        return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
+    }
+    writeln!(
+        out,
+        "{engine}: keys 16 bytes, values {} to {} bytes, write buffer {} B, cache {} B, level 1 {} B",
+        workload.value_min,
+        workload.value_max,
+        settings.write_buffer_bytes,
+        settings.cache_bytes,
+        settings.level1_bytes
+    )?;
+    run::table(results, out)?;
+    if let Some(result) = results.iter().find(|result| result.chunk_write_mb_per_sec.is_some()) {
+        writeln!(
+            out,
+            "chunk writes (write plus flush of slot-sized chunks) during {}: {:.0} MB/s",
+            result.benchmark,
+            result.chunk_write_mb_per_sec.unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}
+
+fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+    let sequential = (256u64 << 20).min(options.size / 2).max(options.slot_size);
+    if !options.path.exists() {
+        let file = std::fs::File::create(&options.path)
+            .map_err(|error| format!("{}: cannot create: {error}", options.path.display()))?;
+        file.set_len(sequential + options.slot_size)
+            .map_err(|error| format!("{}: cannot size: {error}", options.path.display()))?;
+    }
+    let limits = limits::measure(&options.path, 0, sequential, options.slot_size, 4096, 1000)?;
+    if options.json {
+        let document = serde_json::json!({ "schema": "lds-bench-limits/1", "limits": limits });
+        return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())
+            .map_err(|error| error.to_string());
+    }
+    writeln!(
+        out,
+        "{}: sequential O_DIRECT writes of {} bytes: {:.0} MB/s\n\
+         one {}-byte direct write plus flush: overwrite p50 {:.0} us, p99 {:.0} us; append p50 {:.0} us, p99 {:.0} us",
+        limits.path,
+        limits.write_bytes,
+        limits.sequential_mb_per_sec,
+        limits.sector_bytes,
+        limits.overwrite_flush_p50_us,
+        limits.overwrite_flush_p99_us,
+        limits.append_flush_p50_us,
+        limits.append_flush_p99_us
+    )
+    .map_err(|error| error.to_string())
+}
