@@ -558,14 +558,13 @@ impl Version {
         Ok(())
     }
 
-    /// Applies a delta version; on error the version is unchanged.
+    /// Applies a delta version; on error the version is unchanged. The delta is checked
+    /// first and then applied in place, so that replaying a log costs time in the size of
+    /// each delta, not of the tree.
     pub fn apply(&mut self, delta: &DeltaVersion) -> Result<(), ReplayError> {
-        let mut next = self.clone();
+        self.check_delta(delta)?;
+        let next = self;
         for deleted in &delta.deleted {
-            match next.chunks.get(&deleted.chunk_id) {
-                Some(chunk) if chunk.level == deleted.level => {}
-                _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
-            }
             if let Some(chunk) = next.chunks.remove(&deleted.chunk_id) {
                 for slot in chunk.slots() {
                     next.slot_owner.remove(&slot);
@@ -573,7 +572,10 @@ impl Version {
             }
         }
         for added in &delta.added {
-            next.add(added.clone())?;
+            for slot in added.slots() {
+                next.slot_owner.insert(slot, added.chunk_id);
+            }
+            next.chunks.insert(added.chunk_id, added.clone());
         }
         for pointer in &delta.compact_pointers {
             next.compact_pointers.insert(pointer.level, pointer.key.clone());
@@ -581,7 +583,48 @@ impl Version {
         next.last_sequence = delta.last_sequence;
         next.ofs_backup_start = delta.ofs_backup_start;
         next.lsn_backup_start = delta.lsn_backup_start;
-        *self = next;
+        Ok(())
+    }
+
+    /// The errors `apply` would meet, in the order it would meet them: every deleted chunk
+    /// exists at its level (once), then each added chunk in turn is in range and takes no
+    /// chunk id or slot that stays in use.
+    fn check_delta(&self, delta: &DeltaVersion) -> Result<(), ReplayError> {
+        let mut deleted_ids = std::collections::HashSet::with_capacity(delta.deleted.len());
+        for deleted in &delta.deleted {
+            match self.chunks.get(&deleted.chunk_id) {
+                Some(chunk) if chunk.level == deleted.level && deleted_ids.insert(deleted.chunk_id) => {}
+                _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
+            }
+        }
+        let mut added_ids = std::collections::HashSet::with_capacity(delta.added.len());
+        let mut added_slots = std::collections::HashMap::new();
+        for chunk in &delta.added {
+            if u32::from(chunk.level) >= self.num_levels {
+                return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
+            }
+            let present = self.chunks.contains_key(&chunk.chunk_id) && !deleted_ids.contains(&chunk.chunk_id);
+            if present || added_ids.contains(&chunk.chunk_id) {
+                return Err(ReplayError::AddedTwice { chunk_id: chunk.chunk_id });
+            }
+            for slot in chunk.slots() {
+                if slot >= self.num_slots {
+                    return Err(ReplayError::SlotOutOfRange { chunk_id: chunk.chunk_id, slot });
+                }
+                if let Some(&owner) = added_slots.get(&slot) {
+                    return Err(ReplayError::SlotInUse { slot, owner });
+                }
+                if let Some(&owner) = self.slot_owner.get(&slot) {
+                    if !deleted_ids.contains(&owner) {
+                        return Err(ReplayError::SlotInUse { slot, owner });
+                    }
+                }
+            }
+            added_ids.insert(chunk.chunk_id);
+            for slot in chunk.slots() {
+                added_slots.insert(slot, chunk.chunk_id);
+            }
+        }
         Ok(())
     }
 
@@ -650,6 +693,90 @@ pub(crate) mod tests {
             largest_key: largest.to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
         }
+    }
+
+    /// The clone-then-apply replay `Version::apply` replaced, kept as the reference.
+    fn apply_by_clone(version: &Version, delta: &DeltaVersion) -> Result<Version, ReplayError> {
+        let mut next = version.clone();
+        for deleted in &delta.deleted {
+            match next.chunks.get(&deleted.chunk_id) {
+                Some(chunk) if chunk.level == deleted.level => {}
+                _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
+            }
+            if let Some(chunk) = next.chunks.remove(&deleted.chunk_id) {
+                for slot in chunk.slots() {
+                    next.slot_owner.remove(&slot);
+                }
+            }
+        }
+        for added in &delta.added {
+            next.add(added.clone())?;
+        }
+        for pointer in &delta.compact_pointers {
+            next.compact_pointers.insert(pointer.level, pointer.key.clone());
+        }
+        next.last_sequence = delta.last_sequence;
+        next.ofs_backup_start = delta.ofs_backup_start;
+        next.lsn_backup_start = delta.lsn_backup_start;
+        Ok(next)
+    }
+
+    #[test]
+    fn in_place_apply_matches_clone_then_apply_on_random_deltas() {
+        let mut state = 0x1234_5678_u64;
+        let mut next = |bound: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % bound
+        };
+        let mut version = Version::from_base(&base()).expect("base");
+        let (mut applied, mut refused) = (0, 0);
+        for round in 0..20_000u64 {
+            // Small id and slot spaces so that collisions, missing deletes and reused slots
+            // are common; a few multi-slot chunks and out-of-range levels and slots.
+            let deleted = (0..next(3))
+                .map(|_| {
+                    let existing: Vec<&ChunkMeta> = version.chunks.values().collect();
+                    match (existing.is_empty(), next(5)) {
+                        (false, 0..=3) => {
+                            let chunk = existing[next(existing.len() as u64) as usize];
+                            DeletedChunk {
+                                chunk_id: chunk.chunk_id,
+                                level: if next(10) == 0 { 9 } else { chunk.level },
+                            }
+                        }
+                        _ => DeletedChunk { chunk_id: next(12), level: next(3) as u8 },
+                    }
+                })
+                .collect();
+            let added = (0..next(3))
+                .map(|_| {
+                    let id = next(14);
+                    let mut chunk = meta(id, if next(40) == 0 { 8 } else { next(3) as u8 }, b"a", b"b");
+                    chunk.sub_chunks[0].slot = if next(50) == 0 { 1 << 40 } else { next(14) };
+                    if next(6) == 0 {
+                        chunk.sub_chunks.push(SubChunkRef { slot: next(14), digest: [1; 32] });
+                    }
+                    chunk
+                })
+                .collect();
+            let delta = DeltaVersion { last_sequence: 100 + round, deleted, added, ..DeltaVersion::default() };
+            let expected = apply_by_clone(&version, &delta);
+            let before = version.clone();
+            let got = version.apply(&delta);
+            match expected {
+                Ok(expected) => {
+                    assert_eq!(got, Ok(()), "round {round}: {delta:?}");
+                    assert_eq!(version, expected, "round {round}");
+                    applied += 1;
+                }
+                Err(error) => {
+                    assert_eq!(got, Err(error), "round {round}: {delta:?}");
+                    assert_eq!(version, before, "round {round}: a refused delta changed the version");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(applied > 2_000 && refused > 2_000, "applied {applied}, refused {refused}");
     }
 
     fn base() -> BaseVersion {
