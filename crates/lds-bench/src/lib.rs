@@ -10,5 +10,6 @@ pub mod hist;
 pub mod limits;
 pub mod measure;
 pub mod peers;
+pub mod recovery;
 pub mod run;
 pub mod store;

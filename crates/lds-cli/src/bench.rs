@@ -75,6 +75,10 @@ pub struct BenchOptions {
     /// Measure the device's limits on PATH instead (overwrites its first bytes).
     #[arg(long)]
     pub device_limits: bool,
+    /// Measure recovery instead: write an image with a full 64 MiB version log to PATH
+    /// (overwriting it) and time the open, page cache dropped first when root.
+    #[arg(long)]
+    pub recovery: bool,
     /// Format PATH even if it holds another signature.
     #[arg(short, long)]
     pub force: bool,
@@ -85,7 +89,13 @@ pub struct BenchOptions {
 
 /// Runs `lds bench`; returns the exit code (0 success, 1 failure, 16 usage error).
 pub fn run(options: &BenchOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = if options.device_limits { device_limits(options, out) } else { bench(options, out) };
+    let result = if options.device_limits {
+        device_limits(options, out)
+    } else if options.recovery {
+        recovery(options, out)
+    } else {
+        bench(options, out)
+    };
     match result {
         Ok(()) => 0,
         Err(message) => {
@@ -264,6 +274,33 @@ fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), Stri
         limits.overwrite_flush_p99_us,
         limits.append_flush_p50_us,
         limits.append_flush_p99_us
+    )
+    .map_err(|error| error.to_string())
+}
+
+fn recovery(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+    if options.path.exists() && !options.force && !holds_lds(&options.path) {
+        return Err(format!(
+            "{}: exists and is not an LDS volume; use --force to overwrite it",
+            options.path.display()
+        ));
+    }
+    let result = lds_bench::recovery::measure(&options.path)?;
+    if options.json {
+        let document = serde_json::json!({ "schema": "lds-bench-recovery/1", "recovery": result });
+        return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())
+            .map_err(|error| error.to_string());
+    }
+    writeln!(
+        out,
+        "{}: recovered a version log of {} bytes ({} live, {} delta versions, {} chunks) in {:.3} s ({})",
+        result.path,
+        result.version_log_bytes,
+        result.live_bytes,
+        result.objects,
+        result.chunks,
+        result.open_seconds,
+        if result.cold { "page cache dropped" } else { "page cache warm" }
     )
     .map_err(|error| error.to_string())
 }
