@@ -73,7 +73,7 @@ pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), String> {
     image.append_delta(0, &delta(Vec::new(), current.clone())).map_err(|error| error.to_string())?;
     let mut objects = 1;
     loop {
-        let range = (objects as u64 % RANGES) as usize;
+        let range = (objects % RANGES) as usize;
         let old = current[range].clone();
         let new = copies[range].clone();
         let step = delta(vec![DeletedChunk { chunk_id: old.chunk_id, level: old.level }], vec![new.clone()]);
