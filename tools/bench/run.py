@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Runs the comparison of BENCHMARKS.md: LDS on a raw loop device and on an image file on
+ext4, each peer on ext4, xfs and btrfs, every one on its own loop device over an image file
+of the same size; plus the device limits. Writes one JSON file per run into --out.
+
+Needs root (loop devices, mkfs, mount). Every loop device it attaches is detached and every
+mount unmounted on the way out, also on failure."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+PEERS = ["rocksdb", "leveldb", "fjall", "sled", "redb"]
+FILESYSTEMS = ["ext4", "xfs", "btrfs"]
+MKFS = {
+    "ext4": ["mkfs.ext4", "-F", "-q"],
+    "xfs": ["mkfs.xfs", "-f", "-q"],
+    "btrfs": ["mkfs.btrfs", "-f", "-q"],
+}
+
+
+def sh(*args, **kwargs):
+    return subprocess.run(list(args), check=True, text=True, capture_output=True, **kwargs).stdout.strip()
+
+
+class Loop:
+    """A loop device over a fresh image file; detached (exactly this one) on exit."""
+
+    def __init__(self, image: Path, size: int):
+        self.image = image
+        if image.exists():
+            image.unlink()
+        with open(image, "wb") as f:
+            f.truncate(size)
+        # Direct I/O on the backing file: the loop device passes writes and flushes to the
+        # disk below instead of caching them a second time.
+        self.device = sh("losetup", "--direct-io=on", "--find", "--show", str(image))
+        self.name = os.path.basename(self.device)
+
+    def close(self):
+        subprocess.run(["losetup", "--detach", self.device], check=False)
+        self.image.unlink(missing_ok=True)
+
+
+class Mount:
+    def __init__(self, loop: Loop, fs: str, point: Path):
+        sh(*MKFS[fs], loop.device)
+        point.mkdir(parents=True, exist_ok=True)
+        sh("mount", loop.device, str(point))
+        self.point = point
+
+    def close(self):
+        subprocess.run(["umount", str(self.point)], check=False)
+
+
+def drop_caches():
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass
+
+
+def bench(lds: str, engine: str, path: Path, stat: str, args, out: Path, label: str):
+    command = [
+        lds, "bench", "--engine", engine, "--benchmarks", args.benchmarks, "--num", str(args.num),
+        "--sync-ops", str(args.sync_ops), "--ycsb-ops", str(args.ycsb_ops), "--size", args.size,
+        "--stat-device", stat, "--json", "--force", str(path),
+    ]
+    print(f"== {label}: {' '.join(command)}", flush=True)
+    drop_caches()
+    started = time.time()
+    result = subprocess.run(command, text=True, capture_output=True)
+    if result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        document = {"schema": "lds-bench/1", "engine": engine, "error": result.stderr.strip(), "results": []}
+    else:
+        document = json.loads(result.stdout)
+    document["setup"] = label
+    document["wall_seconds"] = round(time.time() - started, 1)
+    (out / f"{label}.json").write_text(json.dumps(document, indent=1))
+    print(f"   {label}: {document['wall_seconds']} s", flush=True)
+
+
+def limits(lds: str, path: Path, out: Path, label: str, size: str):
+    result = subprocess.run([lds, "bench", "--device-limits", "--json", "--size", size, str(path)],
+                            text=True, capture_output=True)
+    if result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        return
+    document = json.loads(result.stdout)
+    document["setup"] = label
+    (out / f"limits-{label}.json").write_text(json.dumps(document, indent=1))
+    print(f"   limits {label}: {document['limits']['sequential_mb_per_sec']:.0f} MB/s, "
+          f"append+flush p50 {document['limits']['append_flush_p50_us']:.0f} us", flush=True)
+
+
+def recovery(lds: str, path: Path, out: Path):
+    result = subprocess.run([lds, "bench", "--recovery", "--json", "--force", str(path)], text=True, capture_output=True)
+    if result.returncode != 0:
+        print(result.stderr, file=sys.stderr)
+        return
+    measured = json.loads(result.stdout)["recovery"]
+    document = {
+        "where": f"raw loop device, {'cold' if measured['cold'] else 'warm'} page cache",
+        "open_seconds": measured["open_seconds"],
+        "version_log_bytes": measured["version_log_bytes"],
+        "objects": measured["objects"],
+        "raw": measured,
+    }
+    (out / "recovery.json").write_text(json.dumps(document, indent=1))
+    print(f"   recovery: {measured['open_seconds']:.3f} s", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--lds", required=True, help="the lds binary, built with --features peers")
+    parser.add_argument("--workdir", default="/var/tmp/lds-bench", help="where the image files go (a real disk)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--size", default="4GiB", help="size of every image file")
+    parser.add_argument("--num", type=int, default=500_000)
+    parser.add_argument("--sync-ops", type=int, default=5_000)
+    parser.add_argument("--ycsb-ops", type=int, default=200_000)
+    parser.add_argument("--benchmarks", default="all")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--filesystems", default=",".join(FILESYSTEMS))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run.py needs root: it attaches loop devices and mounts file systems")
+    size_bytes = parse_size(args.size)
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    machine = {
+        "cpus": os.cpu_count(),
+        "kernel": sh("uname", "-r"),
+        "cpu_model": next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?"),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "backing_fs": sh("stat", "-f", "-c", "%T", str(work)),
+        "args": vars(args),
+    }
+    (out / "machine.json").write_text(json.dumps(machine, indent=1))
+
+    # LDS on a raw block device: the device limits first, on the same device.
+    with ExitStack() as stack:
+        loop = Loop(work / "raw.img", size_bytes)
+        stack.callback(loop.close)
+        limits(args.lds, Path(loop.device), out, "raw-loop", args.size)
+        bench(args.lds, "lds", Path(loop.device), loop.name, args, out, "lds-raw")
+        recovery(args.lds, Path(loop.device), out)
+
+    for fs in [f for f in args.filesystems.split(",") if f]:
+        with ExitStack() as stack:
+            loop = Loop(work / f"{fs}.img", size_bytes)
+            stack.callback(loop.close)
+            mount = Mount(loop, fs, work / f"mnt-{fs}")
+            stack.callback(mount.close)
+            if fs == "ext4":
+                limits(args.lds, mount.point / "limits.img", out, "ext4-file", args.size)
+                (mount.point / "limits.img").unlink(missing_ok=True)
+                # LDS on a pre-allocated image file on ext4 (paper §3.6.2), most of the fs.
+                image_size = f"{int(size_bytes * 0.8) // (1 << 20)}MiB"
+                saved = args.size
+                args.size = image_size
+                bench(args.lds, "lds", mount.point / "lds.img", loop.name, args, out, "lds-ext4")
+                args.size = saved
+                (mount.point / "lds.img").unlink(missing_ok=True)
+            for peer in [p for p in args.peers.split(",") if p]:
+                bench(args.lds, peer, mount.point / peer, loop.name, args, out, f"{peer}-{fs}")
+                subprocess.run(["rm", "-rf", str(mount.point / peer)], check=False)
+
+
+def parse_size(text: str) -> int:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(text)
+
+
+if __name__ == "__main__":
+    main()
