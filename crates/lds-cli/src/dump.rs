@@ -5,11 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 
-use lds_engine::inspect::Inspector;
-use lds_format::chunk::{unpack_seq_kind, Footer, SubChunkView};
+use lds_engine::device::DeviceError;
+use lds_engine::inspect::{read_labels, InspectError, Inspector, ReadAt};
+use lds_format::chunk::{unpack_seq_kind, Footer, SubChunkView, FOOTER_LEN};
 use lds_format::error::hex;
-use lds_format::label::{Label, LabelChoice, LogKind};
-use lds_format::log::{ObjectHeader, ObjectType, HEADER_LEN};
+use lds_format::image::area_context;
+use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind};
+use lds_format::log::{AreaContext, ObjectHeader, ObjectType, HEADER_LEN};
 use lds_format::recovery::{
     online_map, physical_walk, read_valid_object, recover_backup_log, recover_version_log, BackupLogState,
     VersionLogState,
@@ -55,12 +57,93 @@ pub struct DumpOptions {
 
 /// Runs dump; returns the exit code (0 success, 1 the volume cannot be read as asked).
 pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    match dump(options, out) {
+    let result = Inspector::open(&options.path)
+        .map_err(|error| error.to_string())
+        .and_then(|inspector| dump(&Volume::of_inspector(&inspector), options, out));
+    exit_code(result, err)
+}
+
+/// Runs dump on a volume read through `device` (an image in memory, for the fuzzers) instead
+/// of `options.path`, which only names it in messages; returns the exit code as `run` does.
+pub fn run_on(device: &dyn ReadAt, options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let result = Volume::open(device, &device_name(options)).and_then(|volume| dump(&volume, options, out));
+    exit_code(result, err)
+}
+
+fn exit_code(result: Result<(), String>, err: &mut dyn Write) -> i32 {
+    match result {
         Ok(()) => 0,
         Err(message) => {
             let _ = writeln!(err, "lds dump: {message}");
             1
         }
+    }
+}
+
+/// A volume opened for dumping: its device, both label copies and the chosen label.
+struct Volume<'a> {
+    device: &'a dyn ReadAt,
+    labels: LabelPair,
+    label: Label,
+    choice: LabelChoice,
+}
+
+impl<'a> Volume<'a> {
+    fn of_inspector(inspector: &'a Inspector) -> Self {
+        Self {
+            device: &inspector.device,
+            labels: inspector.labels.clone(),
+            label: inspector.label.clone(),
+            choice: inspector.choice,
+        }
+    }
+
+    /// Chooses the label as `Inspector::open` does, with the same messages.
+    fn open(device: &'a dyn ReadAt, name: &str) -> Result<Self, String> {
+        let labels = read_labels(device).map_err(|error| error.to_string())?;
+        let (choice, label) = labels.choose().map_err(|choice| {
+            InspectError::Label {
+                path: name.to_string(),
+                choice,
+                primary: labels.primary.as_ref().err().cloned().map(Box::new),
+                backup: labels.backup.as_ref().err().cloned().map(Box::new),
+            }
+            .to_string()
+        })?;
+        let label = label.clone();
+        if label.geometry.volume_len > device.len() {
+            let truncated = InspectError::Truncated {
+                path: name.to_string(),
+                volume_len: label.geometry.volume_len,
+                device_len: device.len(),
+            };
+            return Err(truncated.to_string());
+        }
+        Ok(Self { device, labels, label, choice })
+    }
+
+    fn geometry(&self) -> &Geometry {
+        &self.label.geometry
+    }
+
+    fn area_context(&self, kind: LogKind, instance: u32) -> AreaContext {
+        area_context(&self.label.geometry, kind, instance)
+    }
+
+    fn read_area(&self, kind: LogKind, instance: u32) -> Result<Vec<u8>, DeviceError> {
+        let (offset, len) = self.label.geometry.log_area(kind, instance);
+        self.device.read_vec(offset, len)
+    }
+
+    fn read_footer(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
+        let geometry = &self.label.geometry;
+        let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+        self.device.read_vec(offset, FOOTER_LEN as u64)
+    }
+
+    fn read_slot(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
+        let geometry = &self.label.geometry;
+        self.device.read_vec(geometry.slot_offset(slot), geometry.slot_size)
     }
 }
 
@@ -73,9 +156,8 @@ fn emit(out: &mut dyn Write, value: Value) -> Result<(), String> {
     writeln!(out, "{text}").map_err(|error| error.to_string())
 }
 
-fn dump(options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let inspector = Inspector::open(&options.path).map_err(|error| error.to_string())?;
-    let instance_count = inspector.geometry().instance_count;
+fn dump(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let instance_count = volume.geometry().instance_count;
     if options.instance >= instance_count {
         return Err(format!(
             "{}: instance {} does not exist (the volume has {instance_count})",
@@ -84,13 +166,13 @@ fn dump(options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
         ));
     }
     match &options.what {
-        DumpWhat::Label => dump_label(&inspector, options, out),
-        DumpWhat::Volume => dump_volume(&inspector, options, out),
-        DumpWhat::VersionLog => dump_version_log(&inspector, options, out),
-        DumpWhat::BackupLog => dump_backup_log(&inspector, options, out),
-        DumpWhat::Slots => dump_slots(&inspector, options, out),
-        DumpWhat::Chunk(chunk_id) => dump_chunk(&inspector, options, *chunk_id, out),
-        DumpWhat::Tree => dump_tree(&inspector, options, out),
+        DumpWhat::Label => dump_label(volume, options, out),
+        DumpWhat::Volume => dump_volume(volume, options, out),
+        DumpWhat::VersionLog => dump_version_log(volume, options, out),
+        DumpWhat::BackupLog => dump_backup_log(volume, options, out),
+        DumpWhat::Slots => dump_slots(volume, options, out),
+        DumpWhat::Chunk(chunk_id) => dump_chunk(volume, options, *chunk_id, out),
+        DumpWhat::Tree => dump_tree(volume, options, out),
     }
 }
 
@@ -98,8 +180,8 @@ fn io(error: std::io::Error) -> String {
     error.to_string()
 }
 
-fn dump_label(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let chosen = match inspector.choice {
+fn dump_label(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let chosen = match volume.choice {
         LabelChoice::Both => "both",
         LabelChoice::Primary => "primary",
         LabelChoice::Backup => "backup",
@@ -111,20 +193,20 @@ fn dump_label(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write)
     if options.json {
         let mut document = json::document("label", &device_name(options));
         document.insert("chosen".into(), json!(chosen));
-        document.insert("primary".into(), inspector.labels.primary.as_ref().map_or(Value::Null, json::label));
-        document.insert("backup".into(), inspector.labels.backup.as_ref().map_or(Value::Null, json::label));
+        document.insert("primary".into(), volume.labels.primary.as_ref().map_or(Value::Null, json::label));
+        document.insert("backup".into(), volume.labels.backup.as_ref().map_or(Value::Null, json::label));
         document.insert(
             "status".into(),
-            json!({"primary": status(&inspector.labels.primary), "backup": status(&inspector.labels.backup)}),
+            json!({"primary": status(&volume.labels.primary), "backup": status(&volume.labels.backup)}),
         );
         return emit(out, Value::Object(document));
     }
-    let label = &inspector.label;
+    let label = &volume.label;
     writeln!(
         out,
         "label copies     primary: {}; backup: {}; using: {chosen}",
-        status(&inspector.labels.primary),
-        status(&inspector.labels.backup)
+        status(&volume.labels.primary),
+        status(&volume.labels.backup)
     )
     .map_err(io)?;
     writeln!(out, "format version   {}.{}", lds_format::label::VERSION_MAJOR, label.version_minor).map_err(io)?;
@@ -147,8 +229,8 @@ struct WalkedObject {
     valid: Result<(), String>,
 }
 
-fn walk(area: &[u8], start: u64, inspector: &Inspector, kind: LogKind, instance: u32) -> Vec<WalkedObject> {
-    let context = inspector.area_context(kind, instance);
+fn walk(area: &[u8], start: u64, volume: &Volume<'_>, kind: LogKind, instance: u32) -> Vec<WalkedObject> {
+    let context = volume.area_context(kind, instance);
     physical_walk(area, start, u64::from(context.sector_size))
         .into_iter()
         .map(|(offset, header)| {
@@ -240,13 +322,13 @@ struct InstanceLogs {
     backup: Option<Result<BackupLogState, String>>,
 }
 
-fn recover_instance(inspector: &Inspector, instance: u32) -> Result<InstanceLogs, String> {
-    let version_area = inspector.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
-    let backup_area = inspector.read_area(LogKind::Backup, instance).map_err(|error| error.to_string())?;
-    let context = inspector.area_context(LogKind::Version, instance);
+fn recover_instance(volume: &Volume<'_>, instance: u32) -> Result<InstanceLogs, String> {
+    let version_area = volume.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
+    let backup_area = volume.read_area(LogKind::Backup, instance).map_err(|error| error.to_string())?;
+    let context = volume.area_context(LogKind::Version, instance);
     let version = recover_version_log(&version_area, &context).map_err(|error| error.to_string());
     let backup = version.as_ref().ok().map(|state| {
-        let context = inspector.area_context(LogKind::Backup, instance);
+        let context = volume.area_context(LogKind::Backup, instance);
         recover_backup_log(
             &backup_area,
             &context,
@@ -267,11 +349,11 @@ fn backup_live(logs: &InstanceLogs) -> BTreeSet<u64> {
     }
 }
 
-fn version_walks(inspector: &Inspector, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
+fn version_walks(volume: &Volume<'_>, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
     let (live, superseded) = version_liveness(&logs.version);
-    let left = walk(&logs.version_area, 0, inspector, LogKind::Version, instance);
+    let left = walk(&logs.version_area, 0, volume, LogKind::Version, instance);
     let right = right_start(&logs.version_area, &left)
-        .map_or_else(Vec::new, |start| walk(&logs.version_area, start, inspector, LogKind::Version, instance));
+        .map_or_else(Vec::new, |start| walk(&logs.version_area, start, volume, LogKind::Version, instance));
     let left_has_base = left
         .iter()
         .any(|object| object.header.object_type_code == ObjectType::BaseVersion.code() && object.valid.is_ok());
@@ -284,11 +366,11 @@ fn version_walks(inspector: &Inspector, logs: &InstanceLogs, instance: u32) -> (
     (left_json, right_json)
 }
 
-fn backup_walks(inspector: &Inspector, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
+fn backup_walks(volume: &Volume<'_>, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
     let live = backup_live(logs);
-    let left = walk(&logs.backup_area, 0, inspector, LogKind::Backup, instance);
+    let left = walk(&logs.backup_area, 0, volume, LogKind::Backup, instance);
     let right = right_start(&logs.backup_area, &left)
-        .map_or_else(Vec::new, |start| walk(&logs.backup_area, start, inspector, LogKind::Backup, instance));
+        .map_or_else(Vec::new, |start| walk(&logs.backup_area, start, volume, LogKind::Backup, instance));
     let left_json = left.iter().map(|object| object_json(object, backup_status(object, &live))).collect();
     let right_json = right.iter().map(|object| object_json(object, backup_status(object, &live))).collect();
     (left_json, right_json)
@@ -308,22 +390,22 @@ fn merge_walks(left: Vec<Value>, right: Vec<Value>) -> Vec<Value> {
     merged
 }
 
-fn footer_of(inspector: &Inspector, slot: u64) -> Result<Option<Footer>, String> {
-    let bytes = inspector.read_footer(slot).map_err(|error| error.to_string())?;
+fn footer_of(volume: &Volume<'_>, slot: u64) -> Result<Option<Footer>, String> {
+    let bytes = volume.read_footer(slot).map_err(|error| error.to_string())?;
     if !Footer::has_magic(&bytes) {
         return Ok(None);
     }
-    let offset = inspector.geometry().slot_offset(slot) + inspector.geometry().slot_size - bytes.len() as u64;
+    let offset = volume.geometry().slot_offset(slot) + volume.geometry().slot_size - bytes.len() as u64;
     Ok(Footer::parse_raw(&bytes, offset).ok())
 }
 
-fn dump_volume(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let geometry = *inspector.geometry();
+fn dump_volume(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let geometry = *volume.geometry();
     let mut instances = Vec::new();
     for instance in 0..geometry.instance_count {
-        let logs = recover_instance(inspector, instance)?;
-        let (version_left, version_right) = version_walks(inspector, &logs, instance);
-        let (backup_left, backup_right) = backup_walks(inspector, &logs, instance);
+        let logs = recover_instance(volume, instance)?;
+        let (version_left, version_right) = version_walks(volume, &logs, instance);
+        let (backup_left, backup_right) = backup_walks(volume, &logs, instance);
         instances.push(json!({
             "instance": instance,
             "version_log": {"left": version_left, "right": version_right},
@@ -332,15 +414,15 @@ fn dump_volume(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write
     }
     let mut slots = Vec::new();
     for slot in 0..geometry.num_slots {
-        let footer = footer_of(inspector, slot)?;
+        let footer = footer_of(volume, slot)?;
         slots.push(json!({"slot": slot, "footer": footer.as_ref().map_or(Value::Null, json::footer)}));
     }
     let mut document = json::document("volume", &device_name(options));
     document.insert(
         "labels".into(),
         json!({
-            "primary": inspector.labels.primary.as_ref().map_or(Value::Null, json::label),
-            "backup": inspector.labels.backup.as_ref().map_or(Value::Null, json::label),
+            "primary": volume.labels.primary.as_ref().map_or(Value::Null, json::label),
+            "backup": volume.labels.backup.as_ref().map_or(Value::Null, json::label),
         }),
     );
     document.insert("instances".into(), Value::Array(instances));
@@ -354,7 +436,7 @@ fn dump_volume(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write
         sub.what = what;
         for instance in 0..geometry.instance_count {
             sub.instance = instance;
-            dump(&sub, out)?;
+            dump(volume, &sub, out)?;
             writeln!(out).map_err(io)?;
             if matches!(sub.what, DumpWhat::Label | DumpWhat::Slots) {
                 break;
@@ -417,9 +499,9 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
     }
 }
 
-fn dump_version_log(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let logs = recover_instance(inspector, options.instance)?;
-    let (left, right) = version_walks(inspector, &logs, options.instance);
+fn dump_version_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let logs = recover_instance(volume, options.instance)?;
+    let (left, right) = version_walks(volume, &logs, options.instance);
     let objects = merge_walks(left, right);
     let mut document = json::document("version-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
@@ -457,9 +539,9 @@ fn dump_version_log(inspector: &Inspector, options: &DumpOptions, out: &mut dyn 
     }
 }
 
-fn dump_backup_log(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let logs = recover_instance(inspector, options.instance)?;
-    let (left, right) = backup_walks(inspector, &logs, options.instance);
+fn dump_backup_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let logs = recover_instance(volume, options.instance)?;
+    let (left, right) = backup_walks(volume, &logs, options.instance);
     let objects = merge_walks(left, right);
     let mut document = json::document("backup-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
@@ -508,12 +590,12 @@ fn dump_backup_log(inspector: &Inspector, options: &DumpOptions, out: &mut dyn W
     }
 }
 
-fn all_versions(inspector: &Inspector) -> Result<Vec<(u32, VersionLogState)>, String> {
-    let geometry = inspector.geometry();
+fn all_versions(volume: &Volume<'_>) -> Result<Vec<(u32, VersionLogState)>, String> {
+    let geometry = volume.geometry();
     let mut states = Vec::new();
     for instance in 0..geometry.instance_count {
-        let area = inspector.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
-        let context = inspector.area_context(LogKind::Version, instance);
+        let area = volume.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
+        let context = volume.area_context(LogKind::Version, instance);
         match recover_version_log(&area, &context) {
             Ok(state) => states.push((instance, state)),
             Err(error) => return Err(format!("instance {instance}: {error}")),
@@ -522,9 +604,9 @@ fn all_versions(inspector: &Inspector) -> Result<Vec<(u32, VersionLogState)>, St
     Ok(states)
 }
 
-fn dump_slots(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let geometry = *inspector.geometry();
-    let states = all_versions(inspector)?;
+fn dump_slots(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let geometry = *volume.geometry();
+    let states = all_versions(volume)?;
     let map = online_map(
         geometry.num_slots,
         states.iter().map(|(instance, state)| (*instance, &state.version, &state.unfinished_compactions)),
@@ -538,7 +620,7 @@ fn dump_slots(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write)
     let mut slots = Vec::new();
     let mut counts = BTreeMap::new();
     for slot in 0..geometry.num_slots {
-        let footer = footer_of(inspector, slot)?;
+        let footer = footer_of(volume, slot)?;
         let state = match (map[slot as usize], &footer) {
             (true, _) => "live",
             (false, Some(_)) => "stale",
@@ -592,8 +674,8 @@ fn find_meta(states: &[(u32, VersionLogState)], chunk_id: u64) -> Option<(u32, C
         .find_map(|(instance, state)| state.version.chunks.get(&chunk_id).map(|meta| (*instance, meta.clone())))
 }
 
-fn dump_chunk(inspector: &Inspector, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
-    let geometry = *inspector.geometry();
+fn dump_chunk(volume: &Volume<'_>, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
+    let geometry = *volume.geometry();
     if chunk_id >= geometry.num_slots {
         return Err(format!(
             "{}: chunk {chunk_id} is beyond the slot area ({} slots)",
@@ -601,13 +683,13 @@ fn dump_chunk(inspector: &Inspector, options: &DumpOptions, chunk_id: u64, out: 
             geometry.num_slots
         ));
     }
-    let states = all_versions(inspector).unwrap_or_default();
+    let states = all_versions(volume).unwrap_or_default();
     let meta = find_meta(&states, chunk_id);
     let slots: Vec<u64> = meta.as_ref().map_or_else(|| vec![chunk_id], |(_, meta)| meta.slots().collect());
     let mut sub_chunks = Vec::new();
     let mut text = Vec::new();
     for slot in slots {
-        let image = inspector.read_slot(slot).map_err(|error| error.to_string())?;
+        let image = volume.read_slot(slot).map_err(|error| error.to_string())?;
         let offset = geometry.slot_offset(slot);
         let view = SubChunkView::open(&image, offset)
             .map_err(|error| format!("{}: slot {slot}: {error}", device_name(options)))?;
@@ -695,9 +777,9 @@ fn printable(bytes: &[u8]) -> String {
     }
 }
 
-fn dump_tree(inspector: &Inspector, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let area = inspector.read_area(LogKind::Version, options.instance).map_err(|error| error.to_string())?;
-    let context = inspector.area_context(LogKind::Version, options.instance);
+fn dump_tree(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let area = volume.read_area(LogKind::Version, options.instance).map_err(|error| error.to_string())?;
+    let context = volume.area_context(LogKind::Version, options.instance);
     let state = recover_version_log(&area, &context)
         .map_err(|error| format!("{}: instance {}: {error}", device_name(options), options.instance))?;
     let version = &state.version;
