@@ -210,3 +210,24 @@ fn crash_images(
     }
     images
 }
+
+/// Checks one crash image of `run`, taken after `crash_point` of its device events, against
+/// the oracles as `enumerate` checks each image it builds (RELIABILITY.md L3: a fuzzer
+/// chooses the image); `Err((oracle, message))` on a failure.
+pub fn check_crash_image(
+    run: &Run,
+    crash_point: usize,
+    image: &[u8],
+    unbuffered: bool,
+) -> Result<(), (&'static str, String)> {
+    let model_min = run
+        .spans
+        .iter()
+        .enumerate()
+        .filter(|(index, span)| span.end_event <= crash_point && run.workload.ops[*index].is_sync_point())
+        .map(|(index, _)| index + 1)
+        .max()
+        .unwrap_or(0);
+    let model_max = run.spans.iter().filter(|span| span.start_event <= crash_point).count();
+    check_image(image, run, model_min, model_max, unbuffered)
+}
