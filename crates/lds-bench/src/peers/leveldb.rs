@@ -77,8 +77,9 @@ impl LevelDb {
             let mut read = 0;
             let (mut key_len, mut value_len) = (0usize, 0usize);
             while read < count && leveldb_iter_valid(iterator) != 0 {
-                std::hint::black_box(leveldb_iter_key(iterator, &mut key_len));
-                std::hint::black_box(leveldb_iter_value(iterator, &mut value_len));
+                // The binding declares the length out-parameter const; LevelDB writes it.
+                std::hint::black_box(leveldb_iter_key(iterator, ptr::addr_of_mut!(key_len).cast_const()));
+                std::hint::black_box(leveldb_iter_value(iterator, ptr::addr_of_mut!(value_len).cast_const()));
                 read += 1;
                 leveldb_iter_next(iterator);
             }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::store::{EngineSettings, Store};
 
@@ -23,7 +23,7 @@ pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Stor
         .create(dir.join("bench.redb"))
         .map_err(|e| error("open", e))?;
     let store = Redb { db };
-    store.write(true, |table| table.map(|_| ()))?;
+    store.write(true, |table| table.map(|_| ()).map_err(|e| error("table", e)))?;
     Ok(Box::new(store))
 }
 
