@@ -105,6 +105,10 @@ impl ChunkMeta {
         if sub_chunks.first().map(|first| first.slot) != Some(chunk_id) {
             return Err(invalid("chunk_id", "is not the slot of sub-chunk 0 (or there are no sub-chunks)"));
         }
+        let distinct: std::collections::BTreeSet<u64> = sub_chunks.iter().map(|sub_chunk| sub_chunk.slot).collect();
+        if distinct.len() != sub_chunks.len() {
+            return Err(invalid("slot", "a slot is listed twice"));
+        }
         if smallest_key > largest_key {
             return Err(invalid("smallest_key", "greater than largest_key"));
         }
@@ -892,6 +896,22 @@ pub(crate) mod tests {
         let mut writer = Writer::new();
         bad.encode(&mut writer);
         assert!(ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "t", 0)).is_err());
+    }
+
+    #[test]
+    fn a_chunk_listing_one_slot_twice_is_refused() {
+        // Found by the delta_version fuzz target: replay took such a chunk, and the version
+        // then owned fewer slots than its chunks list (fuzz/regressions/delta_version).
+        let mut twice = meta(3, 0, b"a", b"z");
+        twice.sub_chunks.push(SubChunkRef { slot: 3, digest: [0; 32] });
+        let mut writer = Writer::new();
+        twice.encode(&mut writer);
+        assert!(matches!(
+            ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "t", 0)),
+            Err(FormatError::InvalidField { field: "slot", .. })
+        ));
+        let delta = DeltaVersion { added: vec![twice], ..DeltaVersion::default() };
+        assert!(DeltaVersion::decode(&delta.encode(), 0).is_err());
     }
 
     #[test]
