@@ -594,39 +594,38 @@ impl Version {
     /// exists at its level (once), then each added chunk in turn is in range and takes no
     /// chunk id or slot that stays in use.
     fn check_delta(&self, delta: &DeltaVersion) -> Result<(), ReplayError> {
-        let mut deleted_ids = std::collections::HashSet::with_capacity(delta.deleted.len());
-        for deleted in &delta.deleted {
+        // Deltas are small (a flush adds one chunk; a compaction touches a few dozen), so
+        // linear scans over the delta beat building sets for it.
+        let is_deleted = |chunk_id: u64| delta.deleted.iter().any(|deleted| deleted.chunk_id == chunk_id);
+        for (index, deleted) in delta.deleted.iter().enumerate() {
+            let repeated = delta.deleted[..index].iter().any(|earlier| earlier.chunk_id == deleted.chunk_id);
             match self.chunks.get(&deleted.chunk_id) {
-                Some(chunk) if chunk.level == deleted.level && deleted_ids.insert(deleted.chunk_id) => {}
+                Some(chunk) if chunk.level == deleted.level && !repeated => {}
                 _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
             }
         }
-        let mut added_ids = std::collections::HashSet::with_capacity(delta.added.len());
-        let mut added_slots = std::collections::HashMap::new();
-        for chunk in &delta.added {
+        for (index, chunk) in delta.added.iter().enumerate() {
             if u32::from(chunk.level) >= self.num_levels {
                 return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
             }
-            let present = self.chunks.contains_key(&chunk.chunk_id) && !deleted_ids.contains(&chunk.chunk_id);
-            if present || added_ids.contains(&chunk.chunk_id) {
+            let earlier = &delta.added[..index];
+            let present = self.chunks.contains_key(&chunk.chunk_id) && !is_deleted(chunk.chunk_id);
+            if present || earlier.iter().any(|other| other.chunk_id == chunk.chunk_id) {
                 return Err(ReplayError::AddedTwice { chunk_id: chunk.chunk_id });
             }
             for slot in chunk.slots() {
                 if slot >= self.num_slots {
                     return Err(ReplayError::SlotOutOfRange { chunk_id: chunk.chunk_id, slot });
                 }
-                if let Some(&owner) = added_slots.get(&slot) {
-                    return Err(ReplayError::SlotInUse { slot, owner });
+                // The latest earlier chunk of this delta to claim the slot owns it.
+                if let Some(owner) = earlier.iter().rev().find(|other| other.slots().any(|used| used == slot)) {
+                    return Err(ReplayError::SlotInUse { slot, owner: owner.chunk_id });
                 }
                 if let Some(&owner) = self.slot_owner.get(&slot) {
-                    if !deleted_ids.contains(&owner) {
+                    if !is_deleted(owner) {
                         return Err(ReplayError::SlotInUse { slot, owner });
                     }
                 }
-            }
-            added_ids.insert(chunk.chunk_id);
-            for slot in chunk.slots() {
-                added_slots.insert(slot, chunk.chunk_id);
             }
         }
         Ok(())
