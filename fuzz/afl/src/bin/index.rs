@@ -1,0 +1,7 @@
+//! afl target `index`: see `lds_fuzz::index`.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        lds_fuzz::index(data);
+    });
+}

@@ -1,0 +1,7 @@
+//! afl target `layout`: see `lds_fuzz::layout`.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        lds_fuzz::layout(data);
+    });
+}

@@ -1,0 +1,7 @@
+//! afl target `sim`: see `lds_fuzz::sim`.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| {
+        lds_fuzz::sim(data);
+    });
+}

@@ -1,0 +1,703 @@
+//! One target per decoder of the format crate (RELIABILITY.md L1). Each decodes its input as
+//! given and again with its checksums repaired (`fixup`), and checks what a successful decode
+//! promises: the encoder gives the same bytes back, the invariants the decoder claims to
+//! check hold, and the functions that consume the result neither panic nor disagree with it.
+
+use std::cmp::Ordering;
+use std::sync::OnceLock;
+
+use lds_format::batch::{decode_entries, WriteBatchRecord, SEQUENCE_MAX};
+use lds_format::chunk::{
+    compare_internal, decode_block, decode_index, pack_seq_kind, visit_block, Filter, Footer, SubChunkView,
+    CHUNK_MAGIC, FOOTER_LEN,
+};
+use lds_format::codec::{align8, align_up, crc32c, Reader, Writer};
+use lds_format::image::empty_base_version;
+use lds_format::label::{
+    plan_layout, Geometry, Label, LabelPair, LayoutRequest, LogKind, GEOMETRY_LEN, LABEL_LEN, SECTOR_SIZE_MAX,
+    SECTOR_SIZE_MIN, SLOT_SIZE_MIN,
+};
+use lds_format::log::{
+    check_wrap_right, encode_object, read_object, AreaContext, NewObject, ObjectHeader, ObjectType, WrapLeft,
+    HEADER_LEN,
+};
+use lds_format::recovery::{
+    chain, decode_payload, physical_walk, read_valid_object, recover_backup_log, recover_version_log, ChainObject,
+    LogHead, Payload, VersionLogState,
+};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, SubChunkRef, Version};
+use lds_format::writer::LogAppender;
+
+use crate::fixup;
+use crate::input::Input;
+use crate::seeds::{tiny_geometry, VOLUME_UUID};
+
+/// A log area is at least 16 sectors (SPEC.md §3); shorter inputs are padded with zeros.
+const AREA_SECTORS_MIN: usize = 16;
+/// The sector size of the log targets' areas (the seeds' geometry).
+const SECTOR_SIZE: u32 = SECTOR_SIZE_MIN;
+
+/// Runs `check` on `data`, then on a repaired copy when repairing changes something.
+fn as_given_and_repaired(data: &[u8], repair: impl Fn(&mut [u8]), check: impl Fn(&[u8])) {
+    check(data);
+    let mut repaired = data.to_vec();
+    repair(&mut repaired);
+    if repaired != data {
+        check(&repaired);
+    }
+}
+
+fn padded_area(bytes: &[u8], sector_size: u32) -> Vec<u8> {
+    let mut area = bytes.to_vec();
+    let len_min = AREA_SECTORS_MIN * sector_size as usize;
+    if area.len() < len_min {
+        area.resize(len_min, 0);
+    }
+    area
+}
+
+fn context(kind: LogKind, area: &[u8], sector_size: u32) -> AreaContext {
+    AreaContext { kind, instance: 0, volume_uuid: VOLUME_UUID, len_area: area.len() as u64, sector_size, ofs_area: 0 }
+}
+
+/// SPEC.md §3: the areas of a valid geometry lie in order, apart, inside the volume, between
+/// the two label sectors, and every log area can hold its wrap objects.
+fn check_geometry(geometry: &Geometry) {
+    let sector = geometry.sector();
+    let instances = u64::from(geometry.instance_count);
+    let version_end =
+        geometry.len_version_log.checked_mul(instances).and_then(|len| len.checked_add(geometry.ofs_version_log));
+    let backup_end =
+        geometry.len_backup_log.checked_mul(instances).and_then(|len| len.checked_add(geometry.ofs_backup_log));
+    let slots_end =
+        geometry.slot_size.checked_mul(geometry.num_slots).and_then(|len| len.checked_add(geometry.ofs_slot_area));
+    assert!(geometry.ofs_version_log >= sector, "geometry: a valid geometry's version logs overlap the primary label");
+    assert!(
+        version_end.is_some_and(|end| end <= geometry.ofs_backup_log),
+        "geometry: a valid geometry's version logs overlap the backup logs"
+    );
+    assert!(
+        backup_end.is_some_and(|end| end <= geometry.ofs_slot_area),
+        "geometry: a valid geometry's backup logs overlap the slots"
+    );
+    assert!(
+        slots_end.is_some_and(|end| end <= geometry.ofs_backup_label()),
+        "geometry: a valid geometry's slots overlap the backup label or pass the volume end"
+    );
+    assert_eq!(
+        geometry.ofs_backup_label() + sector,
+        geometry.volume_len,
+        "geometry: the backup label is not the last sector"
+    );
+    for kind in [LogKind::Version, LogKind::Backup] {
+        let context = lds_format::image::area_context(geometry, kind, geometry.instance_count - 1);
+        assert!(
+            context.payload_len_max() >= u64::from(context.wrap_payload_len()),
+            "geometry: a valid geometry's {} cannot hold a wrap object",
+            kind.name()
+        );
+    }
+}
+
+/// `label`: a label sector (SPEC.md §4). A label that decodes encodes back to the same bytes
+/// and has a valid geometry; the first two 512-byte halves as a primary and backup copy go
+/// through the choice of §4.2.
+pub fn label(data: &[u8]) {
+    as_given_and_repaired(data, fixup::label, |bytes| {
+        if let Ok(label) = Label::decode(bytes, 0) {
+            assert!(label.encode()[..] == bytes[..LABEL_LEN], "label: decoding then encoding changes the bytes");
+            check_geometry(&label.geometry);
+            let _ = label.writable();
+        }
+    });
+    let half = data.len().min(2 * LABEL_LEN) / 2;
+    let mut primary = data[..half].to_vec();
+    let mut backup = data[half..2 * half].to_vec();
+    fixup::label(&mut primary);
+    fixup::label(&mut backup);
+    let pair = LabelPair { primary: Label::decode(&primary, 0), backup: Label::decode(&backup, 0) };
+    if let Ok((_, chosen)) = pair.choose() {
+        let from_copy = |copy: &Result<Label, _>| copy.as_ref().is_ok_and(|label| label == chosen);
+        assert!(from_copy(&pair.primary) || from_copy(&pair.backup), "label: the chosen label is neither copy");
+    }
+}
+
+/// `geometry`: the 96 bytes of SPEC.md §4.1. A geometry that decodes encodes back to the
+/// same bytes; one that validates keeps every area in its place.
+pub fn geometry(data: &[u8]) {
+    let mut reader = Reader::new(data, "geometry", 0);
+    let Ok(geometry) = Geometry::decode(&mut reader) else {
+        return;
+    };
+    let mut writer = Writer::new();
+    geometry.encode(&mut writer);
+    assert!(writer.as_slice() == &data[..GEOMETRY_LEN], "geometry: decoding then encoding changes the bytes");
+    if geometry.validate(0).is_ok() {
+        check_geometry(&geometry);
+    }
+}
+
+/// `layout`: the input chooses a `LayoutRequest` (SPEC.md §3). A planned geometry is valid,
+/// keeps every size asked for, fits the device, and its label round-trips.
+pub fn layout(data: &[u8]) {
+    let mut input = Input::new(data);
+    let flags = input.u8();
+    let volume_len = input.u64();
+    let sector_size = match flags & 3 {
+        0 => None,
+        1 => Some(SECTOR_SIZE_MIN << (input.u8() % 8)),
+        _ => Some(input.u32()),
+    };
+    let slot_size = match (flags >> 2) & 3 {
+        0 => None,
+        1 => Some(SLOT_SIZE_MIN << (input.u8() % 16)),
+        _ => Some(input.u64()),
+    };
+    let len_version_log = (flags & 0x10 != 0).then(|| u64::from(input.u32()));
+    let len_backup_log = (flags & 0x20 != 0).then(|| u64::from(input.u32()));
+    let instance_count = (flags & 0x40 != 0).then(|| u32::from(input.u8()));
+    let request = LayoutRequest { volume_len, sector_size, slot_size, len_version_log, len_backup_log, instance_count };
+    let Ok(geometry) = plan_layout(&request, VOLUME_UUID) else {
+        return;
+    };
+    assert!(geometry.validate(0).is_ok(), "layout: plan_layout returns a geometry that does not validate");
+    check_geometry(&geometry);
+    assert!(geometry.volume_len <= volume_len, "layout: the volume is larger than the device");
+    let kept = |asked: Option<u64>, got: u64| asked.is_none_or(|asked| asked == got);
+    assert!(kept(sector_size.map(u64::from), geometry.sector()), "layout: the sector size asked for is not kept");
+    assert!(kept(slot_size, geometry.slot_size), "layout: the slot size asked for is not kept");
+    assert!(kept(len_version_log, geometry.len_version_log), "layout: the version log size asked for is not kept");
+    assert!(kept(len_backup_log, geometry.len_backup_log), "layout: the backup log size asked for is not kept");
+    assert!(
+        kept(instance_count.map(u64::from), u64::from(geometry.instance_count)),
+        "layout: the instance count asked for is not kept"
+    );
+    let label = Label::new(geometry, "fuzz");
+    assert!(Label::decode(&label.encode(), 0).as_ref() == Ok(&label), "layout: the planned label does not round-trip");
+}
+
+fn check_payload(payload: &Payload, bytes: &[u8], sector_size: u32) {
+    let same = |encoded: Vec<u8>, what: &str| {
+        assert!(encoded == bytes, "log object: a valid {what} payload does not encode back to its bytes");
+    };
+    match payload {
+        Payload::Base(base) => same(base.encode(), "base version"),
+        Payload::Delta(delta) => same(delta.encode(), "delta version"),
+        Payload::Journal(journal) => same(journal.encode(), "compaction journal"),
+        Payload::Batch { first_sequence, num_entries } => {
+            let batch = WriteBatchRecord::decode(bytes, 0)
+                .unwrap_or_else(|error| panic!("log object: a valid write batch does not decode again: {error}"));
+            assert_eq!(batch.first_sequence, *first_sequence, "log object: a write batch's first sequence differs");
+            assert_eq!(batch.entries.len(), *num_entries as usize, "log object: a write batch's entry count differs");
+            same(batch.encode(), "write batch");
+        }
+        Payload::WrapLeft(wrap) => same(wrap.encode(sector_size), "WOL"),
+        Payload::WrapRight => {
+            assert!(bytes.iter().all(|&byte| byte == 0), "log object: a valid WOR payload is not zero")
+        }
+    }
+}
+
+/// SPEC.md §9.1: a chain's objects have consecutive LSNs and SNs that never decrease; each
+/// follows the previous one, or is a WOR at the next sector boundary; only the last is a WOR.
+fn check_chain(objects: &[ChainObject], context: &AreaContext, what: &str) {
+    for pair in objects.windows(2) {
+        let (previous, next) = (&pair[0], &pair[1]);
+        assert_eq!(next.header.lsn, previous.header.lsn + 1, "{what}: chain LSNs are not consecutive");
+        assert!(next.header.sn >= previous.header.sn, "{what}: a chain's SN decreases");
+        assert!(previous.object_type != ObjectType::WrapRight, "{what}: a chain continues after a WOR");
+        let follows = align8(previous.header.next_offset());
+        let wrap_at = align_up(follows, u64::from(context.sector_size));
+        assert!(
+            next.offset == follows || (next.offset == wrap_at && next.object_type == ObjectType::WrapRight),
+            "{what}: a chain object at {} does not follow the one at {}",
+            next.offset,
+            previous.offset
+        );
+    }
+    for object in objects {
+        assert!(
+            object.offset + object.header.total_len() <= context.len_area,
+            "{what}: a chain object passes the area end"
+        );
+    }
+}
+
+fn check_log_object(area: &[u8], context: &AreaContext) {
+    let _ = ObjectHeader::parse_raw(area, 0);
+    if let Ok(raw) = read_object(area, 0, context) {
+        let header = raw.header;
+        let object = NewObject {
+            object_type: raw.object_type,
+            kind: context.kind,
+            instance: header.instance,
+            sn: header.sn,
+            lsn: header.lsn,
+            log_offset: header.log_offset,
+            volume_uuid: header.volume_uuid,
+        };
+        let len = HEADER_LEN + raw.payload.len();
+        assert!(
+            encode_object(&object, raw.payload)[..len] == area[..len],
+            "log object: a valid object does not encode back to its bytes"
+        );
+        if let Ok(payload) = decode_payload(&raw, 0) {
+            check_payload(&payload, raw.payload, context.sector_size);
+        }
+        let _ = lds_cli::json::payload(header.object_type_code, raw.payload, HEADER_LEN as u64);
+    }
+    check_chain(&chain(area, context, 0, None).objects, context, "log object");
+    let mut previous_end = 0;
+    for (offset, header) in physical_walk(area, 0, u64::from(context.sector_size)) {
+        assert!(offset >= previous_end, "log object: the physical walk goes backwards");
+        previous_end = offset + HEADER_LEN as u64 + u64::from(header.len_payload);
+        assert!(previous_end <= area.len() as u64, "log object: the physical walk passes the area end");
+    }
+}
+
+/// `log_object`: the first byte chooses the log (bit 0) and the sector size (bits 1-2); the
+/// rest is a log area (SPEC.md §5) with an object at offset 0. A valid object encodes back to
+/// its bytes, its payload round-trips, and chains and the physical walk keep SPEC.md §9.1
+/// and §15.
+pub fn log_object(data: &[u8]) {
+    let mut input = Input::new(data);
+    let selector = input.u8();
+    let kind = if selector & 1 == 0 { LogKind::Version } else { LogKind::Backup };
+    let sector_size = SECTOR_SIZE_MIN << ((selector >> 1) % 4);
+    let area = padded_area(input.rest(), sector_size);
+    let context = context(kind, &area, sector_size);
+    as_given_and_repaired(&area, |area| fixup::log_object(area, 0), |area| check_log_object(area, &context));
+}
+
+/// The writer agrees with recovery (SPEC.md §9.2 step 7 and §10.1): a delta version appended
+/// where recovery puts the head is recovered as the last live object and changes nothing.
+/// It holds where the engine's own writes leave the log: every live object carries the base
+/// version's SN, and no valid object waits right after the append (the engine makes each
+/// version log object durable before writing the next, so it never leaves one there).
+fn append_after_recovery(area: &[u8], context: &AreaContext, state: &VersionLogState) {
+    if state.sequence[state.base_index..].iter().any(|object| object.header.sn != state.sn) {
+        return;
+    }
+    let version = &state.version;
+    let delta = DeltaVersion {
+        last_sequence: version.last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        ..DeltaVersion::default()
+    };
+    let mut appender = LogAppender::new(*context, state.head, state.base_offset, state.base_lsn);
+    let Ok(writes) = appender.append(ObjectType::DeltaVersion, state.sn, &delta.encode()) else {
+        return;
+    };
+    let mut next = area.to_vec();
+    for write in &writes {
+        let end = write.offset + write.bytes.len() as u64;
+        assert!(
+            end <= context.len_area,
+            "version log: an append at the recovered head (offset {}) writes past the area end ({end} > {})",
+            state.head.offset,
+            context.len_area
+        );
+        next[write.offset as usize..end as usize].copy_from_slice(&write.bytes);
+    }
+    let Some(appended) = writes.last() else {
+        panic!("version log: an append plans no write");
+    };
+    let end = appended.offset + appended.bytes.len() as u64;
+    let wrap_at = align_up(end, u64::from(context.sector_size));
+    if read_valid_object(&next, end, context).is_ok() || read_valid_object(&next, wrap_at, context).is_ok() {
+        return;
+    }
+    let after = recover_version_log(&next, context).unwrap_or_else(|error| {
+        panic!("version log: recovery fails after a delta version is appended at the recovered head: {error}")
+    });
+    let last = after.sequence.last().map(|object| (object.offset, object.header.lsn));
+    assert_eq!(
+        last,
+        Some((appended.offset, appended.lsn)),
+        "version log: the delta version appended at the recovered head is not the last live object"
+    );
+    assert_eq!(after.base_offset, state.base_offset, "version log: an appended delta version moves the base version");
+    assert!(after.version == state.version, "version log: an empty delta version changes the recovered version");
+}
+
+fn check_version_log(area: &[u8], context: &AreaContext) {
+    let Ok(state) = recover_version_log(area, context) else {
+        return;
+    };
+    state.version.assert_invariants();
+    let base = state.sequence.get(state.base_index).map(|object| object.object_type);
+    assert_eq!(base, Some(ObjectType::BaseVersion), "version log: the live base version is not a base version");
+    for object in &state.sequence[state.base_index..] {
+        if matches!(object.payload, Payload::Delta(_) | Payload::Journal(_)) {
+            assert_eq!(object.header.sn, state.sn, "version log: a live object has another SN than its base version");
+        }
+    }
+    for pair in state.sequence.windows(2) {
+        assert_eq!(pair[1].header.lsn, pair[0].header.lsn + 1, "version log: live LSNs are not consecutive");
+    }
+    let head = state.head;
+    assert!(
+        head.offset <= context.len_area && head.offset % 8 == 0,
+        "version log: the head {} is not in the area",
+        head.offset
+    );
+    assert!(state.live_len <= context.len_area, "version log: the live region is longer than the area");
+    append_after_recovery(area, context, &state);
+}
+
+/// `version_log`: the input is a version log area of instance 0 (SPEC.md §9.2), padded to 16
+/// sectors of 512 bytes. A recovered log has a base version, consecutive LSNs, the base
+/// version's SN on every live DV and CJ, a head inside the area, a version whose invariants
+/// hold, and agrees with the writer (`append_after_recovery`).
+pub fn version_log(data: &[u8]) {
+    let area = padded_area(data, SECTOR_SIZE);
+    let context = context(LogKind::Version, &area, SECTOR_SIZE);
+    as_given_and_repaired(&area, fixup::log_area, |area| check_version_log(area, &context));
+}
+
+fn check_backup_log(area: &[u8], context: &AreaContext, start: (u64, u64), last_sequence: u64, current_sn: u64) {
+    let (ofs_backup_start, lsn_backup_start) = start;
+    let Ok(state) = recover_backup_log(area, context, ofs_backup_start, lsn_backup_start, last_sequence, current_sn)
+    else {
+        return;
+    };
+    if !state.start_found {
+        let empty =
+            LogHead { offset: ofs_backup_start, next_lsn: lsn_backup_start, after_wrap_right: false, sn: current_sn };
+        assert_eq!(state.head, empty, "backup log: nothing found, yet the head moved");
+        assert!(state.batches.is_empty(), "backup log: nothing found, yet batches to replay");
+        return;
+    }
+    let first = state.objects.first().map(|object| (object.offset, object.header.lsn));
+    let wrap_at = align_up(ofs_backup_start, u64::from(context.sector_size));
+    assert!(
+        first.is_some_and(|(offset, lsn)| lsn == lsn_backup_start && (offset == ofs_backup_start || offset == wrap_at)),
+        "backup log: the replay does not start at the start point"
+    );
+    for pair in state.objects.windows(2) {
+        assert_eq!(pair[1].header.lsn, pair[0].header.lsn + 1, "backup log: LSNs are not consecutive");
+    }
+    let mut previous_last = 0;
+    for batch in &state.batches {
+        assert!(batch.first_sequence > previous_last, "backup log: replayed sequences do not increase");
+        previous_last = batch.first_sequence + u64::from(batch.num_entries) - 1;
+        assert!(previous_last > last_sequence, "backup log: a batch wholly at or below last_sequence is replayed");
+        // What the engine does with each batch on open: recovery found it valid, so it reads.
+        let raw = read_object(area, batch.offset, context)
+            .unwrap_or_else(|error| panic!("backup log: a replayed batch does not read again: {error}"));
+        let mut count = 0u32;
+        let first_sequence = decode_entries(raw.payload, 0, |_, _, _| count += 1)
+            .unwrap_or_else(|error| panic!("backup log: a replayed batch does not decode: {error}"));
+        assert_eq!((first_sequence, count), (batch.first_sequence, batch.num_entries), "backup log: a batch changed");
+    }
+    assert!(state.head.offset <= context.len_area, "backup log: the head is past the area end");
+}
+
+/// `backup_log`: a start offset (u16, times 8), start LSN (u16), `last_sequence` (u32) and
+/// current SN (u8), then a backup log area (SPEC.md §9.3) padded to 16 sectors of 512 bytes.
+/// The replay starts at the start point, follows consecutive LSNs, replays batches with
+/// increasing sequences above `last_sequence`, and every replayed batch decodes again.
+pub fn backup_log(data: &[u8]) {
+    let mut input = Input::new(data);
+    let start = (u64::from(input.u16()) * 8, u64::from(input.u16()));
+    let last_sequence = u64::from(input.u32());
+    let current_sn = u64::from(input.u8());
+    let area = padded_area(input.rest(), SECTOR_SIZE);
+    let context = context(LogKind::Backup, &area, SECTOR_SIZE);
+    as_given_and_repaired(&area, fixup::log_area, |area| {
+        check_backup_log(area, &context, start, last_sequence, current_sn);
+    });
+}
+
+/// `base_version`: a BV payload (SPEC.md §6.1). It round-trips; the version it builds keeps
+/// its invariants and survives a trim (`to_base`) unchanged.
+pub fn base_version(data: &[u8]) {
+    let Ok(base) = BaseVersion::decode(data, 0) else {
+        return;
+    };
+    assert!(base.encode() == data, "base version: decoding then encoding changes the bytes");
+    let _ = lds_cli::json::base_version(&base);
+    if let Ok(version) = Version::from_base(&base) {
+        version.assert_invariants();
+        let trimmed = version.to_base(base.geometry, base.instance);
+        assert!(Version::from_base(&trimmed).as_ref() == Ok(&version), "base version: a trim changes the version");
+    }
+}
+
+/// The version delta versions are applied to: the tiny geometry with chunks 3 (level 0) and
+/// 4 (level 1).
+fn sample_version() -> &'static Version {
+    static VERSION: OnceLock<Version> = OnceLock::new();
+    VERSION.get_or_init(|| {
+        let geometry = tiny_geometry(1);
+        let mut base = empty_base_version(&geometry, 0, 1);
+        base.last_sequence = 40;
+        for (chunk_id, level, smallest, largest) in [(3, 0, "key-00", "key-19"), (4, 1, "key-05", "key-30")] {
+            base.chunks.push(ChunkMeta {
+                chunk_id,
+                level,
+                flags: 0,
+                num_entries: 20,
+                smallest_seq: 1,
+                largest_seq: 40,
+                len_data: 4096,
+                smallest_key: smallest.as_bytes().to_vec(),
+                largest_key: largest.as_bytes().to_vec(),
+                sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
+            });
+        }
+        Version::from_base(&base).unwrap_or_else(|error| panic!("delta_version: the sample version: {error}"))
+    })
+}
+
+/// `delta_version`: a DV payload (SPEC.md §6.2). It round-trips; applied to a sample version
+/// it either keeps the invariants or fails leaving the version unchanged.
+pub fn delta_version(data: &[u8]) {
+    let Ok(delta) = DeltaVersion::decode(data, 0) else {
+        return;
+    };
+    assert!(delta.encode() == data, "delta version: decoding then encoding changes the bytes");
+    let _ = lds_cli::json::delta_version(&delta);
+    let sample = sample_version();
+    let mut version = sample.clone();
+    match version.apply(&delta) {
+        Ok(()) => version.assert_invariants(),
+        Err(_) => assert!(&version == sample, "delta version: a failed apply changes the version"),
+    }
+}
+
+/// `compaction_journal`: a CJ payload (SPEC.md §6.3). It round-trips and its cleaned chunks
+/// are inputs.
+pub fn compaction_journal(data: &[u8]) {
+    let Ok(journal) = CompactionJournal::decode(data, 0) else {
+        return;
+    };
+    assert!(journal.encode() == data, "compaction journal: decoding then encoding changes the bytes");
+    assert!(
+        journal.cleaned.iter().all(|cleaned| journal.inputs.contains(cleaned)),
+        "compaction journal: a cleaned chunk is not an input"
+    );
+    let _ = lds_cli::json::compaction_journal(&journal);
+}
+
+/// `chunk_meta`: chunk metadata (SPEC.md §6.4). What it decoded encodes back to the same
+/// bytes, and `encoded_len` is their length.
+pub fn chunk_meta(data: &[u8]) {
+    let mut reader = Reader::new(data, "chunk metadata", 0);
+    let Ok(meta) = ChunkMeta::decode(&mut reader) else {
+        return;
+    };
+    let used = reader.position();
+    let mut writer = Writer::new();
+    meta.encode(&mut writer);
+    assert!(writer.as_slice() == &data[..used], "chunk metadata: decoding then encoding changes the bytes");
+    assert_eq!(meta.encoded_len(), used, "chunk metadata: encoded_len is not the encoded length");
+    assert!(meta.smallest_key <= meta.largest_key, "chunk metadata: the key range is reversed");
+    let _ = lds_cli::json::chunk_meta(&meta);
+}
+
+/// `write_batch`: a WB payload (SPEC.md §7). It round-trips, `encoded_len` is its length, and
+/// its sequences lie in 1..2^56.
+pub fn write_batch(data: &[u8]) {
+    let Ok(batch) = WriteBatchRecord::decode(data, 0) else {
+        return;
+    };
+    assert!(batch.encode() == data, "write batch: decoding then encoding changes the bytes");
+    assert_eq!(batch.encoded_len(), data.len(), "write batch: encoded_len is not the encoded length");
+    let last = batch.first_sequence.checked_add(batch.entries.len() as u64 - 1);
+    assert!(
+        batch.first_sequence >= 1 && last.is_some_and(|last| last <= SEQUENCE_MAX),
+        "write batch: sequences outside 1..2^56"
+    );
+}
+
+/// `wrap`: a WOL or WOR payload (SPEC.md §5.2). A WOL round-trips at its sector size; a WOR
+/// that checks is all zero.
+pub fn wrap(data: &[u8]) {
+    if let Ok(wrap) = WrapLeft::decode(data, 0) {
+        let sector_size = data.len() + HEADER_LEN;
+        if sector_size.is_power_of_two() && (SECTOR_SIZE_MIN as usize..=SECTOR_SIZE_MAX as usize).contains(&sector_size)
+        {
+            assert!(wrap.encode(sector_size as u32) == data, "wrap: a WOL does not encode back to its bytes");
+        }
+    }
+    if check_wrap_right(data, 0).is_ok() {
+        assert!(data.iter().all(|&byte| byte == 0), "wrap: a WOR that checks is not zero");
+    }
+}
+
+/// The seeds' slot size.
+const SLOT_SIZE: u64 = SLOT_SIZE_MIN;
+
+fn repair_footer(bytes: &mut [u8]) {
+    // SPEC.md §8.3: the footer's crc32c is its last field and covers the bytes before it.
+    if bytes.len() >= FOOTER_LEN {
+        let crc = crc32c(&bytes[..FOOTER_LEN - 4]);
+        bytes[FOOTER_LEN - 4..FOOTER_LEN].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// `footer`: a chunk footer (SPEC.md §8.3) of a 64 KiB slot. A footer that decodes encodes
+/// back to the same bytes and lays out body, index and filter in order before itself.
+pub fn footer(data: &[u8]) {
+    as_given_and_repaired(data, repair_footer, |bytes| {
+        let _ = Footer::parse_raw(bytes, 0);
+        let Ok(footer) = Footer::decode(bytes, 0, SLOT_SIZE) else {
+            return;
+        };
+        assert!(footer.encode()[..] == bytes[..FOOTER_LEN], "footer: decoding then encoding changes the bytes");
+        let filter_end = u64::from(footer.ofs_filter) + u64::from(footer.len_filter);
+        assert_eq!(filter_end, SLOT_SIZE - FOOTER_LEN as u64, "footer: the filter does not end at the footer");
+        assert!(
+            footer.len_body <= footer.ofs_index && footer.ofs_index <= footer.ofs_filter,
+            "footer: areas out of order"
+        );
+        let _ = lds_cli::json::footer(&footer);
+    });
+}
+
+/// A footer whose fields the index and filter targets set.
+fn blank_footer() -> Footer {
+    Footer {
+        version_major: 1,
+        level: 0,
+        flags: 0,
+        instance: 0,
+        chunk_id: 0,
+        sub_chunk_index: 0,
+        num_sub_chunks: 1,
+        num_blocks: 0,
+        num_entries: 0,
+        smallest_seq: 0,
+        largest_seq: 0,
+        len_body: 0,
+        ofs_index: 0,
+        len_index: 0,
+        index_crc32c: 0,
+        ofs_filter: 0,
+        len_filter: 0,
+        filter_crc32c: 0,
+        slot_size: SLOT_SIZE as u32,
+        volume_uuid: VOLUME_UUID,
+        digest: [0; 32],
+        footer_crc32c: 0,
+    }
+}
+
+/// `index`: `num_blocks` (u16) and `len_body` (u32), then a block index (SPEC.md §8.2),
+/// decoded with its checksum wrong and right. An index that decodes lists `num_blocks`
+/// contiguous blocks from offset 0 to `len_body` in strictly increasing key order, and
+/// encodes back to the same bytes.
+pub fn index(data: &[u8]) {
+    let mut input = Input::new(data);
+    let mut footer = blank_footer();
+    footer.num_blocks = u32::from(input.u16());
+    footer.len_body = input.u32();
+    let bytes = input.rest();
+    for index_crc32c in [0, crc32c(bytes)] {
+        footer.index_crc32c = index_crc32c;
+        let Ok(entries) = decode_index(bytes, 0, &footer) else {
+            continue;
+        };
+        assert_eq!(entries.len(), footer.num_blocks as usize, "index: the entry count is not num_blocks");
+        let mut writer = Writer::new();
+        let mut expected_offset = 0u64;
+        for entry in &entries {
+            assert_eq!(u64::from(entry.ofs_block), expected_offset, "index: blocks are not contiguous from 0");
+            expected_offset += u64::from(entry.len_block);
+            writer.u32(entry.ofs_block).u32(entry.len_block).u64(entry.last_seq_kind).key(&entry.last_key);
+        }
+        assert_eq!(expected_offset, u64::from(footer.len_body), "index: the blocks do not end at len_body");
+        for pair in entries.windows(2) {
+            let order =
+                compare_internal(&pair[0].last_key, pair[0].last_seq_kind, &pair[1].last_key, pair[1].last_seq_kind);
+            assert_eq!(order, Ordering::Less, "index: last keys are not in increasing order");
+        }
+        assert!(writer.as_slice() == bytes, "index: decoding then encoding changes the bytes");
+    }
+}
+
+/// `filter`: a filter (SPEC.md §8.3), decoded with its checksum wrong and right. A filter
+/// that decodes encodes back to the same bytes and answers queries.
+pub fn filter(data: &[u8]) {
+    let mut footer = blank_footer();
+    for filter_crc32c in [0, crc32c(data)] {
+        footer.filter_crc32c = filter_crc32c;
+        let Ok(filter) = Filter::decode(data, 0, &footer) else {
+            continue;
+        };
+        let mut writer = Writer::new();
+        filter.encode(&mut writer);
+        assert!(writer.as_slice() == data, "filter: decoding then encoding changes the bytes");
+        for key in [&b"key-00"[..], b"", data] {
+            let _ = filter.may_contain(key);
+        }
+    }
+}
+
+/// `block`: a block with its trailer (SPEC.md §8.2). A block that decodes holds entries in
+/// strictly increasing internal-key order and encodes back to the same bytes.
+pub fn block(data: &[u8]) {
+    as_given_and_repaired(data, fixup::block, |bytes| {
+        let Ok(entries) = decode_block(bytes, 0) else {
+            return;
+        };
+        let mut writer = Writer::new();
+        for entry in &entries {
+            let value_len = u32::try_from(entry.value.len()).unwrap_or(u32::MAX);
+            let key_len = u16::try_from(entry.key.len()).unwrap_or(u16::MAX);
+            writer
+                .u64(pack_seq_kind(entry.sequence, entry.kind))
+                .u16(key_len)
+                .u32(value_len)
+                .bytes(entry.key)
+                .bytes(entry.value);
+        }
+        writer.u32(entries.len() as u32);
+        writer.u32(crc32c(writer.as_slice()));
+        assert!(writer.as_slice() == bytes, "block: decoding then encoding changes the bytes");
+        for pair in entries.windows(2) {
+            let order = compare_internal(
+                pair[0].key,
+                pack_seq_kind(pair[0].sequence, pair[0].kind),
+                pair[1].key,
+                pack_seq_kind(pair[1].sequence, pair[1].kind),
+            );
+            assert_eq!(order, Ordering::Less, "block: entries are not in increasing order");
+        }
+        let visited = visit_block(bytes, 0, |_| {});
+        assert_eq!(visited.ok(), Some(entries.len() as u32), "block: visit_block disagrees with decode_block");
+    });
+}
+
+/// `slot`: a body length (u16), the body, then the tail (index, filter, footer): a 64 KiB
+/// slot holding the body at its start and the tail at its end (SPEC.md §8.1). Opens the
+/// sub-chunk, reads every block and entry, verifies the digest and queries the filter.
+pub fn slot(data: &[u8]) {
+    let mut input = Input::new(data);
+    let body_len = usize::from(input.u16());
+    let bytes = input.rest();
+    let (body, tail) = bytes.split_at(body_len.min(bytes.len()));
+    let slot_size = SLOT_SIZE as usize;
+    let mut slot = vec![0u8; slot_size];
+    let body = &body[..body.len().min(slot_size)];
+    slot[..body.len()].copy_from_slice(body);
+    let tail = &tail[tail.len().saturating_sub(slot_size - body.len())..];
+    slot[slot_size - tail.len()..].copy_from_slice(tail);
+    as_given_and_repaired(&slot, fixup::slot, |slot| {
+        let Ok(view) = SubChunkView::open(slot, 0) else {
+            return;
+        };
+        assert!(slot[slot_size - FOOTER_LEN..].starts_with(&CHUNK_MAGIC), "slot: a sub-chunk opens without its magic");
+        for number in 0..view.index.len() {
+            let _ = view.block(number);
+        }
+        let _ = view.verify_digest(0);
+        if let Ok(entries) = view.entries(0) {
+            for entry in entries {
+                let _ = view.filter.may_contain(entry.key);
+            }
+        }
+    });
+}
