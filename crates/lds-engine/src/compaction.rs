@@ -2,8 +2,11 @@
 //! merging into the next level, the odd-chunk rule of SPEC.md §11, and the commit of one
 //! delta version after which the input slots are freed.
 
-use lds_format::chunk::SubChunkView;
-use lds_format::version::{ChunkMeta, CompactPointer, DeletedChunk, DeltaVersion, Version, CHUNK_FLAG_ODD};
+use lds_format::chunk::{SubChunkView, FOOTER_LEN};
+use lds_format::version::{
+    ChunkMeta, CompactPointer, DeletedChunk, DeltaVersion, SubChunkRef, Version, CHUNK_FLAG_ODD,
+};
+use lds_format::FormatError;
 
 use crate::background::{build_chunks, commit, flush_device, smallest_snapshot, write_chunks};
 use crate::db::Shared;
@@ -164,15 +167,16 @@ pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
     let (smallest, largest) = key_range(&inputs);
     let mut images = Vec::new();
     for chunk in &inputs {
-        for slot in chunk.slots() {
-            let offset = shared.geometry.slot_offset(slot);
-            images.push((offset, shared.device.read_vec(offset, shared.geometry.slot_size)?));
+        for sub_chunk in &chunk.sub_chunks {
+            let offset = shared.geometry.slot_offset(sub_chunk.slot);
+            images.push((sub_chunk, offset, shared.device.read_vec(offset, shared.geometry.slot_size)?));
         }
     }
     let corrupt = |error| Error::Corrupt { path: shared.path_string(), error };
     let mut entries = Vec::new();
-    for (offset, image) in &images {
+    for (sub_chunk, offset, image) in &images {
         let view = SubChunkView::open(image, *offset).map_err(corrupt)?;
+        verify_digest(&view, sub_chunk, *offset).map_err(corrupt)?;
         entries.extend(view.entries(*offset).map_err(corrupt)?);
     }
     entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
@@ -227,6 +231,32 @@ pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
         ..delta
     };
     commit(shared, &mut state, &delta, &inputs)
+}
+
+/// Checks that a compaction input is the sub-chunk the version names, whole: its footer's
+/// digest is the version's and its bytes hash to it (SPEC.md §8.3). Reads verify only the
+/// blocks they touch; a compaction rewrites everything it reads, so it verifies everything,
+/// lest a stale or misdirected block be copied into a new chunk with a fresh checksum.
+fn verify_digest(
+    view: &SubChunkView<'_>,
+    sub_chunk: &SubChunkRef,
+    offset: u64,
+) -> std::result::Result<(), FormatError> {
+    let footer = &view.footer;
+    let footer_offset = offset + view.slot.len() as u64 - FOOTER_LEN as u64;
+    if footer.digest != sub_chunk.digest {
+        return Err(crate::read::footer_not_the_versions(footer_offset, sub_chunk.slot));
+    }
+    let body = view.slot.get(..footer.len_body as usize).unwrap_or_default();
+    let tail = view.slot.get(footer.ofs_index as usize..view.slot.len() - FOOTER_LEN).unwrap_or_default();
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(body);
+    hasher.update(tail);
+    hasher.update(&footer.encode_digest_covered());
+    if *hasher.finalize().as_bytes() != footer.digest {
+        return Err(FormatError::DigestMismatch { structure: "sub-chunk", offset });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -372,6 +372,7 @@ impl Db {
         let recovery_error =
             |instance: u32, reason: String| Error::Recovery { path: path_string(path), instance, reason };
         let mut states = Vec::new();
+        let mut version_areas = Vec::new();
         for instance in 0..geometry.instance_count {
             let (offset, len) = geometry.log_area(LogKind::Version, instance);
             let area = device.read_vec(offset, len)?;
@@ -384,6 +385,7 @@ impl Db {
                 ));
             }
             states.push(state);
+            version_areas.push(area);
         }
         let online = online_map(
             geometry.num_slots,
@@ -402,11 +404,17 @@ impl Db {
             )
         })?;
         let state = states.swap_remove(options.instance as usize);
+        let version_area = version_areas.swap_remove(options.instance as usize);
         let instance = options.instance;
         let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
         let backup_area = device.read_vec(backup_offset, backup_len)?;
         let backup_context = area_context(&geometry, LogKind::Backup, instance);
         let version = state.version.clone();
+        // Damage that no crash explains would make recovery serve an older state silently
+        // and then overwrite what a repair could use (RELIABILITY.md I7): refuse instead.
+        if let Some(reason) = crate::fsck::log_damage(&geometry, instance, &version_area, &backup_area, &state) {
+            return Err(recovery_error(instance, reason));
+        }
         let backup = recover_backup_log(
             &backup_area,
             &backup_context,

@@ -78,7 +78,9 @@ pub enum Code {
     /// 209: the base version's geometry replica differs from the label's.
     GeometryReplicaDiffers,
     /// 210: valid version log objects stand after a position that was never written: writes
-    /// a crash reordered before any flush covered them (nothing acknowledged is lost).
+    /// a crash reordered before any flush covered them (nothing acknowledged is lost). No
+    /// longer reported: every version log append is flushed before the next (SPEC.md §10.1),
+    /// so such objects are damage, reported as 207. The number keeps its meaning.
     VersionLogUnflushedAfterGap,
     /// 306: the object at the head of the backup log is incomplete or damaged (recovery
     /// ignores it, as a write interrupted by a crash).
@@ -88,6 +90,9 @@ pub enum Code {
     /// 302: write batches do not have increasing sequence numbers.
     BackupLogSequence,
     /// 303: a corrupt object breaks the live chain of the backup log: later writes are lost.
+    /// No longer reported: a crash can leave a torn unsynced object with later ones landed
+    /// (SPEC.md §10.1), so this is a damaged head (306) with later objects. The number keeps
+    /// its meaning.
     BackupLogChainBroken,
     /// 304: the object at the backup start point is newer than the start point recorded.
     BackupStartMismatch,
@@ -523,6 +528,77 @@ fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, next_lsn: u64) 
     })
 }
 
+/// True when a crash could have torn the object at `offset` (SPEC.md §2: only a one-sector
+/// write is atomic): its header crosses a sector boundary, or its intact header gives it a
+/// length that does. A damaged object inside one sector is no torn write: the sector landed
+/// whole (its header is ours) or not at all.
+fn tearable(area: &[u8], context: &AreaContext, offset: u64) -> bool {
+    let sector = u64::from(context.sector_size);
+    let Some(header) = area.get(offset as usize..offset as usize + HEADER_LEN) else { return false };
+    let last_sector = |len: u64| (offset + len - 1) / sector;
+    if last_sector(HEADER_LEN as u64) != offset / sector {
+        return true;
+    }
+    let field = |range: std::ops::Range<usize>| {
+        header[range].iter().rev().fold(0u64, |value, &byte| (value << 8) | u64::from(byte))
+    };
+    if lds_format::codec::crc32c(&header[8..]) != field(4..8) as u32 {
+        return false;
+    }
+    let len = (HEADER_LEN as u64 + field(40..44)).div_ceil(8) * 8;
+    last_sector(len) != offset / sector
+}
+
+/// Damage in the logs that no crash explains and that recovery would pass over silently,
+/// losing later versions or acknowledged writes (fsck's 207, 303 and 304 errors), for the
+/// engine to refuse to open rather than serve an older state and then overwrite what a
+/// repair could still use (RELIABILITY.md I7). `version_area` and `backup_area` are the
+/// instance's areas, `state` its recovered version log.
+pub(crate) fn log_damage(
+    geometry: &Geometry,
+    instance: u32,
+    version_area: &[u8],
+    backup_area: &[u8],
+    state: &VersionLogState,
+) -> Option<String> {
+    let mut report = Report::default();
+    let structure = format!("version log of instance {instance}");
+    let context = area_context(geometry, LogKind::Version, instance);
+    let (end, next_lsn) = (&state.end, state.head.next_lsn);
+    check_chain_end(version_area, &context, end, next_lsn, &mut report, Code::VersionLogChainBroken, &structure);
+    let context = area_context(geometry, LogKind::Backup, instance);
+    let start = state.version.ofs_backup_start;
+    if start % 8 == 0 && start + HEADER_LEN as u64 <= context.len_area {
+        let structure = format!("backup log of instance {instance}");
+        check_backup_area(backup_area, &context, &state.version, state.sn, &mut report, structure);
+    }
+    let problem = report.problems.iter().find(|problem| problem.code.severity() == Severity::Error)?;
+    Some(format!(
+        "{} @ {}: {} (fsck reports {}: damage, not a crash; opening would lose it silently)",
+        problem.structure,
+        problem.offset,
+        problem.message,
+        problem.code.number()
+    ))
+}
+
+/// The lsns of the valid objects anywhere in a log area with an lsn above `next_lsn`.
+pub(crate) fn later_lsns(area: &[u8], context: &AreaContext, next_lsn: u64) -> Vec<u64> {
+    let mut later: Vec<u64> = Vec::new();
+    let mut position = 0usize;
+    while position + HEADER_LEN <= area.len() {
+        if area[position..position + 4] == OBJECT_MAGIC {
+            if let Ok(object) = read_valid_object(area, position as u64, context) {
+                if object.header.lsn > next_lsn {
+                    later.push(object.header.lsn);
+                }
+            }
+        }
+        position += 8;
+    }
+    later
+}
+
 /// A chain that ends where valid objects with later lsns still stand was broken by
 /// corruption, not by a crash: those objects are lost to recovery.
 fn check_chain_end(
@@ -538,34 +614,30 @@ fn check_chain_end(
         ChainEnd::Invalid { offset, .. } | ChainEnd::Stale { offset, .. } => *offset,
         ChainEnd::WrapRight | ChainEnd::AreaEnd => return,
     };
-    let mut later: Vec<u64> = Vec::new();
-    let mut position = 0usize;
-    while position + HEADER_LEN <= area.len() {
-        if area[position..position + 4] == OBJECT_MAGIC {
-            if let Ok(object) = read_valid_object(area, position as u64, context) {
-                if object.header.lsn > next_lsn {
-                    later.push(object.header.lsn);
-                }
-            }
-        }
-        position += 8;
-    }
+    let later = later_lsns(area, context, next_lsn);
     if let (Some(first), Some(last)) = (later.iter().min(), later.iter().max()) {
-        if !damaged_head(area, context, end_offset, next_lsn) {
-            // Nothing of ours was ever written where the chain breaks, so nothing after it was
-            // flushed: a flush covers every earlier write to the area. These are writes a
-            // crash reordered, and nothing acknowledged is lost.
-            let gap_code = match code {
-                Code::VersionLogChainBroken => Code::VersionLogUnflushedAfterGap,
-                _ => Code::BackupLogUnflushedAfterGap,
-            };
-            report.add(
-                gap_code,
-                structure,
-                context.ofs_area + end_offset,
-                format!("{} valid objects (lsn {first} to {last}) stand after a position never written: unflushed writes a crash reordered; recovery ignores them", later.len()),
-            );
-            return;
+        // Every version log append is flushed before the next is written (SPEC.md §10.1,
+        // §10.2), so no crash leaves a later object after the chain's end there: only damage
+        // does. In the backup log, unflushed appends land in any order, and torn at sector
+        // boundaries.
+        if code == Code::BackupLogChainBroken {
+            if !damaged_head(area, context, end_offset, next_lsn) {
+                // Nothing of ours was ever written where the chain breaks, so nothing after it
+                // was flushed: a flush covers every earlier write to the area. These are writes
+                // a crash reordered, and nothing acknowledged is lost.
+                report.add(
+                    Code::BackupLogUnflushedAfterGap,
+                    structure,
+                    context.ofs_area + end_offset,
+                    format!("{} valid objects (lsn {first} to {last}) stand after a position never written: unflushed writes a crash reordered; recovery ignores them", later.len()),
+                );
+                return;
+            }
+            if tearable(area, context, end_offset) {
+                // A torn unflushed write with later ones landed: a crash leaves this too, and
+                // nothing on the media tells it from damage. Reported as a damaged head.
+                return;
+            }
         }
         let why = match end {
             ChainEnd::Invalid { error, .. } => format!("{error}"),
@@ -608,7 +680,15 @@ fn report_damaged_head(
             ChainEnd::Invalid { error, .. } => error.to_string(),
             _ => "its magic or header is damaged".to_string(),
         };
-        report.add(code, structure, context.ofs_area + offset, format!("the object at the head (lsn {next_lsn}) is incomplete or damaged ({why}); recovery ignores it, as a write a crash interrupted"));
+        let later = later_lsns(area, context, next_lsn);
+        let after = match (later.iter().min(), later.iter().max()) {
+            (Some(first), Some(last)) => format!(
+                "; {} valid later objects (lsn {first} to {last}) follow, unsynced writes that landed before it (if they were synced, damage lost them)",
+                later.len()
+            ),
+            _ => String::new(),
+        };
+        report.add(code, structure, context.ofs_area + offset, format!("the object at the head (lsn {next_lsn}) is incomplete or damaged ({why}); recovery ignores it, as a write a crash interrupted{after}"));
     }
 }
 
@@ -636,9 +716,22 @@ fn check_backup_log(
     }
     let area = device.read_vec(context.ofs_area, context.len_area)?;
     report.summary.log_objects += lds_format::recovery::physical_walk(&area, 0, geometry.sector()).len() as u64;
+    check_backup_area(&area, &context, version, sn, report, structure);
+    Ok(())
+}
+
+/// The checks of one backup log area already read (its start point lies inside it).
+fn check_backup_area(
+    area: &[u8],
+    context: &AreaContext,
+    version: &Version,
+    sn: u64,
+    report: &mut Report,
+    structure: String,
+) {
     let state = match recover_backup_log(
-        &area,
-        &context,
+        area,
+        context,
         version.ofs_backup_start,
         version.lsn_backup_start,
         version.last_sequence,
@@ -647,13 +740,13 @@ fn check_backup_log(
         Ok(state) => state,
         Err(error @ BackupLogError::SequenceNotIncreasing { offset, .. }) => {
             report.add(Code::BackupLogSequence, structure, context.ofs_area + offset, error.to_string());
-            return Ok(());
+            return;
         }
     };
     if !state.start_found {
         // Nothing written since the last flush is normal; an object newer than the start
         // point standing there is not.
-        if let Ok(object) = read_valid_object(&area, version.ofs_backup_start, &context) {
+        if let Ok(object) = read_valid_object(area, version.ofs_backup_start, context) {
             if object.header.lsn > version.lsn_backup_start {
                 report.add(
                     Code::BackupStartMismatch,
@@ -661,7 +754,7 @@ fn check_backup_log(
                     context.ofs_area + version.ofs_backup_start,
                     format!("the version says the backup log restarts with lsn {}, but the object there has lsn {}: its writes are not replayed", version.lsn_backup_start, object.header.lsn),
                 );
-                return Ok(());
+                return;
             }
         }
         // The start object itself may be corrupt with valid objects after it.
@@ -674,30 +767,13 @@ fn check_backup_log(
                 "the object at the backup start point is not valid",
             ),
         };
-        check_chain_end(
-            &area,
-            &context,
-            &end,
-            version.lsn_backup_start,
-            report,
-            Code::BackupLogChainBroken,
-            &structure,
-        );
-        report_damaged_head(
-            &area,
-            &context,
-            &end,
-            version.lsn_backup_start,
-            report,
-            Code::BackupLogTornHead,
-            &structure,
-        );
-        return Ok(());
+        check_chain_end(area, context, &end, version.lsn_backup_start, report, Code::BackupLogChainBroken, &structure);
+        report_damaged_head(area, context, &end, version.lsn_backup_start, report, Code::BackupLogTornHead, &structure);
+        return;
     }
     report.summary.live_log_objects += state.objects.len() as u64;
-    check_chain_end(&area, &context, &state.end, state.head.next_lsn, report, Code::BackupLogChainBroken, &structure);
-    report_damaged_head(&area, &context, &state.end, state.head.next_lsn, report, Code::BackupLogTornHead, &structure);
-    Ok(())
+    check_chain_end(area, context, &state.end, state.head.next_lsn, report, Code::BackupLogChainBroken, &structure);
+    report_damaged_head(area, context, &state.end, state.head.next_lsn, report, Code::BackupLogTornHead, &structure);
 }
 
 /// Checks every chunk of a tree, and the level rules.

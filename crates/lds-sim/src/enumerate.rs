@@ -1,6 +1,7 @@
 //! The crash-state enumerator (RELIABILITY.md L2): at every point between two device events,
 //! the durable image plus every subset of the writes not yet flushed (all subsets up to a
-//! bound, sampled with a seed past it), and every write torn at each sector boundary. Each
+//! bound, sampled with a seed past it), and every write torn at each sector boundary (with
+//! the earlier unflushed writes landed, and again with the later ones landed too). Each
 //! distinct image is recovered with the real engine and checked against the oracles.
 
 use std::collections::HashSet;
@@ -204,6 +205,17 @@ fn crash_images(
                     apply(&mut image, &writes[earlier], run.sector_size, None);
                 }
                 apply(&mut image, &writes[index], run.sector_size, Some(torn));
+                // Unflushed writes land in any order: the later ones may land around the tear.
+                let later = &pending[position + 1..];
+                if !later.is_empty() {
+                    let mut with_later = image.clone();
+                    for &after in later {
+                        apply(&mut with_later, &writes[after], run.sector_size, None);
+                    }
+                    let state =
+                        format!("write {index} torn after {torn} of {sectors} sectors, later writes {later:?} landed");
+                    images.push((state, with_later));
+                }
                 images.push((format!("write {index} torn after {torn} of {sectors} sectors"), image));
             }
         }

@@ -8,4 +8,5 @@
 
 pub mod device;
 pub mod enumerate;
+pub mod media;
 pub mod workload;
