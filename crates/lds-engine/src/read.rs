@@ -21,11 +21,66 @@ pub(crate) struct Tail {
     pub(crate) filter: Filter,
 }
 
-/// Raw blocks by (slot, block offset), evicted first-in first-out past a byte budget.
+/// A block whose checksum was verified once, when it was read, with the position of each
+/// entry, so that lookups binary-search it and iterators copy only what they return.
+#[derive(Debug)]
+pub(crate) struct Block {
+    bytes: Vec<u8>,
+    entries: Vec<BlockEntry>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BlockEntry {
+    key: (u32, u32),
+    sequence: u64,
+    kind: EntryKind,
+    value: (u32, u32),
+}
+
+impl Block {
+    fn decode(bytes: Vec<u8>, offset: u64) -> std::result::Result<Self, lds_format::FormatError> {
+        let base = bytes.as_ptr() as usize;
+        // Positions within `bytes`, which moves into the block without moving its contents.
+        let at = |part: &[u8]| match part.len() {
+            0 => (0, 0),
+            len => ((part.as_ptr() as usize - base) as u32, len as u32),
+        };
+        let entries = decode_block(&bytes, offset)?
+            .into_iter()
+            .map(|found| BlockEntry {
+                key: at(found.key),
+                sequence: found.sequence,
+                kind: found.kind,
+                value: at(found.value),
+            })
+            .collect();
+        Ok(Self { bytes, entries })
+    }
+
+    fn slice(&self, (start, len): (u32, u32)) -> &[u8] {
+        &self.bytes[start as usize..(start + len) as usize]
+    }
+
+    /// The first entry whose user key is at or after `key`.
+    fn seek(&self, key: &[u8]) -> usize {
+        self.entries.partition_point(|entry| self.slice(entry.key) < key)
+    }
+
+    fn owned(&self, index: usize) -> Entry {
+        let entry = &self.entries[index];
+        (self.slice(entry.key).to_vec(), entry.sequence, entry.kind, self.slice(entry.value).to_vec())
+    }
+
+    fn footprint(&self) -> usize {
+        self.bytes.len() + self.entries.len() * std::mem::size_of::<BlockEntry>()
+    }
+}
+
+/// Decoded blocks by (slot, block offset), evicted first-in first-out past a byte budget.
 pub(crate) struct BlockCache {
     budget: usize,
     bytes: usize,
-    blocks: HashMap<(u64, u32), Arc<Vec<u8>>>,
+    blocks: HashMap<(u64, u32), Arc<Block>>,
     order: VecDeque<(u64, u32)>,
 }
 
@@ -34,21 +89,21 @@ impl BlockCache {
         Self { budget, bytes: 0, blocks: HashMap::new(), order: VecDeque::new() }
     }
 
-    fn get(&self, key: (u64, u32)) -> Option<Arc<Vec<u8>>> {
+    fn get(&self, key: (u64, u32)) -> Option<Arc<Block>> {
         self.blocks.get(&key).cloned()
     }
 
-    fn insert(&mut self, key: (u64, u32), block: Arc<Vec<u8>>) {
-        if block.len() > self.budget || self.blocks.contains_key(&key) {
+    fn insert(&mut self, key: (u64, u32), block: Arc<Block>) {
+        if block.footprint() > self.budget || self.blocks.contains_key(&key) {
             return;
         }
-        self.bytes += block.len();
+        self.bytes += block.footprint();
         self.blocks.insert(key, block);
         self.order.push_back(key);
         while self.bytes > self.budget {
             let Some(oldest) = self.order.pop_front() else { break };
             if let Some(evicted) = self.blocks.remove(&oldest) {
-                self.bytes -= evicted.len();
+                self.bytes -= evicted.footprint();
             }
         }
     }
@@ -58,7 +113,7 @@ impl BlockCache {
         let keys: Vec<(u64, u32)> = self.blocks.keys().filter(|key| key.0 == slot).copied().collect();
         for key in keys {
             if let Some(removed) = self.blocks.remove(&key) {
-                self.bytes -= removed.len();
+                self.bytes -= removed.footprint();
             }
         }
         self.order.retain(|key| key.0 != slot);
@@ -110,14 +165,15 @@ pub(crate) fn tail(shared: &Shared, sub_chunk: &SubChunkRef) -> Result<Arc<Tail>
     Ok(tail)
 }
 
-/// The bytes of one block, cached.
-fn block(shared: &Shared, slot: u64, entry: &IndexEntry) -> Result<Arc<Vec<u8>>> {
+/// One block, verified and decoded once, cached.
+fn block(shared: &Shared, slot: u64, entry: &IndexEntry) -> Result<Arc<Block>> {
     let key = (slot, entry.ofs_block);
     if let Some(block) = shared.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key) {
         return Ok(block);
     }
     let offset = shared.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
-    let block = Arc::new(shared.device.read_vec(offset, u64::from(entry.len_block))?);
+    let bytes = shared.device.read_vec(offset, u64::from(entry.len_block))?;
+    let block = Arc::new(Block::decode(bytes, offset).map_err(|error| corrupt(shared, error))?);
     shared.blocks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, Arc::clone(&block));
     Ok(block)
 }
@@ -134,14 +190,15 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
     }
     let first = tail.index.partition_point(|entry| entry.last_key.as_slice() < key);
     for entry in &tail.index[first..] {
-        let bytes = block(shared, slot, entry)?;
-        let offset = shared.geometry.slot_offset(slot) + u64::from(entry.ofs_block);
-        for found in decode_block(&bytes, offset).map_err(|error| corrupt(shared, error))? {
-            if found.key > key {
+        let block = block(shared, slot, entry)?;
+        for index in block.seek(key)..block.entries.len() {
+            let found = &block.entries[index];
+            if block.slice(found.key) != key {
                 return Ok(None);
             }
-            if found.key == key && found.sequence <= snapshot {
-                return Ok(Some((found.sequence, (found.kind == EntryKind::Put).then(|| found.value.to_vec()))));
+            if found.sequence <= snapshot {
+                let value = (found.kind == EntryKind::Put).then(|| block.slice(found.value).to_vec());
+                return Ok(Some((found.sequence, value)));
             }
         }
         if entry.last_key.as_slice() > key {
@@ -221,20 +278,25 @@ struct ChunkCursor {
     index: Option<Arc<Tail>>,
     slot: u64,
     next_block: usize,
-    buffer: VecDeque<Entry>,
+    /// The block being read and the next entry in it.
+    block: Option<(Arc<Block>, usize)>,
     start: Vec<u8>,
 }
 
 impl ChunkCursor {
     fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
         let slots = chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect();
-        Self { slots, index: None, slot: 0, next_block: 0, buffer: VecDeque::new(), start: start.to_vec() }
+        Self { slots, index: None, slot: 0, next_block: 0, block: None, start: start.to_vec() }
     }
 
     fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
         loop {
-            if let Some(entry) = self.buffer.pop_front() {
-                return Ok(Some(entry));
+            if let Some((block, position)) = &mut self.block {
+                if *position < block.entries.len() {
+                    *position += 1;
+                    return Ok(Some(block.owned(*position - 1)));
+                }
+                self.block = None;
             }
             let tail = match &self.index {
                 Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
@@ -250,16 +312,9 @@ impl ChunkCursor {
             };
             let entry = &tail.index[self.next_block];
             self.next_block += 1;
-            let bytes = block(shared, self.slot, entry)?;
-            let offset = shared.geometry.slot_offset(self.slot) + u64::from(entry.ofs_block);
-            let start = self.start.as_slice();
-            self.buffer.extend(
-                decode_block(&bytes, offset)
-                    .map_err(|error| corrupt(shared, error))?
-                    .into_iter()
-                    .filter(|found| found.key >= start)
-                    .map(|found| (found.key.to_vec(), found.sequence, found.kind, found.value.to_vec())),
-            );
+            let block = block(shared, self.slot, entry)?;
+            let position = block.seek(&self.start);
+            self.block = Some((block, position));
         }
     }
 }
