@@ -337,6 +337,36 @@ pub(crate) fn commit(
     delta: &DeltaVersion,
     deleted: &[ChunkMeta],
 ) -> Result<()> {
+    commit_as(shared, state, delta, deleted, false)
+}
+
+/// Raises the SN with a new base version of the current version (a trim, SPEC.md §10.3), so
+/// that every backup log append after it carries an SN no object of an earlier session has:
+/// a stale object of a crashed session standing after the head can then never continue the
+/// chain (SPEC.md §9.1: an object with a smaller SN does not), whatever its lsn. Without it,
+/// an unsynced batch that a crash cut from the chain came back once a new append of the same
+/// length filled the gap before it (found by the repeated-crash enumeration).
+pub(crate) fn raise_sn(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -> Result<()> {
+    let version = Arc::clone(&state.version);
+    let delta = DeltaVersion {
+        last_sequence: version.last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        compaction_id: 0,
+        deleted: Vec::new(),
+        compact_pointers: Vec::new(),
+        added: Vec::new(),
+    };
+    commit_as(shared, state, &delta, &[], true)
+}
+
+fn commit_as(
+    shared: &Shared,
+    state: &mut MutexGuard<'_, TreeState>,
+    delta: &DeltaVersion,
+    deleted: &[ChunkMeta],
+    force_base: bool,
+) -> Result<()> {
     let mut next = (*state.version).clone();
     next.apply(delta).map_err(|error| Error::Recovery {
         path: shared.path_string(),
@@ -349,7 +379,7 @@ pub(crate) fn commit(
     // Trim while a base version still fits after this delta with room to grow: the next
     // commit's base is larger by what its delta adds.
     let base_reserve = base_len + base_len / 4 + delta_payload.len() + shared.geometry.sector_size as usize;
-    let (object_type, sn, payload) = if state.version_log.fits(&[delta_payload.len(), base_reserve]) {
+    let (object_type, sn, payload) = if !force_base && state.version_log.fits(&[delta_payload.len(), base_reserve]) {
         (ObjectType::DeltaVersion, state.sn, delta_payload)
     } else {
         (ObjectType::BaseVersion, state.sn + 1, next.to_base(shared.geometry, shared.instance).encode())

@@ -219,6 +219,10 @@ pub(crate) struct TreeState {
     pub(crate) poisoned: Option<String>,
     /// Set when the frozen memtable cannot be flushed for lack of slots.
     pub(crate) space_full: bool,
+    /// Recovery found valid backup log objects with lsns at or past the head (unsynced
+    /// appends of a crashed session that landed after a gap): the SN is raised before the
+    /// first append (`background::raise_sn`).
+    pub(crate) raise_sn_before_append: bool,
     /// A compaction found no slots; cleared by the next commit.
     pub(crate) compaction_stalled: bool,
     /// `Db::compact_range` runs: the next level it compacts.
@@ -424,6 +428,10 @@ impl Db {
             state.sn,
         )
         .map_err(|error| recovery_error(instance, error.to_string()))?;
+        // Objects of a crashed session at or past the head could continue the chain once a
+        // new append fills the gap before them (SPEC.md §9.3).
+        let raise_sn_before_append =
+            crate::fsck::headers_at_or_past(&backup_area, &backup_context, backup.head.next_lsn);
         let memtable = MemTable::default();
         let mut last_sequence = version.last_sequence;
         let mut entries_replayed = 0;
@@ -482,6 +490,7 @@ impl Db {
                 snapshots: BTreeMap::new(),
                 poisoned: None,
                 space_full: false,
+                raise_sn_before_append,
                 compaction_stalled: false,
                 manual_compaction: None,
                 shutting_down: false,
@@ -559,6 +568,7 @@ impl Db {
                 ),
             });
         }
+        self.raise_sn_if_needed(&mut writer)?;
         let first_sequence = writer.last_sequence + 1;
         let last_sequence = first_sequence + batch.len() as u64 - 1;
         if last_sequence > SEQUENCE_MAX {
@@ -594,6 +604,26 @@ impl Db {
         if options.sync {
             self.sync_through(last_sequence)?;
         }
+        Ok(())
+    }
+
+    /// Before the first backup log append after a recovery that found stale objects ahead of
+    /// the head: raises the SN, for the wrap objects the backup log writes too (the writer
+    /// lock is held, so no append runs meanwhile).
+    fn raise_sn_if_needed(&self, writer: &mut WriterState) -> Result<()> {
+        let shared = &self.shared;
+        let mut state = shared.lock_state();
+        if !state.raise_sn_before_append {
+            return Ok(());
+        }
+        if let Some(reason) = &state.poisoned {
+            return Err(Error::Poisoned { reason: reason.clone() });
+        }
+        if let Err(error) = crate::background::raise_sn(shared, &mut state) {
+            return Err(shared.poison(&mut state, error.poison_reason()));
+        }
+        writer.backup_log.set_sn(state.sn);
+        state.raise_sn_before_append = false;
         Ok(())
     }
 

@@ -442,8 +442,9 @@ fn check_logs(
         }
     };
     report.summary.live_log_objects += (state.sequence.len() - state.base_index) as u64;
-    check_chain_end(&area, &context, &state.end, state.head.next_lsn, report, Code::VersionLogChainBroken, &structure);
-    report_damaged_head(&area, &context, &state.end, state.head.next_lsn, report, Code::VersionLogTornHead, &structure);
+    let head = (state.head.next_lsn, 0);
+    check_chain_end(&area, &context, &state.end, head, report, Code::VersionLogChainBroken, &structure);
+    report_damaged_head(&area, &context, &state.end, head, report, Code::VersionLogTornHead, &structure);
     if state.base.geometry != *geometry && state.base.label_generation >= label.generation {
         report.add(
             Code::GeometryReplicaDiffers,
@@ -504,7 +505,7 @@ fn replay_code(error: &ReplayError) -> Code {
 /// boundary) but does not validate: two of its volume uuid, position and lsn say it was the
 /// next append, whatever its magic or checksums say. A crash tears such a write; so does
 /// damage.
-fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, next_lsn: u64) -> bool {
+fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, (next_lsn, sn_floor): (u64, u64)) -> bool {
     let sector = u64::from(context.sector_size);
     let boundary = offset.div_ceil(sector) * sector;
     [(offset, 2usize), (boundary, 3usize)].iter().any(|&(at, needed)| {
@@ -521,8 +522,10 @@ fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, next_lsn: u64) 
         let matches = [header[48..64] == context.volume_uuid, field(32..40) == at, field(24..32) == next_lsn];
         if lds_format::codec::crc32c(&header[8..]) == field(4..8) as u32 {
             // The header is intact, so its fields are true: it is ours only with the next
-            // lsn (a stale header of an earlier lap is not damage).
-            return matches.iter().all(|&matched| matched);
+            // lsn (a stale header of an earlier lap is not damage), and only with an SN at
+            // least the chain's: a smaller one is a leftover of a crashed session whose lsns
+            // the next session reused (SPEC.md §9.5), partly overwritten by its later appends.
+            return matches.iter().all(|&matched| matched) && field(16..24) >= sn_floor;
         }
         matches.iter().filter(|&&matched| matched).count() >= needed
     })
@@ -565,7 +568,7 @@ pub(crate) fn log_damage(
     let structure = format!("version log of instance {instance}");
     let context = area_context(geometry, LogKind::Version, instance);
     let (end, next_lsn) = (&state.end, state.head.next_lsn);
-    check_chain_end(version_area, &context, end, next_lsn, &mut report, Code::VersionLogChainBroken, &structure);
+    check_chain_end(version_area, &context, end, (next_lsn, 0), &mut report, Code::VersionLogChainBroken, &structure);
     let context = area_context(geometry, LogKind::Backup, instance);
     let start = state.version.ofs_backup_start;
     if start % 8 == 0 && start + HEADER_LEN as u64 <= context.len_area {
@@ -580,6 +583,30 @@ pub(crate) fn log_damage(
         problem.message,
         problem.code.number()
     ))
+}
+
+/// True when an object header of this area (intact: its checksum, volume uuid and position
+/// check) with an lsn at or past `next_lsn` stands anywhere in it, valid object or not: a
+/// leftover of a crashed session that the next appends, reusing its lsns, could revive
+/// (SPEC.md §9.5).
+pub(crate) fn headers_at_or_past(area: &[u8], context: &AreaContext, next_lsn: u64) -> bool {
+    let mut position = 0usize;
+    while position + HEADER_LEN <= area.len() {
+        let header = &area[position..position + HEADER_LEN];
+        if header[..4] == OBJECT_MAGIC {
+            let field = |range: std::ops::Range<usize>| {
+                header[range].iter().rev().fold(0u64, |value, &byte| (value << 8) | u64::from(byte))
+            };
+            let intact = lds_format::codec::crc32c(&header[8..]) == field(4..8) as u32
+                && header[48..64] == context.volume_uuid
+                && field(32..40) == position as u64;
+            if intact && field(24..32) >= next_lsn {
+                return true;
+            }
+        }
+        position += 8;
+    }
+    false
 }
 
 /// The lsns of the valid objects anywhere in a log area with an lsn above `next_lsn`.
@@ -605,11 +632,12 @@ fn check_chain_end(
     area: &[u8],
     context: &AreaContext,
     end: &ChainEnd,
-    next_lsn: u64,
+    head: (u64, u64),
     report: &mut Report,
     code: Code,
     structure: &str,
 ) {
+    let next_lsn = head.0;
     let end_offset = match end {
         ChainEnd::Invalid { offset, .. } | ChainEnd::Stale { offset, .. } => *offset,
         ChainEnd::WrapRight | ChainEnd::AreaEnd => return,
@@ -621,7 +649,7 @@ fn check_chain_end(
         // does. In the backup log, unflushed appends land in any order, and torn at sector
         // boundaries.
         if code == Code::BackupLogChainBroken {
-            if !damaged_head(area, context, end_offset, next_lsn) {
+            if !damaged_head(area, context, end_offset, head) {
                 // Nothing of ours was ever written where the chain breaks, so nothing after it
                 // was flushed: a flush covers every earlier write to the area. These are writes
                 // a crash reordered, and nothing acknowledged is lost.
@@ -665,17 +693,18 @@ fn report_damaged_head(
     area: &[u8],
     context: &AreaContext,
     end: &ChainEnd,
-    next_lsn: u64,
+    head: (u64, u64),
     report: &mut Report,
     code: Code,
     structure: &str,
 ) {
+    let next_lsn = head.0;
     let (ChainEnd::Invalid { offset, .. } | ChainEnd::Stale { offset, .. }) = end else { return };
     let broken = report.problems.iter().any(|problem| {
         problem.structure == structure
             && matches!(problem.code, Code::VersionLogChainBroken | Code::BackupLogChainBroken)
     });
-    if !broken && damaged_head(area, context, *offset, next_lsn) {
+    if !broken && damaged_head(area, context, *offset, head) {
         let why = match end {
             ChainEnd::Invalid { error, .. } => error.to_string(),
             _ => "its magic or header is damaged".to_string(),
@@ -767,13 +796,15 @@ fn check_backup_area(
                 "the object at the backup start point is not valid",
             ),
         };
-        check_chain_end(area, context, &end, version.lsn_backup_start, report, Code::BackupLogChainBroken, &structure);
-        report_damaged_head(area, context, &end, version.lsn_backup_start, report, Code::BackupLogTornHead, &structure);
+        let head = (version.lsn_backup_start, 0);
+        check_chain_end(area, context, &end, head, report, Code::BackupLogChainBroken, &structure);
+        report_damaged_head(area, context, &end, head, report, Code::BackupLogTornHead, &structure);
         return;
     }
     report.summary.live_log_objects += state.objects.len() as u64;
-    check_chain_end(area, context, &state.end, state.head.next_lsn, report, Code::BackupLogChainBroken, &structure);
-    report_damaged_head(area, context, &state.end, state.head.next_lsn, report, Code::BackupLogTornHead, &structure);
+    let head = (state.head.next_lsn, state.head.sn);
+    check_chain_end(area, context, &state.end, head, report, Code::BackupLogChainBroken, &structure);
+    report_damaged_head(area, context, &state.end, head, report, Code::BackupLogTornHead, &structure);
 }
 
 /// Checks every chunk of a tree, and the level rules.

@@ -461,6 +461,16 @@ pub fn recover_backup_log(
     for segment_number in 0.. {
         let segment = chain(area, context, start, Some(expected));
         let segment_is_continuation = segment_number > 0;
+        // SPEC.md §9.3 step 2: the WOL continues the WOR's chain only with an SN not
+        // smaller than the WOR's (§9.1), as within a chain: a WOL of an earlier session that
+        // a crash cut off does not.
+        let wrap_sn = objects.last().map(|wrap| wrap.header.sn);
+        if let (true, Some(first), Some(wrap_sn)) = (segment_is_continuation, segment.objects.first(), wrap_sn) {
+            if first.header.sn < wrap_sn {
+                end = ChainEnd::Stale { offset: 0, lsn: first.header.lsn, expected_lsn: expected };
+                break;
+            }
+        }
         if segment_is_continuation
             && segment.objects.first().is_some_and(|first| first.object_type != ObjectType::WrapLeft)
         {

@@ -9,4 +9,5 @@
 pub mod device;
 pub mod enumerate;
 pub mod media;
+pub mod repeat;
 pub mod workload;

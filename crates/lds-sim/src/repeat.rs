@@ -1,0 +1,226 @@
+//! Repeated crashes (RELIABILITY.md I4, and F8's crash after recovery): a first crash image
+//! of a run is recovered, more operations run on the recovered store over a recording
+//! device, and the crash states of that second run are enumerated. Each second crash image
+//! must satisfy I1, I2, I3 and I5 against the combined history (the state the first recovery
+//! gave, then the second run's operations), and I4: the engine's recovered sequence number is
+//! never below the one the first recovery gave, nor below the last synced write's.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use lds_engine::Db;
+
+use crate::device::{apply, Event, SimDevice};
+use crate::enumerate::{check_crash_image, crash_images, Bounds, Failure};
+use crate::workload::{apply_op, apply_to_model, options, Model, Op, OpSpan, Random, Run, Workload};
+
+/// Limits of a repeated-crash enumeration.
+#[derive(Debug, Clone, Copy)]
+pub struct RepeatBounds {
+    /// First crash points tried, spread evenly over the first run.
+    pub first_points: usize,
+    /// At each, the images: none and all of the unflushed writes, and this many random
+    /// subsets.
+    pub first_samples: usize,
+    /// How the second run's crash states are enumerated.
+    pub second: Bounds,
+}
+
+impl Default for RepeatBounds {
+    fn default() -> Self {
+        Self {
+            first_points: 12,
+            first_samples: 1,
+            second: Bounds { exhaustive_max: 3, samples: 4, ..Bounds::default() },
+        }
+    }
+}
+
+/// What a repeated-crash enumeration counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepeatCounts {
+    /// Distinct first crash images recovered and continued.
+    pub first_images: u64,
+    /// Distinct second crash images checked.
+    pub second_images: u64,
+    /// Images that broke an oracle.
+    pub failures: u64,
+}
+
+/// The second run: `second` applied to the store recovered from `image`, on a device that
+/// records its history from `image` on. Returns the run (its models start with the recovered
+/// state), the sequence number after recovery and after each operation.
+fn continue_run(
+    image: &[u8],
+    second: &Workload,
+    sector_size: u64,
+    unbuffered: bool,
+) -> Result<(Run, Vec<u64>), String> {
+    let device = SimDevice::new(image.to_vec());
+    let open = |device: &SimDevice| {
+        Db::open_device(Arc::new(device.clone()), Path::new("recovered"), options(unbuffered))
+            .map(|(db, _)| db)
+            .map_err(|error| error.to_string())
+    };
+    let mut db = open(&device)?;
+    let mut model: Model = db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?;
+    let mut sequences = vec![db.last_sequence()];
+    let mut models = vec![model.clone()];
+    let mut spans = Vec::with_capacity(second.ops.len());
+    for (index, op) in second.ops.iter().enumerate() {
+        let start_event = device.event_count();
+        let failed = |error: lds_engine::Error| format!("second run, operation {index} ({}): {error}", op.describe());
+        match op {
+            Op::Reopen => {
+                db.close().map_err(failed)?;
+                db = open(&device)?;
+            }
+            _ => apply_op(&db, op).map_err(failed)?,
+        }
+        apply_to_model(&mut model, op);
+        models.push(model.clone());
+        sequences.push(db.last_sequence());
+        spans.push(OpSpan { start_event, end_event: device.event_count() });
+    }
+    db.close().map_err(|error| error.to_string())?;
+    Ok((Run { workload: second.clone(), history: device.history(), spans, models, sector_size }, sequences))
+}
+
+/// The durable image and the unflushed writes after each event of a run: `(point, durable,
+/// pending)` for every point from 0 to the number of events.
+fn crash_points(run: &Run) -> Vec<(usize, Vec<u8>, Vec<usize>)> {
+    let history = &run.history;
+    let mut durable = history.initial.as_ref().clone();
+    let mut pending: Vec<usize> = Vec::new();
+    let mut points = Vec::with_capacity(history.events.len() + 1);
+    for point in 0..=history.events.len() {
+        points.push((point, durable.clone(), pending.clone()));
+        let Some(event) = history.events.get(point) else { break };
+        match event {
+            Event::Write(index) => pending.push(*index),
+            Event::Flush(made) => {
+                for &index in pending.iter().filter(|index| made.contains(index)) {
+                    apply(&mut durable, &history.writes[index], run.sector_size, None);
+                }
+                pending.retain(|index| !made.contains(index));
+            }
+        }
+    }
+    points
+}
+
+/// I4 for one second crash image: the recovered sequence number against the first
+/// recovery's and the last synced write's.
+fn check_sequence(image: &[u8], floor: u64, unbuffered: bool) -> Result<(), String> {
+    let device = SimDevice::new(image.to_vec());
+    let (db, _) = Db::open_device(Arc::new(device), Path::new("second crash"), options(unbuffered))
+        .map_err(|error| error.to_string())?;
+    let recovered = db.last_sequence();
+    if recovered < floor {
+        return Err(format!("the recovered sequence number {recovered} is below {floor}"));
+    }
+    Ok(())
+}
+
+/// Enumerates repeated crashes of `run`, continuing each first crash with `second`; calls
+/// `on_failure` for each failing image (the first crash's image when the first recovery
+/// fails, else the second's).
+pub fn enumerate_repeated(
+    run: &Run,
+    second: &Workload,
+    bounds: &RepeatBounds,
+    unbuffered: bool,
+    on_failure: &mut dyn FnMut(Failure),
+) -> RepeatCounts {
+    let mut counts = RepeatCounts::default();
+    let mut seen_first: HashSet<[u8; 32]> = HashSet::new();
+    let mut random = Random(bounds.second.seed | 1);
+    let points = crash_points(run);
+    let step = points.len().div_ceil(bounds.first_points.max(1)).max(1);
+    for (point, durable, pending) in points.iter().step_by(step) {
+        let all = if pending.len() >= 64 { u64::MAX } else { (1u64 << pending.len()) - 1 };
+        let mut masks = vec![0, all];
+        masks.extend((0..bounds.first_samples).map(|_| random.next_u64() & all));
+        for mask in masks {
+            let mut image = durable.clone();
+            for (position, &index) in pending.iter().enumerate().take(64) {
+                if mask & (1 << position) != 0 {
+                    apply(&mut image, &run.history.writes[index], run.sector_size, None);
+                }
+            }
+            if !seen_first.insert(*blake3::hash(&image).as_bytes()) {
+                continue;
+            }
+            counts.first_images += 1;
+            let first = format!("first crash at point {point}, unflushed writes {pending:?} with mask {mask:#x}");
+            let first_checked = check_crash_image(run, *point, &image, unbuffered);
+            let continued = first_checked.and_then(|()| {
+                continue_run(&image, second, run.sector_size, unbuffered).map_err(|message| ("recovery", message))
+            });
+            let (second_run, sequences) = match continued {
+                Ok(continued) => continued,
+                Err((oracle, message)) => {
+                    counts.failures += 1;
+                    on_failure(Failure { crash_point: *point, state: first, oracle, message, image });
+                    continue;
+                }
+            };
+            let mut seen_second: HashSet<[u8; 32]> = HashSet::new();
+            for (second_point, second_durable, second_pending) in crash_points(&second_run) {
+                // The last synced operation of the second run by this point: its sequence
+                // number must survive; before any, the first recovery's.
+                let synced = second_run
+                    .spans
+                    .iter()
+                    .enumerate()
+                    .filter(|(index, span)| {
+                        span.end_event <= second_point && second_run.workload.ops[*index].is_sync_point()
+                    })
+                    .map(|(index, _)| index + 1)
+                    .max()
+                    .unwrap_or(0);
+                let floor = sequences[synced];
+                let images = crash_images(&second_durable, &second_pending, &second_run, &bounds.second, &mut random);
+                for (state, second_image) in images {
+                    if !seen_second.insert(*blake3::hash(&second_image).as_bytes()) {
+                        continue;
+                    }
+                    counts.second_images += 1;
+                    let both = format!("{first}; second crash at point {second_point}, {state}");
+                    let checked = check_crash_image(&second_run, second_point, &second_image, unbuffered)
+                        .and_then(|()| check_sequence(&second_image, floor, unbuffered).map_err(|error| ("I4", error)));
+                    if let Err((oracle, message)) = checked {
+                        counts.failures += 1;
+                        on_failure(Failure {
+                            crash_point: second_point,
+                            state: both,
+                            oracle,
+                            message,
+                            image: second_image,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// A short second run for `enumerate_repeated`: puts and deletes over the random workloads'
+/// keys (so they overwrite what the first run wrote), some synced, a flush and a reopen.
+pub fn second_workload(seed: u64) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) | 1);
+    let mut ops = Vec::new();
+    for number in 0..14u64 {
+        let key = format!("key-{:02}", random.below(40)).into_bytes();
+        let sync = number % 4 == 3;
+        ops.push(match number {
+            6 => Op::Flush,
+            10 => Op::Reopen,
+            _ if random.below(4) == 0 => Op::Delete { key, sync },
+            _ => Op::Put { key, value: format!("second-{seed}-{number}").into_bytes(), sync },
+        });
+    }
+    Workload { name: format!("second-{seed}"), ops }
+}
