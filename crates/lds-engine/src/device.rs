@@ -273,11 +273,13 @@ impl Device {
 
     /// Makes the completed writes in `[offset, offset + len)` durable (SPEC.md §2.5, paper
     /// §3.5): on a raw block device `sync_file_range` with WAIT_BEFORE, WRITE and WAIT_AFTER,
-    /// which writes and waits for just that range, then, when the device has a volatile
-    /// write cache, `fdatasync` to flush that cache; on an image file `fdatasync`, since the
+    /// which writes and waits for just that range; when the device has a volatile write
+    /// cache, `fdatasync` instead, which also flushes that cache; on an image file `fdatasync`, since the
     /// file system's own metadata must be persisted too (paper §3.6.2).
     pub fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        if self.kind == DeviceKind::ImageFile {
+        // fdatasync of a block device writes back all of its dirty pages, this range among
+        // them, before flushing the cache: a sync_file_range first would only add a call.
+        if self.kind == DeviceKind::ImageFile || self.volatile_cache {
             return self.flush();
         }
         let error = |source| DeviceError::Flush { path: self.path.clone(), source };
@@ -291,9 +293,6 @@ impl Device {
         let result = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
         if result != 0 {
             return Err(error(std::io::Error::last_os_error()));
-        }
-        if self.volatile_cache {
-            return self.flush();
         }
         Ok(())
     }
