@@ -1,13 +1,15 @@
 //! `lds crashtest`: run workloads on the simulated device and check every crash state
-//! (RELIABILITY.md L2). On a failure it writes a reproducer (the crash image and the
-//! operation list) and exits 1.
+//! (RELIABILITY.md L2). On a failure it minimizes the workload (delta debugging: the fewest
+//! operations, and the shortest values, that still fail the same oracle at some crash point)
+//! and writes a reproducer (the crash image and the operation list), and exits 1.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use lds_sim::enumerate::{enumerate, Bounds, Counts};
-use lds_sim::workload::{formatted_image, named, random, run};
+use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
+use lds_sim::minimize::minimize_failure;
+use lds_sim::workload::{formatted_image, named, random, run, Op, Workload};
 use serde_json::json;
 
 /// Options of `lds crashtest`.
@@ -40,6 +42,10 @@ pub struct CrashtestOptions {
     /// Where reproducers go.
     #[arg(long, default_value = "crashtest-failures")]
     pub out: PathBuf,
+    /// On a failure, try at most this many smaller workloads to minimize the reproducer
+    /// (each is a run and, when it passes, a whole enumeration); 0 keeps the whole workload.
+    #[arg(long, default_value_t = 200)]
+    pub minimize: u64,
     /// Print the counts as JSON.
     #[arg(long)]
     pub json: bool,
@@ -51,6 +57,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     let mut total = Counts::default();
     let mut workloads = 0u64;
     let mut reproducers = Vec::new();
+    let mut reproducer_operations = Vec::new();
     let runs = if options.workload == "random" { options.runs } else { 1 };
     for index in 0..runs {
         let seed = options.seed + index;
@@ -93,32 +100,18 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
         total.distinct_images += counts.distinct_images;
         total.failures += counts.failures;
         if let Some(first) = failures.first() {
+            let reproducer = reproduce(&workload, first, &bounds, options);
             let folder = options.out.join(&workload.name);
-            let written = std::fs::create_dir_all(&folder).and_then(|()| {
-                std::fs::write(folder.join("crash.img"), &first.image)?;
-                let ops: String = workload
-                    .ops
-                    .iter()
-                    .enumerate()
-                    .map(|(index, op)| format!("{index}: {}\n", op.describe()))
-                    .collect();
-                std::fs::write(folder.join("operations.txt"), ops)?;
-                std::fs::write(
-                    folder.join("failure.txt"),
-                    format!(
-                        "crash point {} ({})\n{}: {}\n",
-                        first.crash_point, first.state, first.oracle, first.message
-                    ),
-                )
-            });
-            let _ = match written {
+            let _ = match write_reproducer(&folder, &workload, &reproducer) {
                 Ok(()) => writeln!(
                     err,
-                    "lds crashtest: {}: {} failures; first: {} {} (reproducer in {})",
+                    "lds crashtest: {}: {} failures; first: {} {} (reproducer of {} operations, {}, in {})",
                     workload.name,
                     failures.len(),
                     first.oracle,
                     first.message,
+                    reproducer.ops.len(),
+                    reproducer.note,
                     folder.display()
                 ),
                 Err(error) => writeln!(
@@ -129,6 +122,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
                 ),
             };
             reproducers.push(folder.display().to_string());
+            reproducer_operations.push(reproducer.ops.len());
         }
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -141,6 +135,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
             "distinct_images": total.distinct_images,
             "failures": total.failures,
             "reproducers": reproducers,
+            "reproducer_operations": reproducer_operations,
             "seconds": seconds,
         });
         let _ = writeln!(out, "{document}");
@@ -152,4 +147,94 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
         );
     }
     i32::from(total.failures > 0)
+}
+
+/// What a reproducer holds: the operations, the failure they lead to, and how they were
+/// found.
+struct Reproducer {
+    ops: Vec<Op>,
+    failure: Failure,
+    note: String,
+}
+
+/// Minimizes the failing workload (unless `--minimize 0`); falls back to the whole workload
+/// and its first failure.
+fn reproduce(workload: &Workload, first: &Failure, bounds: &Bounds, options: &CrashtestOptions) -> Reproducer {
+    let whole = || Reproducer { ops: workload.ops.clone(), failure: first.clone(), note: "not minimized".into() };
+    if options.minimize == 0 {
+        return whole();
+    }
+    let (shrunk, failure) = minimize_failure(workload, first.oracle, bounds, options.unbuffered, options.minimize);
+    match failure {
+        Some(failure) => Reproducer {
+            note: format!(
+                "minimized from {} in {} tries{}",
+                workload.ops.len(),
+                shrunk.tries,
+                if shrunk.budget_exhausted { ", budget exhausted" } else { "" }
+            ),
+            ops: shrunk.workload.ops,
+            failure,
+        },
+        None => whole(),
+    }
+}
+
+fn describe(ops: &[Op]) -> String {
+    ops.iter().enumerate().map(|(index, op)| format!("{index}: {}\n", op.describe())).collect()
+}
+
+/// Writes crash.img, operations.txt (the reproducer's), operations-original.txt (the whole
+/// workload's, when minimized) and failure.txt.
+fn write_reproducer(folder: &std::path::Path, workload: &Workload, reproducer: &Reproducer) -> std::io::Result<()> {
+    std::fs::create_dir_all(folder)?;
+    let failure = &reproducer.failure;
+    std::fs::write(folder.join("crash.img"), &failure.image)?;
+    std::fs::write(folder.join("operations.txt"), describe(&reproducer.ops))?;
+    if reproducer.ops.len() != workload.ops.len() {
+        std::fs::write(folder.join("operations-original.txt"), describe(&workload.ops))?;
+    }
+    std::fs::write(
+        folder.join("failure.txt"),
+        format!(
+            "crash point {} ({})\n{}: {}\n{} operations, {}\n",
+            failure.crash_point,
+            failure.state,
+            failure.oracle,
+            failure.message,
+            reproducer.ops.len(),
+            reproducer.note
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimized_reproducer_keeps_the_original_operations_beside_it() {
+        let workload = random(1, 12);
+        let failure = Failure {
+            crash_point: 7,
+            state: "unflushed writes [3] with mask 0x1".into(),
+            oracle: "I3",
+            message: "fsck: 207".into(),
+            image: vec![1, 2, 3],
+        };
+        let reproducer = Reproducer { ops: workload.ops[..2].to_vec(), failure, note: "minimized from 12".into() };
+        let folder = std::env::temp_dir().join(format!("lds-crashtest-reproducer-{}", std::process::id()));
+        let written = write_reproducer(&folder, &workload, &reproducer);
+        assert!(written.is_ok(), "{written:?}");
+        let read = |name: &str| std::fs::read_to_string(folder.join(name)).unwrap_or_default();
+        assert_eq!(read("operations.txt").lines().count(), 2);
+        assert_eq!(read("operations-original.txt").lines().count(), 12);
+        assert!(
+            read("failure.txt").contains("I3: fsck: 207\n2 operations, minimized from 12"),
+            "{}",
+            read("failure.txt")
+        );
+        assert_eq!(std::fs::read(folder.join("crash.img")).unwrap_or_default(), [1, 2, 3]);
+        let _ = std::fs::remove_dir_all(&folder);
+    }
 }

@@ -14,6 +14,7 @@ fn options(workload: &str) -> CrashtestOptions {
         no_tears: false,
         unbuffered: true,
         out: std::env::temp_dir().join(format!("lds-crashtest-test-{}", std::process::id())),
+        minimize: 20,
         json: true,
     }
 }
@@ -25,6 +26,7 @@ fn basic_workload_has_no_failing_crash_state() {
     let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(counts["schema"], "lds-crashtest/1");
     assert_eq!(counts["failures"], 0);
+    assert_eq!(counts["reproducer_operations"], serde_json::json!([]));
     assert!(counts["distinct_images"].as_u64() > Some(10), "{counts}");
 }
 

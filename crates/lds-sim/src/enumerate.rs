@@ -5,6 +5,7 @@
 //! distinct image is recovered with the real engine and checked against the oracles.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -130,6 +131,38 @@ fn check_image(
 /// Enumerates the crash states of a run and checks each; calls `on_failure` for each
 /// failing image.
 pub fn enumerate(run: &Run, bounds: &Bounds, unbuffered: bool, on_failure: &mut dyn FnMut(Failure)) -> Counts {
+    walk(run, bounds, unbuffered, &mut |failure| {
+        on_failure(failure);
+        ControlFlow::Continue(())
+    })
+}
+
+/// The first failing crash image of a run whose failure `wanted` accepts, if any; stops
+/// there (the reproducer minimizer asks this of every candidate workload).
+pub fn first_failure(
+    run: &Run,
+    bounds: &Bounds,
+    unbuffered: bool,
+    wanted: &dyn Fn(&Failure) -> bool,
+) -> Option<Failure> {
+    let mut found = None;
+    walk(run, bounds, unbuffered, &mut |failure| {
+        if wanted(&failure) {
+            found = Some(failure);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    });
+    found
+}
+
+/// The enumeration, until `on_failure` breaks.
+fn walk(
+    run: &Run,
+    bounds: &Bounds,
+    unbuffered: bool,
+    on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
+) -> Counts {
     let history = &run.history;
     let mut counts = Counts::default();
     let mut durable = history.initial.as_ref().clone();
@@ -157,7 +190,9 @@ pub fn enumerate(run: &Run, bounds: &Bounds, unbuffered: bool, on_failure: &mut 
             counts.distinct_images += 1;
             if let Err((oracle, message)) = check_image(&image, run, model_min, model_max, unbuffered) {
                 counts.failures += 1;
-                on_failure(Failure { crash_point: point, state, oracle, message, image });
+                if on_failure(Failure { crash_point: point, state, oracle, message, image }).is_break() {
+                    return counts;
+                }
             }
         }
         let Some(event) = history.events.get(point) else { break };

@@ -9,5 +9,6 @@
 pub mod device;
 pub mod enumerate;
 pub mod media;
+pub mod minimize;
 pub mod repeat;
 pub mod workload;

@@ -1,8 +1,10 @@
 //! Guards the oracles themselves (RELIABILITY.md L6): a build that drops the flush between
 //! chunk writes and their delta version, and a build that skips the log payload checksum,
-//! must each make the crash-state enumeration report failures. Run with
-//! `--features fault-drop-chunk-flush` or `--features fault-skip-payload-checksum`; the
-//! normal build compiles this file to nothing (the other crash tests assert zero failures).
+//! must each make the crash-state enumeration report failures; and the reproducer minimizer
+//! of `lds crashtest` must shrink such a failing workload to a few operations that still fail
+//! the same oracle. Run with `--features fault-drop-chunk-flush` or `--features
+//! fault-skip-payload-checksum`; the normal build compiles this file to nothing (the other
+//! crash tests assert zero failures).
 
 #[cfg(any(feature = "fault-drop-chunk-flush", feature = "fault-skip-payload-checksum"))]
 #[test]
@@ -27,4 +29,36 @@ fn the_enumerator_catches_the_broken_build() {
     }
     eprintln!("the broken build failed {failures} crash images; oracles: {oracles:?}");
     assert!(failures > 0, "the enumerator did not catch the deliberately broken build");
+}
+
+#[cfg(any(feature = "fault-drop-chunk-flush", feature = "fault-skip-payload-checksum"))]
+#[test]
+fn the_minimizer_shrinks_a_failing_workload_to_a_few_operations() {
+    use lds_sim::enumerate::{first_failure, Bounds};
+    use lds_sim::minimize::minimize_failure;
+    use lds_sim::workload::{formatted_image, named, run};
+
+    let workload = named("wrap").unwrap_or_else(|| panic!("wrap"));
+    let bounds = Bounds { exhaustive_max: 4, samples: 4, tears: true, seed: 1 };
+    let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
+    let recorded = run(&workload, image, true).unwrap_or_else(|error| panic!("{error}"));
+    let failure = first_failure(&recorded, &bounds, true, &|_| true)
+        .unwrap_or_else(|| panic!("the broken build passes the wrap workload"));
+    let (shrunk, minimized) = minimize_failure(&workload, failure.oracle, &bounds, true, 200);
+    eprintln!(
+        "{} failed {}: {} operations minimized to {} in {} tries",
+        workload.name,
+        failure.oracle,
+        workload.ops.len(),
+        shrunk.workload.ops.len(),
+        shrunk.tries
+    );
+    let minimized = minimized.unwrap_or_else(|| panic!("the minimized workload does not fail"));
+    assert_eq!(minimized.oracle, failure.oracle, "the minimized workload fails another oracle");
+    assert!(
+        shrunk.workload.ops.len() * 10 <= workload.ops.len(),
+        "{} operations minimized only to {}",
+        workload.ops.len(),
+        shrunk.workload.ops.len()
+    );
 }
