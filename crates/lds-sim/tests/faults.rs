@@ -240,3 +240,79 @@ fn read_errors_give_errors_never_wrong_data() {
     assert!(failed > 10, "too few read faults failed anything: {failed}");
     assert!(read_errors > 10, "too few read faults failed a read-back: {read_errors}");
 }
+
+/// F4 and F6 during a workload: a lost write (acknowledged, flushed, never on the media) or a
+/// misdirected one. Nothing can promise I1 then, but reads, during the workload and after
+/// reopening, give a state the store had (the model after some operation) or an explicit
+/// error: never a mix, never values that were not written.
+fn check_lost_or_misdirected(fault: Fault, ops: &[Op]) -> (bool, bool) {
+    let device = SimDevice::new(formatted_image().unwrap_or_else(|error| panic!("{error}")));
+    device.inject(fault);
+    let context = format!("{fault:?}");
+    let db = open(&device).unwrap_or_else(|error| panic!("{context}: {error}"));
+    let mut model = Model::new();
+    let mut models = vec![model.clone()];
+    let mut noticed = false;
+    for (index, op) in ops.iter().enumerate() {
+        if matches!(op, Op::Reopen) {
+            continue;
+        }
+        if apply_op(&db, op).is_err() {
+            noticed = true;
+            break;
+        }
+        apply_to_model(&mut model, op);
+        models.push(model.clone());
+        noticed |= read_back(&db, &[&model], &format!("{context}, after operation {index}"));
+    }
+    drop(db);
+    let recovered = SimDevice::new(device.durable(SECTOR_SIZE));
+    let Ok(db) = open(&recovered) else { return (true, noticed) };
+    let state = db.iter().map(Iterator::collect::<Result<Model, _>>);
+    let landed = match state {
+        Ok(Ok(state)) => {
+            assert!(models.contains(&state), "{context}: the reopened store shows a state it never had");
+            false
+        }
+        _ => true,
+    };
+    (landed, noticed)
+}
+
+#[test]
+fn lost_and_misdirected_writes_never_show_a_state_the_store_did_not_have() {
+    let ops = workload();
+    let geometry = plan_layout(&layout(), [0; 16]).unwrap_or_else(|error| panic!("{error}"));
+    // Every write into the slot area (chunk bodies and tails: a lost one leaves the slot's
+    // previous chunk, whose footer is valid), and a sample of the others.
+    let recorded = lds_sim::workload::run(
+        &lds_sim::workload::Workload { name: "faults".into(), ops: ops.clone() },
+        formatted_image().unwrap_or_else(|error| panic!("{error}")),
+        true,
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    let writes: Vec<usize> = recorded
+        .history
+        .writes
+        .iter()
+        .enumerate()
+        .filter(|(index, write)| write.offset >= geometry.ofs_slot_area || index % 23 == 0)
+        .map(|(index, _)| index)
+        .collect();
+    let (mut reopen_errors, mut noticed, mut cases) = (0, 0, 0);
+    for &index in &writes {
+        // A sector anywhere but the labels: a log, a live chunk, a free slot.
+        let sectors = geometry.volume_len / SECTOR_SIZE - 2;
+        let target = SECTOR_SIZE * (1 + (index as u64).wrapping_mul(2_654_435_761) % sectors);
+        for fault in [Fault::LostWrite(index), Fault::MisdirectedWrite { write: index, target }] {
+            let (error, seen) = check_lost_or_misdirected(fault, &ops);
+            cases += 1;
+            reopen_errors += usize::from(error);
+            noticed += usize::from(seen);
+        }
+    }
+    eprintln!(
+        "{cases} lost or misdirected writes: {noticed} noticed during the workload, {reopen_errors} on reopening"
+    );
+    assert!(noticed > 10, "too few faults were noticed: {noticed}");
+}
