@@ -4,7 +4,9 @@
 //! explicit error, never anything else; a failed write or flush makes the failing operation
 //! report an error and every later write be refused (the store never retries a failed flush
 //! and carries on); and the volume, reopened from what was durable, recovers to a prefix of
-//! the operations between the last synced one and the failed one (I1, I2).
+//! the operations between the last synced one and the failed one (I1, I2). Lost and
+//! misdirected writes (F4, F6), which nothing can recover from, still never show a state the
+//! store did not have.
 
 use std::path::Path;
 use std::sync::Arc;
