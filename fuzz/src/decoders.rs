@@ -203,7 +203,7 @@ fn check_payload(payload: &Payload, bytes: &[u8], sector_size: u32) {
 fn check_chain(objects: &[ChainObject], context: &AreaContext, what: &str) {
     for pair in objects.windows(2) {
         let (previous, next) = (&pair[0], &pair[1]);
-        assert_eq!(next.header.lsn, previous.header.lsn + 1, "{what}: chain LSNs are not consecutive");
+        assert_eq!(Some(next.header.lsn), previous.header.lsn.checked_add(1), "{what}: chain LSNs are not consecutive");
         assert!(next.header.sn >= previous.header.sn, "{what}: a chain's SN decreases");
         assert!(previous.object_type != ObjectType::WrapRight, "{what}: a chain continues after a WOR");
         let follows = align8(previous.header.next_offset());
@@ -334,7 +334,8 @@ fn check_version_log(area: &[u8], context: &AreaContext) {
         }
     }
     for pair in state.sequence.windows(2) {
-        assert_eq!(pair[1].header.lsn, pair[0].header.lsn + 1, "version log: live LSNs are not consecutive");
+        let next = pair[0].header.lsn.checked_add(1);
+        assert_eq!(Some(pair[1].header.lsn), next, "version log: live LSNs are not consecutive");
     }
     let head = state.head;
     assert!(
@@ -376,7 +377,8 @@ fn check_backup_log(area: &[u8], context: &AreaContext, start: (u64, u64), last_
         "backup log: the replay does not start at the start point"
     );
     for pair in state.objects.windows(2) {
-        assert_eq!(pair[1].header.lsn, pair[0].header.lsn + 1, "backup log: LSNs are not consecutive");
+        let next = pair[0].header.lsn.checked_add(1);
+        assert_eq!(Some(pair[1].header.lsn), next, "backup log: LSNs are not consecutive");
     }
     let mut previous_last = 0;
     for batch in &state.batches {

@@ -120,12 +120,16 @@ pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Optio
             return Chain { objects, end: ChainEnd::AreaEnd };
         }
         let expected = match objects.last() {
-            Some(previous) => Some(previous.header.lsn + 1),
+            Some(previous) => previous.header.lsn.checked_add(1),
             None => expected_lsn,
         };
+        // Nothing follows an object with the largest lsn (only a hostile image has one).
+        let exhausted = !objects.is_empty() && expected.is_none();
         let previous_sn = objects.last().map(|previous| previous.header.sn);
         let continues = |object: &ChainObject| {
-            expected.is_none_or(|lsn| object.header.lsn == lsn) && previous_sn.is_none_or(|sn| object.header.sn >= sn)
+            !exhausted
+                && expected.is_none_or(|lsn| object.header.lsn == lsn)
+                && previous_sn.is_none_or(|sn| object.header.sn >= sn)
         };
         let candidate = read_valid_object(area, offset, context);
         let object = match candidate {
@@ -289,7 +293,8 @@ fn head_after(last: &ChainObject, context: &AreaContext) -> LogHead {
     let after_wrap_right = last.object_type == ObjectType::WrapRight;
     LogHead {
         offset: if after_wrap_right { 0 } else { align8(last.header.next_offset()).min(context.len_area) },
-        next_lsn: last.header.lsn + 1,
+        // The writer refuses to append at the largest lsn (`AppendError::LsnExhausted`).
+        next_lsn: last.header.lsn.saturating_add(1),
         after_wrap_right,
         sn: last.header.sn,
     }
@@ -316,7 +321,7 @@ pub fn recover_version_log(area: &[u8], context: &AreaContext) -> Result<Version
                     ));
                 }
                 let wor_lsn = right.objects.last().map_or(0, |wor| wor.header.lsn);
-                if wor_lsn + 1 != first.header.lsn {
+                if wor_lsn.checked_add(1) != Some(first.header.lsn) {
                     return bad(format!(
                         "the right portion ends with lsn {wor_lsn}, the WOL has lsn {}",
                         first.header.lsn
@@ -488,10 +493,13 @@ pub fn recover_backup_log(
         followed += segment.objects.iter().map(|object| object.header.total_len()).sum::<u64>();
         let wrapped = segment.end == ChainEnd::WrapRight;
         end = segment.end;
-        if let Some(last) = segment.objects.last() {
-            expected = last.header.lsn + 1;
-        }
+        let next = segment.objects.last().map(|last| last.header.lsn.checked_add(1));
         objects.extend(segment.objects);
+        match next {
+            Some(Some(next)) => expected = next,
+            Some(None) => break,
+            None => {}
+        }
         if !wrapped || followed > bytes_max {
             break;
         }

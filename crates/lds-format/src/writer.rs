@@ -35,6 +35,12 @@ pub enum AppendError {
         /// Offset of the first byte that would be overwritten.
         offset: u64,
     },
+    /// The log's lsns are used up: an append takes up to three (WOR, WOL, object) and its
+    /// successor needs one more. Only a hostile image gets here, never 2^64 appends.
+    LsnExhausted {
+        /// The next lsn.
+        next_lsn: u64,
+    },
 }
 
 impl std::fmt::Display for AppendError {
@@ -46,6 +52,7 @@ impl std::fmt::Display for AppendError {
             Self::LogFull { offset } => {
                 write!(f, "the log is full: appending would overwrite live data at offset {offset}")
             }
+            Self::LsnExhausted { next_lsn } => write!(f, "the log's lsns are used up (next lsn {next_lsn})"),
         }
     }
 }
@@ -134,6 +141,9 @@ impl LogAppender {
         payload: &[u8],
     ) -> Result<Vec<PendingWrite>, AppendError> {
         let len_payload = payload.len() as u64;
+        if self.head.next_lsn > u64::MAX - 3 {
+            return Err(AppendError::LsnExhausted { next_lsn: self.head.next_lsn });
+        }
         if len_payload > self.context.payload_len_max() {
             return Err(AppendError::TooLarge { len_payload, len_payload_max: self.context.payload_len_max() });
         }
@@ -237,6 +247,17 @@ mod tests {
         assert!(!left.objects.is_empty());
         assert_eq!(left.objects[0].object_type, ObjectType::WrapLeft);
         assert!(matches!(left.end, ChainEnd::Invalid { .. } | ChainEnd::Stale { .. } | ChainEnd::AreaEnd));
+    }
+
+    #[test]
+    fn refuses_to_append_when_lsns_run_out() {
+        // Found by the log_object fuzz target: recovery computed lsn + 1 past u64::MAX.
+        let head = LogHead { offset: 0, next_lsn: u64::MAX - 2, after_wrap_right: false, sn: 1 };
+        let mut appender = LogAppender::new(context(), head, 0, 1);
+        let refused = appender.append(ObjectType::DeltaVersion, 1, &[0u8; 100]);
+        assert_eq!(refused, Err(AppendError::LsnExhausted { next_lsn: u64::MAX - 2 }));
+        let head = LogHead { next_lsn: u64::MAX - 3, ..head };
+        assert!(LogAppender::new(context(), head, 0, 1).append(ObjectType::DeltaVersion, 1, &[0u8; 100]).is_ok());
     }
 
     #[test]
