@@ -122,20 +122,24 @@ fn drive(ops: &[Op], unbuffered: bool, fault: Option<Fault>) -> Option<Run> {
     let mut spans = Vec::new();
     let mut executed = Vec::new();
     for (number, op) in ops.iter().enumerate() {
-        let Some(current) = db.take() else { break };
         let start_event = device.event_count();
-        let result = match op {
-            Op::Reopen => current.close().and_then(|()| open(&device, unbuffered)),
-            _ => apply_op(&current, op).map(|()| current),
+        // A failed operation leaves the store open (to check I7 on it), except a failed reopen.
+        let result = match (op, db.take()) {
+            (Op::Reopen, Some(current)) => current.close().and_then(|()| open(&device, unbuffered)).map(|next| {
+                db = Some(next);
+            }),
+            (_, Some(current)) => {
+                let result = apply_op(&current, op);
+                db = Some(current);
+                result
+            }
+            (_, None) => break,
         };
         apply_to_model(&mut model, op);
         models.push(model.clone());
         executed.push(op.clone());
         match result {
-            Ok(next) => {
-                db = Some(next);
-                spans.push(OpSpan { start_event, end_event: device.event_count() });
-            }
+            Ok(()) => spans.push(OpSpan { start_event, end_event: device.event_count() }),
             Err(error) => {
                 assert!(
                     fault.is_some(),
@@ -240,8 +244,15 @@ fn write_after_recovery(image: &[u8], unbuffered: bool, written_len: u8) {
     );
 }
 
-/// `sim`: see the module documentation; `SimInput` gives the layout of the bytes.
-pub fn sim(data: &[u8]) {
+/// The run an input chooses.
+struct Choice {
+    input: SimInput,
+    ops: Vec<Op>,
+    unbuffered: bool,
+    fault: Option<Fault>,
+}
+
+fn parse(data: &[u8]) -> Choice {
     let mut input = Input::new(data);
     let flags = input.u8();
     let count = usize::from(input.u8()) % (OPS_MAX + 1);
@@ -256,16 +267,21 @@ pub fn sim(data: &[u8]) {
         torn_sectors: input.u8(),
         written_len: input.u8(),
     };
-    let unbuffered = flags & 1 != 0;
     let fault = match (flags >> 1) & 3 {
         1 => Some(Fault::Write(usize::from(parsed.fault_index))),
         2 => Some(Fault::Flush(usize::from(parsed.fault_index))),
         _ => None,
     };
+    Choice { input: parsed, ops, unbuffered: flags & 1 != 0, fault }
+}
+
+/// `sim`: see the module documentation; `SimInput` gives the layout of the bytes.
+pub fn sim(data: &[u8]) {
+    let Choice { input, ops, unbuffered, fault } = parse(data);
     let Some(run) = drive(&ops, unbuffered, fault) else {
         return;
     };
-    let (point, image) = crash_image(&run, &parsed);
+    let (point, image) = crash_image(&run, &input);
     if let Err((oracle, message)) = check_crash_image(&run, point, &image, unbuffered) {
         let described: Vec<String> = run.workload.ops.iter().map(Op::describe).collect();
         panic!(
@@ -273,7 +289,61 @@ pub fn sim(data: &[u8]) {
             described.join(", ")
         );
     }
-    if flags & 8 != 0 {
-        write_after_recovery(&image, unbuffered, parsed.written_len);
+    if input.flags & 8 != 0 {
+        write_after_recovery(&image, unbuffered, input.written_len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lds_sim::device::Fault;
+    use lds_sim::workload::Op;
+
+    use super::{drive, parse, SimInput};
+
+    #[test]
+    fn the_fault_seeds_fail_an_operation_so_that_i7_is_checked() {
+        let seeds: Vec<_> = crate::seeds::all().into_iter().filter(|seed| seed.target == "sim").collect();
+        let faulty: Vec<_> = seeds.iter().filter(|seed| seed.name.ends_with("-eio")).collect();
+        assert_eq!(faulty.len(), 2);
+        for seed in faulty {
+            let choice = parse(&seed.bytes);
+            assert!(choice.fault.is_some(), "{}: no fault chosen", seed.name);
+            let run = drive(&choice.ops, choice.unbuffered, choice.fault);
+            let run = run.unwrap_or_else(|| panic!("{}: the store did not open", seed.name));
+            let failed = run.spans.last().is_some_and(|span| span.end_event == usize::MAX);
+            assert!(failed, "{}: the fault lies beyond the workload's writes and flushes", seed.name);
+            assert_eq!(run.models.len(), run.spans.len() + 1);
+        }
+    }
+
+    #[test]
+    fn an_encoded_input_parses_back() {
+        let input = SimInput {
+            flags: 1 | (2 << 1) | 8,
+            ops: vec![vec![8, 3, 2, 1], vec![3, 33], vec![4, 1, 7, 2, 9, 0], vec![5], vec![6], vec![7]],
+            fault_index: 300,
+            crash_point: 1234,
+            subset_mask: 0xdead_beef,
+            tear: 4,
+            torn_sectors: 2,
+            written_len: 9,
+        };
+        let choice = parse(&input.encode());
+        let key = |number: u8| format!("key-{number:02}").into_bytes();
+        let expected = vec![
+            Op::Put { key: key(3), value: vec![b'b'; 2], sync: true },
+            Op::Delete { key: key(1), sync: false },
+            Op::Batch { entries: vec![(key(7), Some(vec![b'7'; 2])), (key(9), None)], sync: false },
+            Op::Flush,
+            Op::Compact,
+            Op::Reopen,
+        ];
+        assert_eq!(choice.ops, expected);
+        assert!(choice.unbuffered);
+        assert_eq!(choice.fault, Some(Fault::Flush(300)));
+        let parsed = &choice.input;
+        let fields = (parsed.crash_point, parsed.subset_mask, parsed.tear, parsed.torn_sectors, parsed.written_len);
+        assert_eq!(fields, (1234, 0xdead_beef, 4, 2, 9));
     }
 }
