@@ -139,6 +139,27 @@ fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
     chunks.iter().map(|chunk| DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }).collect()
 }
 
+/// Whether a plan moves its victims down without rewriting them: nothing overlaps them in
+/// the target level, and they do not overlap each other (one chunk from level 1 and below;
+/// level-0 chunks of sequential writes, which LevelDB would move one by one). Several
+/// level-0 chunks move only when each fills at least half its slot: a slot holds one chunk,
+/// so moving small chunks down would keep their slots mostly empty, where a merge packs them.
+fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
+    if plan.manual || !plan.overlapping.is_empty() {
+        return false;
+    }
+    if plan.victims.len() == 1 {
+        return true;
+    }
+    if plan.source_level != 0 || plan.victims.iter().any(|chunk| chunk.len_data < slot_size / 2) {
+        return false;
+    }
+    let mut ranges: Vec<(&[u8], &[u8])> =
+        plan.victims.iter().map(|chunk| (chunk.smallest_key.as_slice(), chunk.largest_key.as_slice())).collect();
+    ranges.sort_unstable();
+    ranges.windows(2).all(|pair| pair[0].1 < pair[1].0)
+}
+
 /// Runs one compaction: a trivial move, or a merge committed by one delta version after
 /// which the input slots are freed (once no reader holds them).
 pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
@@ -147,11 +168,18 @@ pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
     let pointer = (plan.source_level > 0 && target_level > plan.source_level)
         .then(|| CompactPointer { level: plan.source_level, key: victims_largest.clone() });
     let version = std::sync::Arc::clone(&shared.lock_state().version);
-    if !plan.manual && plan.overlapping.is_empty() && plan.victims.len() == 1 {
-        // Trivial move (paper §2.1 footnote 1): the chunk changes level, not slot.
-        let mut moved = plan.victims[0].clone();
-        moved.level = target_level;
-        moved.flags &= !CHUNK_FLAG_ODD;
+    if trivial_move(plan, shared.geometry.slot_size) {
+        // Trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
+        let moved = plan
+            .victims
+            .iter()
+            .map(|victim| {
+                let mut moved = victim.clone();
+                moved.level = target_level;
+                moved.flags &= !CHUNK_FLAG_ODD;
+                moved
+            })
+            .collect();
         let delta = DeltaVersion {
             last_sequence: version.last_sequence,
             ofs_backup_start: version.ofs_backup_start,
@@ -159,7 +187,7 @@ pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
             compaction_id: 0,
             deleted: deleted_of(&plan.victims),
             compact_pointers: pointer.into_iter().collect(),
-            added: vec![moved],
+            added: moved,
         };
         return commit(shared, &mut shared.lock_state(), &delta, &[]);
     }
@@ -278,6 +306,30 @@ mod tests {
             largest_key: largest.as_bytes().to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [0; 32] }],
         }
+    }
+
+    #[test]
+    fn disjoint_level0_chunks_move_down_together() {
+        let plan = |source_level, victims: Vec<ChunkMeta>, overlapping: Vec<ChunkMeta>, manual| Plan {
+            source_level,
+            target_level: source_level + 1,
+            victims,
+            overlapping,
+            manual,
+        };
+        let sequential = vec![meta(3, 0, "e", "h", 10, 0), meta(1, 0, "a", "d", 10, 0), meta(2, 0, "i", "k", 10, 0)];
+        assert!(trivial_move(&plan(0, sequential.clone(), Vec::new(), false), 20));
+        // Small chunks are merged, so that they share slots.
+        assert!(!trivial_move(&plan(0, sequential.clone(), Vec::new(), false), 24));
+        // Overlapping level-0 chunks, something below, or a manual compaction: a merge.
+        let mut touching = sequential.clone();
+        touching[0].smallest_key = b"d".to_vec();
+        assert!(!trivial_move(&plan(0, touching, Vec::new(), false), 20));
+        assert!(!trivial_move(&plan(0, sequential.clone(), vec![meta(9, 1, "j", "z", 10, 0)], false), 20));
+        assert!(!trivial_move(&plan(0, sequential.clone(), Vec::new(), true), 20));
+        // Below level 0 only a single chunk moves (an attached odd chunk is merged).
+        assert!(!trivial_move(&plan(1, sequential[..2].to_vec(), Vec::new(), false), 20));
+        assert!(trivial_move(&plan(1, sequential[..1].to_vec(), Vec::new(), false), 20));
     }
 
     fn version(chunks: Vec<ChunkMeta>) -> Version {

@@ -250,6 +250,8 @@ pub(crate) struct Shared {
     /// The largest sequence number known durable (group commit).
     pub(crate) synced: Mutex<u64>,
     pub(crate) tails: Mutex<HashMap<u64, Arc<Tail>>>,
+    /// The current version's chunks by level, rebuilt when the version changes.
+    pub(crate) levels: Mutex<Option<Arc<crate::read::Levels>>>,
     pub(crate) blocks: Mutex<crate::read::BlockCache>,
 }
 
@@ -501,6 +503,7 @@ impl Db {
             published: AtomicU64::new(last_sequence),
             synced: Mutex::new(last_sequence),
             tails: Mutex::new(HashMap::new()),
+            levels: Mutex::new(None),
             blocks: Mutex::new(crate::read::BlockCache::new(block_cache_bytes)),
         });
         let background = if shared.options.background {

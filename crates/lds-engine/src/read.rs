@@ -222,15 +222,49 @@ pub(crate) struct View {
     pub(crate) mem: Arc<MemTable>,
     pub(crate) imm: Option<Arc<MemTable>>,
     pub(crate) version: Arc<Version>,
+    pub(crate) levels: Arc<Levels>,
+}
+
+/// A version's chunks by level, in read order: level 0 newest last, deeper levels by key.
+/// Built once per version, not per read.
+pub(crate) struct Levels {
+    /// Which version this is of: a weak reference, so that the cache never keeps an old
+    /// version, and the slots of its deleted chunks, alive (its allocation stays, so the
+    /// address cannot be taken by a newer version).
+    version: std::sync::Weak<Version>,
+    levels: Vec<Vec<ChunkMeta>>,
+}
+
+impl Levels {
+    fn of(version: &Arc<Version>) -> Self {
+        let levels =
+            (0..version.num_levels as u8).map(|level| version.level(level).into_iter().cloned().collect()).collect();
+        Self { version: Arc::downgrade(version), levels }
+    }
+
+    /// The chunks of a level at or above level 1 whose range may hold keys from `start` on:
+    /// they are sorted and disjoint, so a binary search finds the first.
+    fn starting_at(&self, level: usize, start: &[u8]) -> &[ChunkMeta] {
+        let chunks = &self.levels[level];
+        &chunks[chunks.partition_point(|chunk| chunk.largest_key.as_slice() < start)..]
+    }
 }
 
 pub(crate) fn view(shared: &Shared) -> View {
-    let state = shared.lock_state();
-    View {
-        mem: Arc::clone(&state.mem),
-        imm: state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)),
-        version: Arc::clone(&state.version),
-    }
+    let (mem, imm, version) = {
+        let state = shared.lock_state();
+        (Arc::clone(&state.mem), state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)), Arc::clone(&state.version))
+    };
+    let mut cached = shared.levels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let levels = match cached.as_ref() {
+        Some(levels) if std::ptr::eq(levels.version.as_ptr(), Arc::as_ptr(&version)) => Arc::clone(levels),
+        _ => {
+            let levels = Arc::new(Levels::of(&version));
+            *cached = Some(Arc::clone(&levels));
+            levels
+        }
+    };
+    View { mem, imm, version, levels }
 }
 
 /// The value of `key` at `snapshot`.
@@ -241,10 +275,12 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
             return Ok(value);
         }
     }
-    for level in 0..view.version.num_levels as u8 {
-        let chunks = view.version.level(level);
-        let candidates =
-            chunks.iter().filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice());
+    for (level, chunks) in view.levels.levels.iter().enumerate() {
+        let chunks = if level == 0 { chunks.as_slice() } else { view.levels.starting_at(level, key) };
+        let candidates = chunks
+            .iter()
+            .take_while(|chunk| level == 0 || chunk.smallest_key.as_slice() <= key)
+            .filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice());
         if level == 0 {
             // Level-0 chunks overlap: the newest visible version among them wins.
             let mut best: Option<Found> = None;
@@ -404,11 +440,19 @@ impl DbIterator {
         if let Some(imm) = &view.imm {
             sources.push(Source::Mem(MemCursor::new(imm, start, end)));
         }
-        for level in 0..view.version.num_levels as u8 {
-            let chunks: Vec<&ChunkMeta> = view.version.level(level).into_iter().filter(in_range).collect();
+        for (level, chunks) in view.levels.levels.iter().enumerate() {
             if level == 0 {
-                sources.extend(chunks.iter().map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
-            } else if !chunks.is_empty() {
+                let overlapping = chunks.iter().filter(|chunk| in_range(chunk));
+                sources.extend(overlapping.map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
+                continue;
+            }
+            let chunks: Vec<&ChunkMeta> = view
+                .levels
+                .starting_at(level, start)
+                .iter()
+                .take_while(|chunk| end.is_none_or(|end| chunk.smallest_key.as_slice() < end))
+                .collect();
+            if !chunks.is_empty() {
                 sources.push(Source::Chunks(ChunkCursor::new(&chunks, start)));
             }
         }
