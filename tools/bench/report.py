@@ -224,6 +224,16 @@ def main():
         w(f"| recovery of a full 64 MiB version log under 0.1 s | {doc['open_seconds']:.3f} s for {doc['version_log_bytes'] / 2**20:.1f} MiB "
           f"({doc['objects']:,} objects, {doc['where']}) | {'yes' if doc['open_seconds'] < 0.1 else 'no'} |")
     w("")
+    w("## Notes\n")
+    for setup in setups:
+        entry = result(runs, setup, "fillsync")
+        if entry and entry.get("flushes_per_op") is not None and entry["flushes_per_op"] < 0.5:
+            w(f"- {setup}: its durable-write call issued {entry['flushes_per_op']:.3f} device flushes per synced put, "
+              "so its fillsync figure is not one durable write per put on this device.")
+    w("- The chunk-write figure is LDS's own count: bytes of slot-sized chunk writes over the time from the first "
+      "write to the flush that makes them durable, which includes building the chunks written in between; the "
+      "device is not the limit it measures.")
+    w("")
     errors = [(s, d["error"]) for s, d in runs.items() if d.get("error")]
     if errors:
         w("## Runs that failed\n")
