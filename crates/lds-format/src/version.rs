@@ -598,38 +598,75 @@ impl Version {
     /// exists at its level (once), then each added chunk in turn is in range and takes no
     /// chunk id or slot that stays in use.
     fn check_delta(&self, delta: &DeltaVersion) -> Result<(), ReplayError> {
-        // Deltas are small (a flush adds one chunk; a compaction touches a few dozen), so
-        // linear scans over the delta beat building sets for it.
-        let is_deleted = |chunk_id: u64| delta.deleted.iter().any(|deleted| deleted.chunk_id == chunk_id);
+        use std::collections::{HashMap, HashSet};
+        // Deltas are small (a flush adds one chunk; a compaction touches a few dozen): linear
+        // scans over the delta beat building sets. A large delta (a hostile image's) gets
+        // sets, so that checking it stays linear in its size.
+        const SCAN_MAX: usize = 32;
+        let large = delta.deleted.len() + delta.added.len() > SCAN_MAX;
+        let deleted_set: HashSet<u64> =
+            if large { delta.deleted.iter().map(|deleted| deleted.chunk_id).collect() } else { HashSet::new() };
+        let is_deleted = |chunk_id: u64| {
+            if large {
+                deleted_set.contains(&chunk_id)
+            } else {
+                delta.deleted.iter().any(|deleted| deleted.chunk_id == chunk_id)
+            }
+        };
+        let mut seen = HashSet::new();
         for (index, deleted) in delta.deleted.iter().enumerate() {
-            let repeated = delta.deleted[..index].iter().any(|earlier| earlier.chunk_id == deleted.chunk_id);
+            let repeated = if large {
+                !seen.insert(deleted.chunk_id)
+            } else {
+                delta.deleted[..index].iter().any(|earlier| earlier.chunk_id == deleted.chunk_id)
+            };
             match self.chunks.get(&deleted.chunk_id) {
                 Some(chunk) if chunk.level == deleted.level && !repeated => {}
                 _ => return Err(ReplayError::DeletedMissing { chunk_id: deleted.chunk_id, level: deleted.level }),
             }
         }
+        let mut added_ids = HashSet::new();
+        let mut added_slots: HashMap<u64, u64> = HashMap::new();
         for (index, chunk) in delta.added.iter().enumerate() {
             if u32::from(chunk.level) >= self.num_levels {
                 return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
             }
             let earlier = &delta.added[..index];
             let present = self.chunks.contains_key(&chunk.chunk_id) && !is_deleted(chunk.chunk_id);
-            if present || earlier.iter().any(|other| other.chunk_id == chunk.chunk_id) {
+            let added_before = if large {
+                added_ids.contains(&chunk.chunk_id)
+            } else {
+                earlier.iter().any(|other| other.chunk_id == chunk.chunk_id)
+            };
+            if present || added_before {
                 return Err(ReplayError::AddedTwice { chunk_id: chunk.chunk_id });
             }
             for slot in chunk.slots() {
                 if slot >= self.num_slots {
                     return Err(ReplayError::SlotOutOfRange { chunk_id: chunk.chunk_id, slot });
                 }
-                // The latest earlier chunk of this delta to claim the slot owns it.
-                if let Some(owner) = earlier.iter().rev().find(|other| other.slots().any(|used| used == slot)) {
-                    return Err(ReplayError::SlotInUse { slot, owner: owner.chunk_id });
+                // The earlier chunk of this delta that claimed the slot owns it.
+                let claimed = if large {
+                    added_slots.get(&slot).copied()
+                } else {
+                    earlier
+                        .iter()
+                        .rev()
+                        .find(|other| other.slots().any(|used| used == slot))
+                        .map(|other| other.chunk_id)
+                };
+                if let Some(owner) = claimed {
+                    return Err(ReplayError::SlotInUse { slot, owner });
                 }
                 if let Some(&owner) = self.slot_owner.get(&slot) {
                     if !is_deleted(owner) {
                         return Err(ReplayError::SlotInUse { slot, owner });
                     }
                 }
+            }
+            if large {
+                added_ids.insert(chunk.chunk_id);
+                added_slots.extend(chunk.slots().map(|slot| (slot, chunk.chunk_id)));
             }
         }
         Ok(())
@@ -729,6 +766,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_large_delta_is_checked_like_a_small_one() {
+        let mut geometry_base = base();
+        geometry_base.geometry.num_slots = geometry_base.geometry.num_slots.max(200);
+        let version = Version::from_base(&geometry_base).expect("base");
+        let chunks: Vec<ChunkMeta> = (20..60).map(|id| meta(id, 6, b"a", b"b")).collect();
+        let valid = DeltaVersion {
+            added: chunks.clone(),
+            deleted: vec![DeletedChunk { chunk_id: 3, level: 0 }],
+            ..DeltaVersion::default()
+        };
+        let mut applied = version.clone();
+        applied.apply(&valid).expect("a valid large delta");
+        assert_eq!(Ok(applied), apply_by_clone(&version, &valid));
+        // The last chunk claims the slot of chunk 25, and of chunk 5 (kept): the errors the
+        // reference meets first, in its order.
+        for (slot, expected_owner) in [(25, 25), (5, 5)] {
+            let mut bad = valid.clone();
+            bad.added[39].sub_chunks.push(SubChunkRef { slot, digest: [0; 32] });
+            let mut refused = version.clone();
+            assert_eq!(refused.apply(&bad), Err(ReplayError::SlotInUse { slot, owner: expected_owner }));
+            assert_eq!(apply_by_clone(&version, &bad), Err(ReplayError::SlotInUse { slot, owner: expected_owner }));
+            assert_eq!(refused, version);
+        }
+    }
+
+    #[test]
     fn in_place_apply_matches_clone_then_apply_on_random_deltas() {
         let mut state = 0x1234_5678_u64;
         let mut next = |bound: u64| {
@@ -755,7 +818,9 @@ pub(crate) mod tests {
                     }
                 })
                 .collect();
-            let added = (0..next(3))
+            // Now and then a delta large enough for the set-based checks.
+            let count = if next(25) == 0 { 34 + next(8) } else { next(3) };
+            let added = (0..count)
                 .map(|_| {
                     let id = next(14);
                     let mut chunk = meta(id, if next(40) == 0 { 8 } else { next(3) as u8 }, b"a", b"b");
