@@ -407,6 +407,7 @@ fn commit_as(
         state.version_log.set_sn(sn);
         state.sn = sn;
     }
+    state.levels = Arc::new(crate::read::Levels::of(&next));
     let previous = std::mem::replace(&mut state.version, Arc::new(next));
     let slots = deleted.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).collect();
     state.pending_free.push((previous, slots));

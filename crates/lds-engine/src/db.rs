@@ -205,6 +205,8 @@ pub(crate) struct TreeState {
     pub(crate) mem: Arc<MemTable>,
     pub(crate) imm: Option<Frozen>,
     pub(crate) version: Arc<Version>,
+    /// The current version's chunks by level, rebuilt with each new version.
+    pub(crate) levels: Arc<crate::read::Levels>,
     pub(crate) sn: u64,
     pub(crate) version_log: LogAppender,
     pub(crate) online: Vec<bool>,
@@ -250,8 +252,6 @@ pub(crate) struct Shared {
     /// The largest sequence number known durable (group commit).
     pub(crate) synced: Mutex<u64>,
     pub(crate) tails: Mutex<HashMap<u64, Arc<Tail>>>,
-    /// The current version's chunks by level, rebuilt when the version changes.
-    pub(crate) levels: Mutex<Option<Arc<crate::read::Levels>>>,
     pub(crate) blocks: Mutex<crate::read::BlockCache>,
 }
 
@@ -482,6 +482,7 @@ impl Db {
             state: Mutex::new(TreeState {
                 mem: Arc::new(memtable),
                 imm: None,
+                levels: Arc::new(crate::read::Levels::of(&version)),
                 version: Arc::new(version),
                 sn: state.sn,
                 version_log,
@@ -503,7 +504,6 @@ impl Db {
             published: AtomicU64::new(last_sequence),
             synced: Mutex::new(last_sequence),
             tails: Mutex::new(HashMap::new()),
-            levels: Mutex::new(None),
             blocks: Mutex::new(crate::read::BlockCache::new(block_cache_bytes)),
         });
         let background = if shared.options.background {

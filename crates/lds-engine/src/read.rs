@@ -226,20 +226,16 @@ pub(crate) struct View {
 }
 
 /// A version's chunks by level, in read order: level 0 newest last, deeper levels by key.
-/// Built once per version, not per read.
+/// Built once per version, when it is installed, not per read.
 pub(crate) struct Levels {
-    /// Which version this is of: a weak reference, so that the cache never keeps an old
-    /// version, and the slots of its deleted chunks, alive (its allocation stays, so the
-    /// address cannot be taken by a newer version).
-    version: std::sync::Weak<Version>,
     levels: Vec<Vec<ChunkMeta>>,
 }
 
 impl Levels {
-    fn of(version: &Arc<Version>) -> Self {
+    pub(crate) fn of(version: &Version) -> Self {
         let levels =
             (0..version.num_levels as u8).map(|level| version.level(level).into_iter().cloned().collect()).collect();
-        Self { version: Arc::downgrade(version), levels }
+        Self { levels }
     }
 
     /// The chunks of a level at or above level 1 whose range may hold keys from `start` on:
@@ -251,20 +247,13 @@ impl Levels {
 }
 
 pub(crate) fn view(shared: &Shared) -> View {
-    let (mem, imm, version) = {
-        let state = shared.lock_state();
-        (Arc::clone(&state.mem), state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)), Arc::clone(&state.version))
-    };
-    let mut cached = shared.levels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let levels = match cached.as_ref() {
-        Some(levels) if std::ptr::eq(levels.version.as_ptr(), Arc::as_ptr(&version)) => Arc::clone(levels),
-        _ => {
-            let levels = Arc::new(Levels::of(&version));
-            *cached = Some(Arc::clone(&levels));
-            levels
-        }
-    };
-    View { mem, imm, version, levels }
+    let state = shared.lock_state();
+    View {
+        mem: Arc::clone(&state.mem),
+        imm: state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)),
+        version: Arc::clone(&state.version),
+        levels: Arc::clone(&state.levels),
+    }
 }
 
 /// The value of `key` at `snapshot`.

@@ -13,7 +13,7 @@ use lds_engine::Db;
 
 use crate::device::{apply, Event, SimDevice};
 use crate::enumerate::{check_crash_image, crash_images, Bounds, Failure};
-use crate::workload::{apply_op, apply_to_model, options, Model, Op, OpSpan, Random, Run, Workload};
+use crate::workload::{drive, options, Op, Random, Run, Workload};
 
 /// Limits of a repeated-crash enumeration.
 #[derive(Debug, Clone, Copy)]
@@ -58,33 +58,17 @@ fn continue_run(
     unbuffered: bool,
 ) -> Result<(Run, Vec<u64>), String> {
     let device = SimDevice::new(image.to_vec());
-    let open = |device: &SimDevice| {
-        Db::open_device(Arc::new(device.clone()), Path::new("recovered"), options(unbuffered))
-            .map(|(db, _)| db)
-            .map_err(|error| error.to_string())
+    let driven = drive(&device, second, unbuffered, "recovered", "second run, ", |db| {
+        db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())
+    })?;
+    let run = Run {
+        workload: second.clone(),
+        history: device.history(),
+        spans: driven.spans,
+        models: driven.models,
+        sector_size,
     };
-    let mut db = open(&device)?;
-    let mut model: Model = db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?;
-    let mut sequences = vec![db.last_sequence()];
-    let mut models = vec![model.clone()];
-    let mut spans = Vec::with_capacity(second.ops.len());
-    for (index, op) in second.ops.iter().enumerate() {
-        let start_event = device.event_count();
-        let failed = |error: lds_engine::Error| format!("second run, operation {index} ({}): {error}", op.describe());
-        match op {
-            Op::Reopen => {
-                db.close().map_err(failed)?;
-                db = open(&device)?;
-            }
-            _ => apply_op(&db, op).map_err(failed)?,
-        }
-        apply_to_model(&mut model, op);
-        models.push(model.clone());
-        sequences.push(db.last_sequence());
-        spans.push(OpSpan { start_event, end_event: device.event_count() });
-    }
-    db.close().map_err(|error| error.to_string())?;
-    Ok((Run { workload: second.clone(), history: device.history(), spans, models, sector_size }, sequences))
+    Ok((run, driven.sequences))
 }
 
 /// The durable image and the unflushed writes after each event of a run: `(point, durable,

@@ -180,35 +180,66 @@ pub fn apply_op(db: &Db, op: &Op) -> Result<(), lds_engine::Error> {
     }
 }
 
-/// Runs a workload on the engine over a simulated device holding `image`.
-pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, String> {
-    let sector_size = plan_layout(&layout(), [0; 16]).map_err(|error| error.to_string())?.sector();
-    let device = SimDevice::new(image);
+/// A workload driven on a recording device: each operation's span of device events, the
+/// model before the first operation and after each, and the store's last sequence number
+/// after opening and after each operation.
+pub(crate) struct Driven {
+    pub(crate) spans: Vec<OpSpan>,
+    pub(crate) models: Vec<Model>,
+    pub(crate) sequences: Vec<u64>,
+}
+
+/// Opens the store on `device` (`name` names it in messages), takes the starting model from
+/// `start`, and runs `workload`; errors name the operation, after `context`.
+pub(crate) fn drive(
+    device: &SimDevice,
+    workload: &Workload,
+    unbuffered: bool,
+    name: &str,
+    context: &str,
+    start: impl FnOnce(&Db) -> Result<Model, String>,
+) -> Result<Driven, String> {
     let open = |device: &SimDevice| {
-        Db::open_device(Arc::new(device.clone()), Path::new("simulated"), options(unbuffered))
+        Db::open_device(Arc::new(device.clone()), Path::new(name), options(unbuffered))
             .map(|(db, _)| db)
             .map_err(|error| error.to_string())
     };
-    let mut db = open(&device)?;
-    let mut model = Model::new();
+    let mut db = open(device)?;
+    let mut model = start(&db)?;
     let mut models = vec![model.clone()];
+    let mut sequences = vec![db.last_sequence()];
     let mut spans = Vec::with_capacity(workload.ops.len());
     for (index, op) in workload.ops.iter().enumerate() {
         let start_event = device.event_count();
-        let failed = |error: lds_engine::Error| format!("operation {index} ({}): {error}", op.describe());
+        let failed = |error: lds_engine::Error| format!("{context}operation {index} ({}): {error}", op.describe());
         match op {
             Op::Reopen => {
                 db.close().map_err(failed)?;
-                db = open(&device)?;
+                db = open(device)?;
             }
             _ => apply_op(&db, op).map_err(failed)?,
         }
         apply_to_model(&mut model, op);
         models.push(model.clone());
+        sequences.push(db.last_sequence());
         spans.push(OpSpan { start_event, end_event: device.event_count() });
     }
     db.close().map_err(|error| error.to_string())?;
-    Ok(Run { workload: workload.clone(), history: device.history(), spans, models, sector_size })
+    Ok(Driven { spans, models, sequences })
+}
+
+/// Runs a workload on the engine over a simulated device holding `image`.
+pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, String> {
+    let sector_size = plan_layout(&layout(), [0; 16]).map_err(|error| error.to_string())?.sector();
+    let device = SimDevice::new(image);
+    let driven = drive(&device, workload, unbuffered, "simulated", "", |_| Ok(Model::new()))?;
+    Ok(Run {
+        workload: workload.clone(),
+        history: device.history(),
+        spans: driven.spans,
+        models: driven.models,
+        sector_size,
+    })
 }
 
 /// xorshift64*: deterministic and seedable.
