@@ -30,6 +30,15 @@ seq 1 10000 | awk '{printf "key%06d\tvalue-%d\n", $1, $1}' | "$lds" load "$image
 "$lds" get "$image" key004242 user:3
 "$lds" recover "$image"
 "$lds" dump "$image" tree | head -4
+echo "== lds fsck --deep $image (0: clean)"
+"$lds" fsck --deep "$image"
+echo "== lds crashtest --workload basic (every crash state of a small workload, recovered and checked)"
+"$lds" crashtest --workload basic
+echo "== lds bench: 100,000 keys of db_bench's workloads on a fresh 1 GiB image"
+rm -f /tmp/lds-demo-bench.img
+"$lds" bench --size 1GiB --num 100000 --sync-ops 500 \
+  --benchmarks fillseq,fillrandom,readrandom,seekrandom,readseq,fillsync /tmp/lds-demo-bench.img
+rm -f /tmp/lds-demo-bench.img
 echo "== a golden image with chunks in three levels (fixtures/d_versions)"
 zcat fixtures/d_versions/image.gz > /tmp/lds-demo-versions.img
 "$lds" dump /tmp/lds-demo-versions.img tree
