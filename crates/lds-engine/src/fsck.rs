@@ -841,19 +841,31 @@ fn check_tree(
         }
     }
     // A reader thread fetches whole slots in slot order, at most two chunks ahead, so that
-    // reading overlaps checking and the device sees one sequential read per slot.
+    // reading overlaps checking and the device sees one sequential read per slot. A small
+    // tree is read inline: a thread costs more than it saves there (the crash simulator
+    // checks thousands of tiny volumes).
     let chunks: Vec<&ChunkMeta> = version.chunks.values().collect();
+    let read_chunk = |chunk: &ChunkMeta| -> Vec<Result<Vec<u8>, DeviceError>> {
+        chunk
+            .slots()
+            .filter(|&slot| slot < geometry.num_slots)
+            .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
+            .collect()
+    };
+    if chunks.len() <= INLINE_CHUNKS_MAX {
+        for chunk in chunks {
+            let images = read_chunk(chunk).into_iter().collect::<Result<Vec<_>, _>>()?;
+            check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, report);
+            progress(chunk.len_data);
+        }
+        return Ok(());
+    }
     std::thread::scope(|scope| -> Result<(), CheckError> {
         let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<Result<Vec<u8>, DeviceError>>>(2);
         let reader_chunks = chunks.clone();
         scope.spawn(move || {
             for chunk in reader_chunks {
-                let images = chunk
-                    .slots()
-                    .filter(|&slot| slot < geometry.num_slots)
-                    .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
-                    .collect();
-                if sender.send(images).is_err() {
+                if sender.send(read_chunk(chunk)).is_err() {
                     return;
                 }
             }
@@ -867,6 +879,9 @@ fn check_tree(
         Ok(())
     })
 }
+
+/// Trees of at most this many chunks are read without a reader thread.
+const INLINE_CHUNKS_MAX: usize = 16;
 
 /// Checks one chunk: every sub-chunk's footer, index, filter and blocks, its key order and
 /// range, and with `deep` its digest and filter.
@@ -1127,28 +1142,29 @@ fn check_free_slots(
     report: &mut Report,
 ) -> Result<(), CheckError> {
     let free: Vec<u64> = (0..geometry.num_slots).filter(|&slot| !map[slot as usize]).collect();
-    let per_thread = free.len().div_ceil(FOOTER_READERS).max(1);
-    let found: Vec<Result<Vec<u64>, DeviceError>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = free
-            .chunks(per_thread)
-            .map(|slots| {
-                scope.spawn(move || {
-                    let mut stale = Vec::new();
-                    for &slot in slots {
-                        let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
-                        let bytes = device.read_vec(offset, FOOTER_LEN as u64)?;
-                        if Footer::decode(&bytes, offset, geometry.slot_size)
-                            .is_ok_and(|footer| footer.volume_uuid == geometry.volume_uuid)
-                        {
-                            stale.push(slot);
-                        }
-                    }
-                    Ok(stale)
-                })
-            })
-            .collect();
-        workers.into_iter().map(|worker| worker.join().unwrap_or_else(|_| Ok(Vec::new()))).collect()
-    });
+    let scan = |slots: &[u64]| -> Result<Vec<u64>, DeviceError> {
+        let mut stale = Vec::new();
+        for &slot in slots {
+            let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+            let bytes = device.read_vec(offset, FOOTER_LEN as u64)?;
+            if Footer::decode(&bytes, offset, geometry.slot_size)
+                .is_ok_and(|footer| footer.volume_uuid == geometry.volume_uuid)
+            {
+                stale.push(slot);
+            }
+        }
+        Ok(stale)
+    };
+    // Few slots are read inline: threads cost more than they save there.
+    let found: Vec<Result<Vec<u64>, DeviceError>> = if free.len() < FOOTER_READERS * 32 {
+        vec![scan(&free)]
+    } else {
+        let per_thread = free.len().div_ceil(FOOTER_READERS).max(1);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = free.chunks(per_thread).map(|slots| scope.spawn(move || scan(slots))).collect();
+            workers.into_iter().map(|worker| worker.join().unwrap_or_else(|_| Ok(Vec::new()))).collect()
+        })
+    };
     let mut stale = Vec::new();
     for part in found {
         stale.extend(part?);

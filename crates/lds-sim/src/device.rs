@@ -92,7 +92,8 @@ struct State {
     flushes: usize,
     reads: usize,
     /// What reads see.
-    current: Vec<u8>,
+    /// What reads see; shared with `initial` until the first write or damage changes it.
+    current: Arc<Vec<u8>>,
     writes: Vec<Write>,
     events: Vec<Event>,
     /// Writes not yet durable.
@@ -124,18 +125,24 @@ const ENOSPC: i32 = 28;
 impl SimDevice {
     /// A device holding `image` (durable), with 512-byte sectors.
     pub fn new(image: Vec<u8>) -> Self {
+        Self::shared(Arc::new(image))
+    }
+
+    /// A device holding `image` (durable), with 512-byte sectors, that copies it only when
+    /// written to (recovering a crash image writes nothing, SPEC.md §9.5).
+    pub fn shared(initial: Arc<Vec<u8>>) -> Self {
         Self {
-            initial: Arc::new(image.clone()),
             state: Arc::new(Mutex::new(State {
+                current: Arc::clone(&initial),
                 faults: Vec::new(),
                 flushes: 0,
                 reads: 0,
-                current: image,
                 writes: Vec::new(),
                 events: Vec::new(),
                 pending: Vec::new(),
                 damage: Vec::new(),
             })),
+            initial,
             sector_size: SECTOR_SIZE_DEFAULT,
         }
     }
@@ -174,7 +181,7 @@ impl SimDevice {
         let mut state = self.lock();
         let start = offset as usize;
         let Some(end) = start.checked_add(bytes.len()).filter(|&end| end <= state.current.len()) else { return };
-        state.current[start..end].copy_from_slice(bytes);
+        Arc::make_mut(&mut state.current)[start..end].copy_from_slice(bytes);
         let after_writes = state.writes.len();
         state.damage.push(Damage { after_writes, write: Write { offset, bytes: bytes.to_vec() } });
     }
@@ -239,7 +246,7 @@ impl SimDevice {
 
     /// What reads see now.
     pub fn current(&self) -> Vec<u8> {
-        self.lock().current.clone()
+        self.lock().current.as_ref().clone()
     }
 
     fn flush_where(&self, covered: impl Fn(&Write) -> bool) -> Result<(), DeviceError> {
@@ -376,7 +383,7 @@ impl BlockDevice for SimDevice {
             .checked_add(landed.len())
             .filter(|&end| end <= state.current.len())
             .ok_or_else(|| out_of_range(target, landed.len() as u64))?;
-        state.current[start..end].copy_from_slice(landed);
+        Arc::make_mut(&mut state.current)[start..end].copy_from_slice(landed);
         state.writes.push(Write { offset: target, bytes: landed.to_vec() });
         state.pending.push(number);
         state.events.push(Event::Write(number));

@@ -13,27 +13,11 @@ use lds_engine::fsck::{check, CheckOptions, Severity};
 use lds_engine::inspect::MemoryImage;
 use lds_engine::Db;
 
-use crate::device::{apply, sectors_touched, Event, SimDevice};
+use crate::device::SimDevice;
+use crate::images::{recipes, Builder};
 use crate::workload::{options, Model, Random, Run};
 
-/// Limits of an enumeration.
-#[derive(Debug, Clone, Copy)]
-pub struct Bounds {
-    /// Up to this many unflushed writes, every subset is tried.
-    pub exhaustive_max: usize,
-    /// Past it, this many random subsets (plus none, all, and each one left out).
-    pub samples: usize,
-    /// Also tear each unflushed multi-sector write at each sector boundary.
-    pub tears: bool,
-    /// Seed for sampling.
-    pub seed: u64,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self { exhaustive_max: 6, samples: 16, tears: true, seed: 1 }
-    }
-}
+pub use crate::images::Bounds;
 
 /// What an enumeration counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,8 +49,8 @@ pub struct Failure {
 
 /// The state a recovered image shows, or why it cannot be read; with the device it was
 /// recovered on, which counts what recovery wrote.
-fn recovered_state(image: &[u8], unbuffered: bool) -> Result<(Model, Db, SimDevice), String> {
-    let device = SimDevice::new(image.to_vec());
+fn recovered_state(image: &Arc<Vec<u8>>, unbuffered: bool) -> Result<(Model, Db, SimDevice), String> {
+    let device = SimDevice::shared(Arc::clone(image));
     let (db, _) = Db::open_device(Arc::new(device.clone()), Path::new("crash image"), options(unbuffered))
         .map_err(|error| error.to_string())?;
     let state: Model = db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?;
@@ -88,14 +72,14 @@ fn recovery_wrote_nothing(device: &SimDevice) -> Result<(), (&'static str, Strin
 
 /// Checks one crash image against the oracles; `Err((oracle, message))` on a failure.
 fn check_image(
-    image: &[u8],
+    image: &Arc<Vec<u8>>,
     run: &Run,
     model_min: usize,
     model_max: usize,
     unbuffered: bool,
 ) -> Result<(), (&'static str, String)> {
     // I3: fsck finds no error or warning (info lines, such as a torn head, are expected).
-    let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+    let report = check(&MemoryImage(image.as_slice()), CheckOptions { deep: true }, &mut |_, _| {})
         .map_err(|error| ("I3", format!("fsck cannot check: {error}")))?;
     if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
         return Err((
@@ -156,6 +140,21 @@ pub fn first_failure(
     found
 }
 
+/// The oracle's window at a crash point: from the last operation acknowledged as durable by
+/// then to the last operation started by then (as indexes into `run.models`).
+fn model_window(run: &Run, point: usize) -> (usize, usize) {
+    let model_min = run
+        .spans
+        .iter()
+        .enumerate()
+        .filter(|(index, span)| span.end_event <= point && run.workload.ops[*index].is_sync_point())
+        .map(|(index, _)| index + 1)
+        .max()
+        .unwrap_or(0);
+    let model_max = run.spans.iter().filter(|span| span.start_event <= point).count();
+    (model_min, model_max)
+}
+
 /// The enumeration, until `on_failure` breaks.
 fn walk(
     run: &Run,
@@ -163,114 +162,40 @@ fn walk(
     unbuffered: bool,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
-    let history = &run.history;
     let mut counts = Counts::default();
-    let mut durable = history.initial.as_ref().clone();
-    let mut pending: Vec<usize> = Vec::new();
-    let mut seen: HashSet<[u8; 32]> = HashSet::new();
+    let mut builder = Builder::new(run);
+    let mut seen: HashSet<u128> = HashSet::new();
     let mut random = Random(bounds.seed | 1);
-    for point in 0..=history.events.len() {
+    let mut point = 0;
+    loop {
         counts.crash_points += 1;
-        // The oracle's window: every operation acknowledged as durable by this point, and
-        // at most the operations started by it.
-        let model_min = run
-            .spans
-            .iter()
-            .enumerate()
-            .filter(|(index, span)| span.end_event <= point && run.workload.ops[*index].is_sync_point())
-            .map(|(index, _)| index + 1)
-            .max()
-            .unwrap_or(0);
-        let model_max = run.spans.iter().filter(|span| span.start_event <= point).count();
-        for (state, image) in crash_images(&durable, &pending, run, bounds, &mut random) {
+        let (model_min, model_max) = model_window(run, point);
+        for recipe in recipes(builder.pending(), &run.history.writes, run.sector_size, bounds, &mut random) {
             counts.images += 1;
-            if !seen.insert(*blake3::hash(&image).as_bytes()) {
-                continue;
-            }
+            let checked = builder.with_image(&recipe, |digest, image| {
+                if !seen.insert(digest) {
+                    return None;
+                }
+                Some(
+                    check_image(image, run, model_min, model_max, unbuffered)
+                        .map_err(|failure| (failure, image.as_ref().clone())),
+                )
+            });
+            let Some(checked) = checked else { continue };
             counts.distinct_images += 1;
-            if let Err((oracle, message)) = check_image(&image, run, model_min, model_max, unbuffered) {
+            if let Err(((oracle, message), image)) = checked {
                 counts.failures += 1;
-                if on_failure(Failure { crash_point: point, state, oracle, message, image }).is_break() {
+                if on_failure(Failure { crash_point: point, state: recipe.state, oracle, message, image }).is_break() {
                     return counts;
                 }
             }
         }
-        let Some(event) = history.events.get(point) else { break };
-        match event {
-            Event::Write(index) => pending.push(*index),
-            Event::Flush(made) => {
-                for &index in &pending {
-                    if made.contains(&index) {
-                        apply(&mut durable, &history.writes[index], run.sector_size, None);
-                    }
-                }
-                pending.retain(|index| !made.contains(index));
-            }
+        if !builder.advance() {
+            break;
         }
+        point += 1;
     }
     counts
-}
-
-/// The crash images at one point: subsets of the pending writes, then tears.
-pub(crate) fn crash_images(
-    durable: &[u8],
-    pending: &[usize],
-    run: &Run,
-    bounds: &Bounds,
-    random: &mut Random,
-) -> Vec<(String, Vec<u8>)> {
-    let writes = &run.history.writes;
-    let count = pending.len();
-    let mut masks: Vec<u64> = Vec::new();
-    if count <= bounds.exhaustive_max {
-        masks.extend(0..1u64 << count);
-    } else {
-        let all = if count >= 64 { u64::MAX } else { (1u64 << count) - 1 };
-        masks.push(0);
-        masks.push(all);
-        for left_out in 0..count.min(63) {
-            masks.push(all & !(1 << left_out));
-        }
-        for prefix in 1..count.min(63) {
-            masks.push((1u64 << prefix) - 1);
-        }
-        masks.extend((0..bounds.samples).map(|_| random.next_u64() & all));
-    }
-    let mut images = Vec::with_capacity(masks.len());
-    for mask in masks {
-        let mut image = durable.to_vec();
-        for (position, &index) in pending.iter().enumerate().take(64) {
-            if mask & (1 << position) != 0 {
-                apply(&mut image, &writes[index], run.sector_size, None);
-            }
-        }
-        images.push((format!("unflushed writes {pending:?} with mask {mask:#x}"), image));
-    }
-    if bounds.tears {
-        for (position, &index) in pending.iter().enumerate() {
-            let sectors = sectors_touched(&writes[index], run.sector_size);
-            for torn in 1..sectors {
-                let mut image = durable.to_vec();
-                for &earlier in &pending[..position] {
-                    apply(&mut image, &writes[earlier], run.sector_size, None);
-                }
-                apply(&mut image, &writes[index], run.sector_size, Some(torn));
-                // Unflushed writes land in any order: the later ones may land around the tear.
-                let later = &pending[position + 1..];
-                if !later.is_empty() {
-                    let mut with_later = image.clone();
-                    for &after in later {
-                        apply(&mut with_later, &writes[after], run.sector_size, None);
-                    }
-                    let state =
-                        format!("write {index} torn after {torn} of {sectors} sectors, later writes {later:?} landed");
-                    images.push((state, with_later));
-                }
-                images.push((format!("write {index} torn after {torn} of {sectors} sectors"), image));
-            }
-        }
-    }
-    images
 }
 
 /// Checks one crash image of `run`, taken after `crash_point` of its device events, against
@@ -282,14 +207,17 @@ pub fn check_crash_image(
     image: &[u8],
     unbuffered: bool,
 ) -> Result<(), (&'static str, String)> {
-    let model_min = run
-        .spans
-        .iter()
-        .enumerate()
-        .filter(|(index, span)| span.end_event <= crash_point && run.workload.ops[*index].is_sync_point())
-        .map(|(index, _)| index + 1)
-        .max()
-        .unwrap_or(0);
-    let model_max = run.spans.iter().filter(|span| span.start_event <= crash_point).count();
+    let (model_min, model_max) = model_window(run, crash_point);
+    check_image(&Arc::new(image.to_vec()), run, model_min, model_max, unbuffered)
+}
+
+/// `check_crash_image` on an image shared with the caller, which is not copied.
+pub(crate) fn check_shared_image(
+    run: &Run,
+    crash_point: usize,
+    image: &Arc<Vec<u8>>,
+    unbuffered: bool,
+) -> Result<(), (&'static str, String)> {
+    let (model_min, model_max) = model_window(run, crash_point);
     check_image(image, run, model_min, model_max, unbuffered)
 }

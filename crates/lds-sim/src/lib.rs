@@ -8,6 +8,7 @@
 
 pub mod device;
 pub mod enumerate;
+mod images;
 pub mod media;
 pub mod minimize;
 pub mod repeat;

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use lds_engine::Db;
 
-use crate::device::{apply, Event, SimDevice};
-use crate::enumerate::{check_crash_image, crash_images, Bounds, Failure};
+use crate::device::SimDevice;
+use crate::enumerate::{check_crash_image, check_shared_image, Bounds, Failure};
+use crate::images::{recipes, Builder, Recipe};
 use crate::workload::{drive, options, Op, Random, Run, Workload};
 
 /// Limits of a repeated-crash enumeration.
@@ -71,33 +72,10 @@ fn continue_run(
     Ok((run, driven.sequences))
 }
 
-/// The durable image and the unflushed writes after each event of a run: `(point, durable,
-/// pending)` for every point from 0 to the number of events.
-fn crash_points(run: &Run) -> Vec<(usize, Vec<u8>, Vec<usize>)> {
-    let history = &run.history;
-    let mut durable = history.initial.as_ref().clone();
-    let mut pending: Vec<usize> = Vec::new();
-    let mut points = Vec::with_capacity(history.events.len() + 1);
-    for point in 0..=history.events.len() {
-        points.push((point, durable.clone(), pending.clone()));
-        let Some(event) = history.events.get(point) else { break };
-        match event {
-            Event::Write(index) => pending.push(*index),
-            Event::Flush(made) => {
-                for &index in pending.iter().filter(|index| made.contains(index)) {
-                    apply(&mut durable, &history.writes[index], run.sector_size, None);
-                }
-                pending.retain(|index| !made.contains(index));
-            }
-        }
-    }
-    points
-}
-
 /// I4 for one second crash image: the recovered sequence number against the first
 /// recovery's and the last synced write's.
-fn check_sequence(image: &[u8], floor: u64, unbuffered: bool) -> Result<(), String> {
-    let device = SimDevice::new(image.to_vec());
+fn check_sequence(image: &Arc<Vec<u8>>, floor: u64, unbuffered: bool) -> Result<(), String> {
+    let device = SimDevice::shared(Arc::clone(image));
     let (db, _) = Db::open_device(Arc::new(device), Path::new("second crash"), options(unbuffered))
         .map_err(|error| error.to_string())?;
     let recovered = db.last_sequence();
@@ -118,27 +96,39 @@ pub fn enumerate_repeated(
     on_failure: &mut dyn FnMut(Failure),
 ) -> RepeatCounts {
     let mut counts = RepeatCounts::default();
-    let mut seen_first: HashSet<[u8; 32]> = HashSet::new();
+    let mut seen_first: HashSet<u128> = HashSet::new();
     let mut random = Random(bounds.second.seed | 1);
-    let points = crash_points(run);
-    let step = points.len().div_ceil(bounds.first_points.max(1)).max(1);
-    for (point, durable, pending) in points.iter().step_by(step) {
+    let points = run.history.events.len() + 1;
+    let step = points.div_ceil(bounds.first_points.max(1)).max(1);
+    let mut builder = Builder::new(run);
+    for point in 0..points {
+        if point > 0 {
+            builder.advance();
+        }
+        if point % step != 0 {
+            continue;
+        }
+        let pending = builder.pending().to_vec();
         let all = if pending.len() >= 64 { u64::MAX } else { (1u64 << pending.len()) - 1 };
         let mut masks = vec![0, all];
         masks.extend((0..bounds.first_samples).map(|_| random.next_u64() & all));
         for mask in masks {
-            let mut image = durable.clone();
-            for (position, &index) in pending.iter().enumerate().take(64) {
-                if mask & (1 << position) != 0 {
-                    apply(&mut image, &run.history.writes[index], run.sector_size, None);
-                }
-            }
-            if !seen_first.insert(*blake3::hash(&image).as_bytes()) {
-                continue;
-            }
-            counts.first_images += 1;
+            let steps = pending
+                .iter()
+                .take(64)
+                .enumerate()
+                .filter(|(bit, _)| mask & (1 << bit) != 0)
+                .map(|(_, &index)| (index, None));
             let first = format!("first crash at point {point}, unflushed writes {pending:?} with mask {mask:#x}");
-            let first_checked = check_crash_image(run, *point, &image, unbuffered);
+            let recipe = Recipe { state: first, steps: steps.collect() };
+            let Some(image) =
+                builder.with_image(&recipe, |digest, image| seen_first.insert(digest).then(|| image.as_ref().clone()))
+            else {
+                continue;
+            };
+            counts.first_images += 1;
+            let first = recipe.state;
+            let first_checked = check_crash_image(run, point, &image, unbuffered);
             let continued = first_checked.and_then(|()| {
                 continue_run(&image, second, run.sector_size, unbuffered).map_err(|message| ("recovery", message))
             });
@@ -146,12 +136,14 @@ pub fn enumerate_repeated(
                 Ok(continued) => continued,
                 Err((oracle, message)) => {
                     counts.failures += 1;
-                    on_failure(Failure { crash_point: *point, state: first, oracle, message, image });
+                    on_failure(Failure { crash_point: point, state: first, oracle, message, image });
                     continue;
                 }
             };
-            let mut seen_second: HashSet<[u8; 32]> = HashSet::new();
-            for (second_point, second_durable, second_pending) in crash_points(&second_run) {
+            let mut seen_second: HashSet<u128> = HashSet::new();
+            let mut second_builder = Builder::new(&second_run);
+            let mut second_point = 0;
+            loop {
                 // The last synced operation of the second run by this point: its sequence
                 // number must survive; before any, the first recovery's.
                 let synced = second_run
@@ -165,26 +157,40 @@ pub fn enumerate_repeated(
                     .max()
                     .unwrap_or(0);
                 let floor = sequences[synced];
-                let images = crash_images(&second_durable, &second_pending, &second_run, &bounds.second, &mut random);
-                for (state, second_image) in images {
-                    if !seen_second.insert(*blake3::hash(&second_image).as_bytes()) {
-                        continue;
-                    }
+                let second_recipes = recipes(
+                    second_builder.pending(),
+                    &second_run.history.writes,
+                    second_run.sector_size,
+                    &bounds.second,
+                    &mut random,
+                );
+                for second_recipe in second_recipes {
+                    let checked = second_builder.with_image(&second_recipe, |digest, second_image| {
+                        seen_second.insert(digest).then(|| {
+                            let checked = check_shared_image(&second_run, second_point, second_image, unbuffered)
+                                .and_then(|()| {
+                                    check_sequence(second_image, floor, unbuffered).map_err(|error| ("I4", error))
+                                });
+                            checked.map_err(|failure| (failure, second_image.as_ref().clone()))
+                        })
+                    });
+                    let Some(checked) = checked else { continue };
                     counts.second_images += 1;
-                    let both = format!("{first}; second crash at point {second_point}, {state}");
-                    let checked = check_crash_image(&second_run, second_point, &second_image, unbuffered)
-                        .and_then(|()| check_sequence(&second_image, floor, unbuffered).map_err(|error| ("I4", error)));
-                    if let Err((oracle, message)) = checked {
+                    if let Err(((oracle, message), second_image)) = checked {
                         counts.failures += 1;
                         on_failure(Failure {
                             crash_point: second_point,
-                            state: both,
+                            state: format!("{first}; second crash at point {second_point}, {}", second_recipe.state),
                             oracle,
                             message,
                             image: second_image,
                         });
                     }
                 }
+                if !second_builder.advance() {
+                    break;
+                }
+                second_point += 1;
             }
         }
     }
