@@ -9,7 +9,7 @@ use lds_format::batch::SEQUENCE_MAX;
 use lds_format::chunk::{decode_block, decode_index, Filter, Footer, FOOTER_LEN};
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, Label, LabelChoice, LabelChoiceError, LogKind};
-use lds_format::log::{AreaContext, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::log::{AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::{
     online_map, read_valid_object, recover_backup_log, recover_version_log, BackupLogError, ChainEnd, VersionLogError,
     VersionLogState,
@@ -502,32 +502,31 @@ fn replay_code(error: &ReplayError) -> Code {
 }
 
 /// True when an object of ours stands at the head (at `offset`, or a WOR at the next sector
-/// boundary) but does not validate: two of its volume uuid, position and lsn say it was the
-/// next append, whatever its magic or checksums say. A crash tears such a write; so does
-/// damage.
+/// boundary) but does not validate (SPEC.md §9.6): its header is the next append's, all its
+/// identifying fields but at most one match that append, whatever its checksums say. A crash
+/// tears such a write when it spans sectors; otherwise only damage explains it.
 fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, (next_lsn, sn_floor): (u64, u64)) -> bool {
     let sector = u64::from(context.sector_size);
     let boundary = offset.div_ceil(sector) * sector;
-    [(offset, 2usize), (boundary, 3usize)].iter().any(|&(at, needed)| {
+    [(offset, None), (boundary, Some(ObjectType::WrapRight))].iter().any(|&(at, only_type)| {
         // A valid object there is stale, not damaged.
         if read_valid_object(area, at, context).is_ok() {
             return false;
         }
-        let Some(header) = area.get(at as usize..at as usize + HEADER_LEN) else { return false };
-        let field = |range: std::ops::Range<usize>| {
-            header[range].iter().rev().fold(0u64, |value, &byte| (value << 8) | u64::from(byte))
-        };
-        // At the head any one field may be the damaged one: two of the three identify the
-        // object. At the next sector boundary (a WOR's place) all three must match.
-        let matches = [header[48..64] == context.volume_uuid, field(32..40) == at, field(24..32) == next_lsn];
-        if lds_format::codec::crc32c(&header[8..]) == field(4..8) as u32 {
-            // The header is intact, so its fields are true: it is ours only with the next
-            // lsn (a stale header of an earlier lap is not damage), and only with an SN at
-            // least the chain's: a smaller one is a leftover of a crashed session whose lsns
-            // the next session reused (SPEC.md §9.5), partly overwritten by its later appends.
-            return matches.iter().all(|&matched| matched) && field(16..24) >= sn_floor;
+        let Some(bytes) = area.get(at as usize..at as usize + HEADER_LEN) else { return false };
+        let Ok(bytes) = <&[u8; HEADER_LEN]>::try_from(bytes) else { return false };
+        let found = ObjectHeader::parse_tolerant(bytes);
+        let mismatches = found.identity_mismatches(context, at, next_lsn, only_type);
+        if found.crc_ok {
+            // The checksummed fields (all but the magic) are true: it is ours only when they
+            // all match, with the next lsn (a stale header of an earlier lap is not damage),
+            // and only with an SN at least the chain's: a smaller one is a leftover of a
+            // crashed session whose lsns the next session reused (SPEC.md §9.5), partly
+            // overwritten by its later appends.
+            let checksummed_mismatches = mismatches - usize::from(!found.magic_ok);
+            return checksummed_mismatches == 0 && found.header.sn >= sn_floor;
         }
-        matches.iter().filter(|&&matched| matched).count() >= needed
+        mismatches <= 1
     })
 }
 
@@ -657,7 +656,7 @@ fn check_chain_end(
                     Code::BackupLogUnflushedAfterGap,
                     structure,
                     context.ofs_area + end_offset,
-                    format!("{} valid objects (lsn {first} to {last}) stand after a position never written: unflushed writes a crash reordered; recovery ignores them", later.len()),
+                    format!("{} valid objects (lsn {first} to {last}) stand after a position the next append never reached (stale or empty bytes there): unflushed writes a crash reordered; recovery ignores them", later.len()),
                 );
                 return;
             }

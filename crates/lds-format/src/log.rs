@@ -148,6 +148,86 @@ impl ObjectHeader {
     }
 }
 
+impl ObjectHeader {
+    /// Reads the 64 header bytes whatever they hold (redb's tolerant header parse): the
+    /// fields as stored, whether the magic is there, and whether `header_crc32c` checks. A
+    /// checker uses it to say what it saw where a strict parse can only fail.
+    pub fn parse_tolerant(bytes: &[u8; HEADER_LEN]) -> TolerantHeader {
+        let field = |range: std::ops::Range<usize>| {
+            bytes[range].iter().rev().fold(0u64, |value, &byte| (value << 8) | u64::from(byte))
+        };
+        let mut volume_uuid = [0u8; 16];
+        volume_uuid.copy_from_slice(&bytes[48..64]);
+        let header = Self {
+            header_crc32c: field(4..8) as u32,
+            object_type_code: bytes[8],
+            log_kind: bytes[9],
+            flags: field(10..12) as u16,
+            instance: field(12..16) as u32,
+            sn: field(16..24),
+            lsn: field(24..32),
+            log_offset: field(32..40),
+            len_payload: field(40..44) as u32,
+            payload_crc32c: field(44..48) as u32,
+            volume_uuid,
+        };
+        TolerantHeader {
+            header,
+            magic_ok: bytes[..4] == OBJECT_MAGIC,
+            crc_ok: crc32c(&bytes[8..]) == header.header_crc32c,
+        }
+    }
+}
+
+/// A header read by [`ObjectHeader::parse_tolerant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TolerantHeader {
+    /// The fields as stored (untrusted unless `crc_ok`).
+    pub header: ObjectHeader,
+    /// The magic is `"LDSO"`.
+    pub magic_ok: bool,
+    /// `header_crc32c` checks.
+    pub crc_ok: bool,
+}
+
+impl TolerantHeader {
+    /// How many of the fields that identify an append differ from the append expected at
+    /// `offset` of the area with `lsn` (SPEC.md §9.6): magic, `object_type` (one allowed in
+    /// the area, or exactly `only_type`), `log_kind`, `flags`, `instance`, `lsn`,
+    /// `log_offset` and `volume_uuid`. A sector is written whole or not at all (SPEC.md §2),
+    /// so a header inside one sector that the append wrote differs in none of them unless
+    /// damaged, and one bit of damage changes at most one. Stale bytes an earlier lap left
+    /// there differ at least in `lsn` and, when partly overwritten by another append (which
+    /// is what breaks their checksum), in the field it overwrote as well.
+    pub fn identity_mismatches(
+        &self,
+        context: &AreaContext,
+        offset: u64,
+        lsn: u64,
+        only_type: Option<ObjectType>,
+    ) -> usize {
+        let header = &self.header;
+        let type_ok = match (header.object_type(), only_type) {
+            (Some(found), Some(wanted)) => found == wanted,
+            (Some(found), None) => found.allowed_in(context.kind),
+            (None, _) => false,
+        };
+        [
+            self.magic_ok,
+            type_ok,
+            header.log_kind == context.kind.code(),
+            header.flags == 0,
+            header.instance == context.instance,
+            header.lsn == lsn,
+            header.log_offset == offset,
+            header.volume_uuid == context.volume_uuid,
+        ]
+        .iter()
+        .filter(|&&matched| !matched)
+        .count()
+    }
+}
+
 /// What an object must match to be valid where it was read (SPEC.md §5).
 #[derive(Debug, Clone, Copy)]
 pub struct AreaContext {
