@@ -1,21 +1,24 @@
 //! `lds crashtest`: run workloads on the simulated device and check every crash state
-//! (RELIABILITY.md L2). On a failure it minimizes the workload (delta debugging: the fewest
-//! operations, and the shortest values, that still fail the same oracle at some crash point)
-//! and writes a reproducer (the crash image and the operation list), and exits 1.
+//! (docs/reliability.md L2). On a failure it reports the first failing image at once, then
+//! minimizes the workload within a budget of tries and seconds (delta debugging: the fewest
+//! operations, and the shortest values, that still fail the same oracle at some crash point),
+//! writes a reproducer (the crash image and the operation list), and exits 1.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use indicatif::{ProgressBar, ProgressStyle};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
-use lds_sim::minimize::minimize_failure;
-use lds_sim::workload::{formatted_image, named, random, run, Op, Workload};
+use lds_sim::minimize::{minimize_failure, Budget, Progress};
+use lds_sim::workload::{formatted_image, named, run, seeded, Op, Workload};
 use serde_json::json;
 
 /// Options of `lds crashtest`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CrashtestOptions {
-    /// Workload: basic, wrap, compaction, or random.
+    /// Workload: basic, wrap, compaction (named), or random, random-wrap (one per seed; random-wrap
+    /// wraps the backup log often with many unflushed writes at each wrap).
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).
@@ -46,9 +49,18 @@ pub struct CrashtestOptions {
     /// (each is a run and, when it passes, a whole enumeration); 0 keeps the whole workload.
     #[arg(long, default_value_t = 200)]
     pub minimize: u64,
+    /// Spend at most this many seconds minimizing one reproducer (the candidate running
+    /// when it runs out finishes); the smallest failing workload found by then is kept.
+    #[arg(long, default_value_t = 120)]
+    pub minimize_seconds: u64,
     /// Print the counts as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The workload of one run: a named one, or the seeded generator's.
+fn workload_for(options: &CrashtestOptions, seed: u64) -> Option<Workload> {
+    seeded(&options.workload, seed, options.ops).or_else(|| named(&options.workload))
 }
 
 /// Runs the crash test; returns the exit code (0 no failure, 1 failures, 2 could not run).
@@ -58,27 +70,34 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     let mut workloads = 0u64;
     let mut reproducers = Vec::new();
     let mut reproducer_operations = Vec::new();
-    let runs = if options.workload == "random" { options.runs } else { 1 };
+    let runs = if seeded(&options.workload, 0, 0).is_some() { options.runs } else { 1 };
+    if workload_for(options, options.seed).is_none() {
+        let _ = writeln!(
+            err,
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, random or random-wrap",
+            options.workload
+        );
+        return 2;
+    }
+    let terminal = std::io::stderr().is_terminal();
+    let bar = if terminal && runs > 1 {
+        let bar = ProgressBar::new(runs);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {pos}/{len} workloads [{bar:30}] {elapsed} (eta {eta}) {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
     for index in 0..runs {
         let seed = options.seed + index;
-        let workload = if options.workload == "random" {
-            random(seed, options.ops)
-        } else {
-            match named(&options.workload) {
-                Some(workload) => workload,
-                None => {
-                    let _ = writeln!(
-                        err,
-                        "lds crashtest: unknown workload '{}': use basic, wrap, compaction or random",
-                        options.workload
-                    );
-                    return 2;
-                }
-            }
-        };
+        let Some(workload) = workload_for(options, seed) else { return 2 };
+        bar.set_message(format!("{}: {} failures so far", workload.name, total.failures));
         let image = match formatted_image() {
             Ok(image) => image,
             Err(error) => {
+                bar.finish_and_clear();
                 let _ = writeln!(err, "lds crashtest: {error}");
                 return 2;
             }
@@ -86,6 +105,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
         let recorded = match run(&workload, image, options.unbuffered) {
             Ok(recorded) => recorded,
             Err(error) => {
+                bar.finish_and_clear();
                 let _ = writeln!(err, "lds crashtest: {}: the workload itself failed: {error}", workload.name);
                 return 1;
             }
@@ -95,36 +115,47 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
         let mut failures = Vec::new();
         let counts = enumerate(&recorded, &bounds, options.unbuffered, &mut |failure| failures.push(failure));
         workloads += 1;
+        bar.inc(1);
         total.crash_points += counts.crash_points;
         total.images += counts.images;
         total.distinct_images += counts.distinct_images;
         total.failures += counts.failures;
         if let Some(first) = failures.first() {
-            let reproducer = reproduce(&workload, first, &bounds, options);
-            let folder = options.out.join(&workload.name);
-            let _ = match write_reproducer(&folder, &workload, &reproducer) {
-                Ok(()) => writeln!(
+            // The failure first, at once: minimizing can take minutes.
+            bar.suspend(|| {
+                let _ = writeln!(
                     err,
-                    "lds crashtest: {}: {} failures; first: {} {} (reproducer of {} operations, {}, in {})",
+                    "lds crashtest: {}: {} failures; first: {} {} at crash point {} ({})",
                     workload.name,
                     failures.len(),
                     first.oracle,
                     first.message,
-                    reproducer.ops.len(),
-                    reproducer.note,
-                    folder.display()
-                ),
-                Err(error) => writeln!(
-                    err,
-                    "lds crashtest: {}: {} failures; cannot write the reproducer: {error}",
-                    workload.name,
-                    failures.len()
-                ),
-            };
+                    first.crash_point,
+                    first.state
+                );
+            });
+            let reproducer = reproduce(&workload, first, &bounds, options, terminal, err);
+            let folder = options.out.join(&workload.name);
+            bar.suspend(|| {
+                let _ = match write_reproducer(&folder, &workload, &reproducer) {
+                    Ok(()) => writeln!(
+                        err,
+                        "lds crashtest: {}: reproducer of {} operations ({}) in {}",
+                        workload.name,
+                        reproducer.ops.len(),
+                        reproducer.note,
+                        folder.display()
+                    ),
+                    Err(error) => {
+                        writeln!(err, "lds crashtest: {}: cannot write the reproducer: {error}", workload.name)
+                    }
+                };
+            });
             reproducers.push(folder.display().to_string());
             reproducer_operations.push(reproducer.ops.len());
         }
     }
+    bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     if options.json {
         let document = json!({
@@ -157,14 +188,43 @@ struct Reproducer {
     note: String,
 }
 
-/// Minimizes the failing workload (unless `--minimize 0`); falls back to the whole workload
-/// and its first failure.
-fn reproduce(workload: &Workload, first: &Failure, bounds: &Bounds, options: &CrashtestOptions) -> Reproducer {
+/// Minimizes the failing workload (unless `--minimize 0`) within the budget, with a spinner
+/// on a terminal; falls back to the whole workload and its first failure.
+fn reproduce(
+    workload: &Workload,
+    first: &Failure,
+    bounds: &Bounds,
+    options: &CrashtestOptions,
+    terminal: bool,
+    err: &mut dyn Write,
+) -> Reproducer {
     let whole = || Reproducer { ops: workload.ops.clone(), failure: first.clone(), note: "not minimized".into() };
     if options.minimize == 0 {
         return whole();
     }
-    let (shrunk, failure) = minimize_failure(workload, first.oracle, bounds, options.unbuffered, options.minimize);
+    let budget = Budget { tries_max: options.minimize, time_max: Some(Duration::from_secs(options.minimize_seconds)) };
+    let spinner = if terminal { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    if !terminal {
+        let _ = writeln!(
+            err,
+            "lds crashtest: {}: minimizing (at most {} tries, {} s)",
+            workload.name, options.minimize, options.minimize_seconds
+        );
+    }
+    let mut on_progress = |progress: Progress| {
+        spinner.set_message(format!(
+            "minimizing {}: {} tries, {} operations still fail, {:.0} s of {} s",
+            workload.name,
+            progress.tries,
+            progress.operations,
+            progress.elapsed.as_secs_f64(),
+            options.minimize_seconds
+        ));
+    };
+    let (shrunk, failure) =
+        minimize_failure(workload, first.oracle, bounds, options.unbuffered, budget, &mut on_progress);
+    spinner.finish_and_clear();
     match failure {
         Some(failure) => Reproducer {
             note: format!(
@@ -214,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_minimized_reproducer_keeps_the_original_operations_beside_it() {
-        let workload = random(1, 12);
+        let workload = lds_sim::workload::random(1, 12);
         let failure = Failure {
             crash_point: 7,
             state: "unflushed writes [3] with mask 0x1".into(),

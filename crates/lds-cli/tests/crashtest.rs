@@ -15,6 +15,7 @@ fn options(workload: &str) -> CrashtestOptions {
         unbuffered: true,
         out: std::env::temp_dir().join(format!("lds-crashtest-test-{}", std::process::id())),
         minimize: 20,
+        minimize_seconds: 60,
         json: true,
     }
 }
@@ -34,6 +35,13 @@ fn basic_workload_has_no_failing_crash_state() {
 fn a_short_random_workload_has_no_failing_crash_state() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(run_crashtest(&options("random"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+}
+
+#[test]
+fn a_short_wrap_heavy_workload_has_no_failing_crash_state() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { ops: 80, ..options("random-wrap") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
 }
 
 #[test]

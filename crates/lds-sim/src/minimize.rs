@@ -1,11 +1,40 @@
 //! Reproducer minimization for `lds crashtest`: delta debugging over a failing workload. It
 //! drops chunks of operations (halving the chunk size when no chunk can go), then single
 //! operations, then shrinks what is left (entries of batches, then values), keeping each
-//! change only while the failure remains. A budget bounds the candidates tried: each one is a
-//! whole run and, when it passes, a whole enumeration.
+//! change only while the failure remains. A budget bounds the candidates tried and the time
+//! spent: each candidate is a whole run and, when it passes, a whole enumeration.
+
+use std::time::{Duration, Instant};
 
 use crate::enumerate::{first_failure, Bounds, Failure};
 use crate::workload::{formatted_image, run, Op, Workload};
+
+/// How much minimization may do.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Candidates tried at most.
+    pub tries_max: u64,
+    /// Time spent at most (a candidate already started finishes).
+    pub time_max: Option<Duration>,
+}
+
+impl Budget {
+    /// At most `tries_max` candidates, with no time limit.
+    pub fn tries(tries_max: u64) -> Self {
+        Self { tries_max, time_max: None }
+    }
+}
+
+/// Where minimization stands, after each candidate.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Candidates tried.
+    pub tries: u64,
+    /// Operations of the smallest failing workload so far.
+    pub operations: usize,
+    /// Time spent.
+    pub elapsed: Duration,
+}
 
 /// A minimized workload.
 #[derive(Debug, Clone)]
@@ -22,21 +51,30 @@ struct Shrinker<'a> {
     fails: &'a mut dyn FnMut(&Workload) -> bool,
     name: String,
     tries: u64,
-    tries_max: u64,
+    budget: Budget,
+    started: Instant,
+    smallest: usize,
+    progress: &'a mut dyn FnMut(Progress),
 }
 
 impl Shrinker<'_> {
     /// Tries a candidate within the budget.
     fn fails(&mut self, ops: &[Op]) -> bool {
-        if self.tries >= self.tries_max || ops.is_empty() {
+        if self.exhausted() || ops.is_empty() {
             return false;
         }
         self.tries += 1;
-        (self.fails)(&Workload { name: self.name.clone(), ops: ops.to_vec() })
+        let failed = (self.fails)(&Workload { name: self.name.clone(), ops: ops.to_vec() });
+        if failed {
+            self.smallest = self.smallest.min(ops.len());
+        }
+        (self.progress)(Progress { tries: self.tries, operations: self.smallest, elapsed: self.started.elapsed() });
+        failed
     }
 
     fn exhausted(&self) -> bool {
-        self.tries >= self.tries_max
+        self.tries >= self.budget.tries_max
+            || self.budget.time_max.is_some_and(|time_max| self.started.elapsed() >= time_max)
     }
 
     /// Delta debugging: remove chunks, from halves down to single operations.
@@ -153,10 +191,23 @@ fn set_value_len(op: &mut Op, value: usize, len: usize) {
     }
 }
 
-/// Minimizes `workload` while `fails` holds, trying at most `tries_max` candidates. `fails`
-/// must hold for `workload` itself (it is not asked again).
-pub fn shrink(workload: &Workload, tries_max: u64, fails: &mut dyn FnMut(&Workload) -> bool) -> Shrunk {
-    let mut shrinker = Shrinker { fails, name: format!("{}-minimized", workload.name), tries: 0, tries_max };
+/// Minimizes `workload` while `fails` holds, within `budget`; `progress` hears after each
+/// candidate. `fails` must hold for `workload` itself (it is not asked again).
+pub fn shrink(
+    workload: &Workload,
+    budget: Budget,
+    fails: &mut dyn FnMut(&Workload) -> bool,
+    progress: &mut dyn FnMut(Progress),
+) -> Shrunk {
+    let mut shrinker = Shrinker {
+        fails,
+        name: format!("{}-minimized", workload.name),
+        tries: 0,
+        budget,
+        started: Instant::now(),
+        smallest: workload.ops.len(),
+        progress,
+    };
     let ops = shrinker.drop_chunks(workload.ops.clone());
     let ops = shrinker.drop_singles(ops);
     let ops = shrinker.shrink_values(ops);
@@ -171,7 +222,8 @@ pub fn minimize_failure(
     oracle: &str,
     bounds: &Bounds,
     unbuffered: bool,
-    tries_max: u64,
+    budget: Budget,
+    progress: &mut dyn FnMut(Progress),
 ) -> (Shrunk, Option<Failure>) {
     let mut last: Option<Failure> = None;
     let wanted = |failure: &Failure| failure.oracle == oracle;
@@ -186,7 +238,7 @@ pub fn minimize_failure(
             None => false,
         }
     };
-    let shrunk = shrink(workload, tries_max, &mut fails);
+    let shrunk = shrink(workload, budget, &mut fails, progress);
     // Every candidate that fails is kept, so the last failure found is the result's; when
     // none failed, the result is the workload itself.
     let failure = last.or_else(|| {

@@ -289,6 +289,45 @@ pub fn random(seed: u64, len: usize) -> Workload {
     Workload { name: format!("random-{seed}"), ops }
 }
 
+/// A random workload that wraps the backup log often, with many unflushed writes at each
+/// wrap: puts and batches of larger values, rarely synced, no explicit flush or compaction
+/// (memtable flushes come from the log filling up), and a rare reopen. The simulator's
+/// backup log is 8 KiB, so 200 operations wrap it about five times.
+pub fn random_wrap(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xA24B_AED4_963E_E407) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let key = |random: &mut Random| format!("key-{:02}", random.below(40)).into_bytes();
+    let value = |random: &mut Random| {
+        let len = 40 + random.below(160) as usize;
+        (0..len).map(|index| b'a' + ((random.next_u64() as usize + index) % 26) as u8).collect::<Vec<u8>>()
+    };
+    for _ in 0..len {
+        let sync = random.below(20) == 0;
+        let op = match random.below(100) {
+            0..=64 => Op::Put { key: key(&mut random), value: value(&mut random), sync },
+            65..=74 => Op::Delete { key: key(&mut random), sync },
+            75..=97 => {
+                let entries = (0..2 + random.below(4))
+                    .map(|_| (key(&mut random), (random.below(4) > 0).then(|| value(&mut random))))
+                    .collect();
+                Op::Batch { entries, sync }
+            }
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-wrap-{seed}"), ops }
+}
+
+/// The seeded workload generators of `lds crashtest --workload`: `random` and `random-wrap`.
+pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
+    match name {
+        "random" => Some(random(seed, len)),
+        "random-wrap" => Some(random_wrap(seed, len)),
+        _ => None,
+    }
+}
+
 /// The named workloads: `basic` (a few synced and buffered writes and a flush), `wrap`
 /// (enough writes to wrap both logs and trim the version log), `compaction` (flushes and
 /// compactions down the levels).

@@ -3,7 +3,7 @@
 //! real engine, with zero failures.
 
 use lds_sim::enumerate::{enumerate, Bounds, Counts};
-use lds_sim::workload::{formatted_image, named, random, run, Workload};
+use lds_sim::workload::{formatted_image, named, random, random_wrap, run, Workload};
 
 fn enumerate_workload(workload: &Workload, unbuffered: bool, bounds: &Bounds) -> Counts {
     let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
@@ -44,6 +44,57 @@ fn random_workloads() {
     for seed in 1..=4u64 {
         enumerate_workload(&random(seed, 150), seed % 2 == 0, &Bounds { seed, ..Bounds::default() });
     }
+}
+
+/// Workloads that wrap the backup log about five times each, with many unflushed writes at
+/// every wrap, buffered and unbuffered.
+#[test]
+fn wrap_heavy_random_workloads() {
+    use lds_format::label::{plan_layout, LogKind};
+    use lds_sim::workload::layout;
+
+    let geometry = plan_layout(&layout(), [0; 16]).unwrap_or_else(|error| panic!("{error}"));
+    let (ofs_backup_log, len_backup_log) = geometry.log_area(LogKind::Backup, 0);
+    let wor = geometry.sector();
+    for seed in 1..=4u64 {
+        for unbuffered in [true, false] {
+            let workload = random_wrap(seed, 200);
+            let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
+            let recorded = run(&workload, image, unbuffered).unwrap_or_else(|error| panic!("{error}"));
+            // Each lap starts with a write at the area's start (the WOL), after one into its
+            // last sectors (the WOR).
+            let laps = recorded.history.writes.iter().filter(|write| write.offset == ofs_backup_log).count();
+            let near_end = recorded
+                .history
+                .writes
+                .iter()
+                .filter(|write| {
+                    write.offset >= ofs_backup_log + len_backup_log - 4 * wor
+                        && write.offset < ofs_backup_log + len_backup_log
+                })
+                .count();
+            assert!(laps >= 3, "{} (unbuffered {unbuffered}) wrapped the backup log {laps} times", workload.name);
+            assert!(
+                near_end >= 3,
+                "{} (unbuffered {unbuffered}): {near_end} writes near the area's end",
+                workload.name
+            );
+            let counts = enumerate_workload(&workload, unbuffered, &Bounds { seed, ..Bounds::default() });
+            assert!(counts.distinct_images > 100, "{counts:?}");
+        }
+    }
+}
+
+/// The reproducer of a crash across a backup log wrap (`lds crashtest --runs 1 --seed 9105
+/// --ops 150 --unbuffered`): the WOL and the batch after it landed, the WOR did not, and the
+/// bytes left where the chain ends held an earlier lap's header (its volume uuid and offset
+/// right, its start overwritten by a later lap). fsck called it 303, damage, and the engine
+/// refused to open; it is a crash state (fsck 307), and the volume opens with every synced
+/// write (SPEC.md §9.6).
+#[test]
+fn a_crash_across_a_backup_log_wrap_opens_seed_9105() {
+    let counts = enumerate_workload(&random(9105, 150), true, &Bounds { seed: 9105, ..Bounds::default() });
+    assert!(counts.distinct_images > 2_000, "{counts:?}");
 }
 
 /// Found by tearing an unflushed write while later unflushed writes land (SPEC.md §2: they

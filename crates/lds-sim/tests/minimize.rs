@@ -2,7 +2,9 @@
 //! failing predicate it finds the few operations the failure needs, in order, and shrinks
 //! their values; it stays within its budget.
 
-use lds_sim::minimize::shrink;
+use std::time::Duration;
+
+use lds_sim::minimize::{shrink, Budget};
 use lds_sim::workload::{random, Op, Workload};
 
 /// The ops the predicate needs, compared by kind and key (values may shrink, not vanish).
@@ -41,12 +43,19 @@ fn the_minimizer_keeps_only_what_the_failure_needs() {
         [Some(first), flush, Some(second)].into_iter().flatten().map(|index| workload.ops[index].clone()).collect();
     assert!(needed.len() == 3 && holds(&workload, &needed), "the workload does not hold what the test needs");
     let mut calls = 0u64;
-    let shrunk = shrink(&workload, 2_000, &mut |candidate| {
-        calls += 1;
-        holds(candidate, &needed)
-    });
+    let mut reports = 0u64;
+    let shrunk = shrink(
+        &workload,
+        Budget::tries(2_000),
+        &mut |candidate| {
+            calls += 1;
+            holds(candidate, &needed)
+        },
+        &mut |_| reports += 1,
+    );
     eprintln!("{} operations down to {} in {} tries", workload.ops.len(), shrunk.workload.ops.len(), shrunk.tries);
     assert_eq!(calls, shrunk.tries);
+    assert_eq!(reports, shrunk.tries, "progress is reported after every candidate");
     assert!(!shrunk.budget_exhausted);
     assert!(holds(&shrunk.workload, &needed), "the minimized workload no longer fails");
     assert_eq!(shrunk.workload.ops.len(), 3, "{:#?}", shrunk.workload.ops);
@@ -60,8 +69,30 @@ fn the_minimizer_keeps_only_what_the_failure_needs() {
 #[test]
 fn the_minimizer_stops_at_its_budget() {
     let workload = random(3, 100);
-    let shrunk = shrink(&workload, 5, &mut |candidate| candidate.ops.len() > 10);
+    let shrunk = shrink(&workload, Budget::tries(5), &mut |candidate| candidate.ops.len() > 10, &mut |_| {});
     assert_eq!(shrunk.tries, 5);
     assert!(shrunk.budget_exhausted);
+    assert!(shrunk.workload.ops.len() > 10, "the result must still fail");
+}
+
+#[test]
+fn the_minimizer_stops_at_its_time_budget() {
+    let workload = random(3, 100);
+    let budget = Budget { tries_max: u64::MAX, time_max: Some(Duration::from_millis(200)) };
+    let mut last = None;
+    let shrunk = shrink(
+        &workload,
+        budget,
+        &mut |candidate| {
+            std::thread::sleep(Duration::from_millis(20));
+            candidate.ops.len() > 10
+        },
+        &mut |progress| last = Some(progress),
+    );
+    assert!(shrunk.budget_exhausted);
+    assert!(shrunk.tries < 40, "{} candidates in a 200 ms budget of 20 ms candidates", shrunk.tries);
+    let Some(last) = last else { panic!("no progress reported") };
+    assert_eq!(last.tries, shrunk.tries);
+    assert_eq!(last.operations, shrunk.workload.ops.len());
     assert!(shrunk.workload.ops.len() > 10, "the result must still fail");
 }
