@@ -686,12 +686,7 @@ pub struct BuiltSubChunk {
 
 impl BuiltSubChunk {
     fn seal(&mut self) {
-        let covered = self.footer.encode_digest_covered();
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&self.body);
-        hasher.update(&self.tail_without_footer);
-        hasher.update(&covered);
-        self.footer.digest = *hasher.finalize().as_bytes();
+        self.footer.digest = sub_chunk_digest(&self.body, &self.tail_without_footer, &self.footer);
         let encoded = self.footer.encode();
         self.footer.footer_crc32c = u32::from_le_bytes([encoded[156], encoded[157], encoded[158], encoded[159]]);
     }
@@ -735,6 +730,16 @@ impl BuiltSubChunk {
     }
 }
 
+/// The blake3 digest of a sub-chunk (SPEC.md §8.3): its body, its tail before the footer
+/// (index and filter), and the footer's bytes before the digest. The one place it is computed.
+pub fn sub_chunk_digest(body: &[u8], tail: &[u8], footer: &Footer) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(body);
+    hasher.update(tail);
+    hasher.update(&footer.encode_digest_covered());
+    *hasher.finalize().as_bytes()
+}
+
 /// A sub-chunk decoded from a whole slot image, with every check of SPEC.md §8.
 #[derive(Debug, Clone)]
 pub struct SubChunkView<'a> {
@@ -770,14 +775,13 @@ impl<'a> SubChunkView<'a> {
         Ok(Self { footer, index, filter, slot })
     }
 
-    /// Recomputes the blake3 digest (fsck --deep).
+    /// Recomputes the blake3 digest and compares it with the footer's (fsck --deep, and
+    /// every compaction input).
     pub fn verify_digest(&self, offset: u64) -> Result<(), FormatError> {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&self.slot[..self.footer.len_body as usize]);
-        hasher.update(&self.slot[self.footer.ofs_index as usize..self.slot.len() - FOOTER_LEN]);
-        hasher.update(&self.footer.encode_digest_covered());
-        if *hasher.finalize().as_bytes() != self.footer.digest {
-            return Err(FormatError::DigestMismatch { structure: "chunk", offset });
+        let body = &self.slot[..self.footer.len_body as usize];
+        let tail = &self.slot[self.footer.ofs_index as usize..self.slot.len() - FOOTER_LEN];
+        if sub_chunk_digest(body, tail, &self.footer) != self.footer.digest {
+            return Err(FormatError::DigestMismatch { structure: "sub-chunk", offset });
         }
         Ok(())
     }

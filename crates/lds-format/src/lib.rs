@@ -9,6 +9,7 @@ pub mod chunk;
 pub mod codec;
 pub mod error;
 pub mod image;
+pub mod instance;
 pub mod label;
 pub mod log;
 pub mod recovery;

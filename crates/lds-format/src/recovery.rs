@@ -235,6 +235,8 @@ impl std::fmt::Display for VersionLogError {
     }
 }
 
+impl std::error::Error for VersionLogError {}
+
 /// Describes a chain end for messages.
 pub fn describe_end(end: &ChainEnd) -> String {
     match end {
@@ -415,6 +417,8 @@ impl std::fmt::Display for BackupLogError {
         }
     }
 }
+
+impl std::error::Error for BackupLogError {}
 
 /// A write batch found by backup log recovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,428 @@
+//! Recovering one instance from the bytes of its two log areas (SPEC.md §9.2, §9.3), and
+//! telling the states a crash leaves at the end of a live chain from damage no crash explains
+//! (SPEC.md §9.6). Pure functions returning typed verdicts: the engine refuses to open on
+//! damage, the checker reports every verdict under its problem code, dump and the simulator
+//! read the same result. Every caller that recovers an instance calls [`recover_instance`].
+
+use crate::batch::{decode_entries, EntryKind};
+use crate::error::FormatError;
+use crate::label::{Geometry, LogKind};
+use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
+use crate::recovery::{
+    read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd,
+    VersionLogError, VersionLogState,
+};
+
+/// The lsns of valid objects standing anywhere in an area past the end of its live chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaterObjects {
+    /// How many.
+    pub count: usize,
+    /// The smallest lsn among them.
+    pub first_lsn: u64,
+    /// The largest.
+    pub last_lsn: u64,
+}
+
+impl std::fmt::Display for LaterObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.count {
+            1 => write!(f, "1 later object (lsn {})", self.first_lsn),
+            count => write!(f, "{count} later objects (lsn {} to {})", self.first_lsn, self.last_lsn),
+        }
+    }
+}
+
+/// What the end of a live chain shows (SPEC.md §9.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainEndVerdict {
+    /// The chain ends at a WOR, at the area's end, or where no append of ours stands, and no
+    /// valid object with a later lsn stands anywhere: nothing to say.
+    Clean,
+    /// An object of ours stands at the head and does not validate: a write a crash
+    /// interrupted (it spans sectors, or nothing later landed), which recovery ignores.
+    TornHead {
+        /// Area offset of the object (or of the WOR place at the next sector boundary).
+        offset: u64,
+        /// The lsn it would have had.
+        next_lsn: u64,
+        /// Why it ends the chain.
+        end: ChainEnd,
+        /// Valid objects with later lsns that landed before it, if any.
+        later: Option<LaterObjects>,
+    },
+    /// Valid objects with later lsns stand after a position the next append never reached:
+    /// unflushed appends a crash reordered (backup log only).
+    UnflushedAfterGap {
+        /// Area offset where the chain ends.
+        offset: u64,
+        /// The objects.
+        later: LaterObjects,
+    },
+    /// Damage: the chain ends at an object of ours that no crash leaves so (it lies in one
+    /// sector), or, in a version log, anywhere with later objects after it; those objects are
+    /// lost to recovery.
+    Broken {
+        /// Area offset where the chain ends.
+        offset: u64,
+        /// Why it ends the chain.
+        end: ChainEnd,
+        /// The objects recovery loses.
+        later: LaterObjects,
+    },
+}
+
+/// What recovery found in an instance's backup log.
+#[derive(Debug, Clone)]
+pub enum BackupRecovery {
+    /// The version's backup start point is not an object position inside the area.
+    StartOutside {
+        /// The start point.
+        ofs_backup_start: u64,
+        /// Bytes of the area.
+        len_area: u64,
+    },
+    /// The object at the start point is valid with a larger lsn than the version records:
+    /// the version is older than the log (damage lost later versions).
+    StartMismatch {
+        /// The start point.
+        offset: u64,
+        /// The lsn the version records.
+        recorded_lsn: u64,
+        /// The lsn found there.
+        found_lsn: u64,
+    },
+    /// Write batches in the live chain do not have increasing sequence numbers.
+    Sequence(BackupLogError),
+    /// The live chain, how it ends, and whether a crashed session's objects stand ahead of
+    /// the head (the writer raises the SN before its first append then, SPEC.md §9.5).
+    Recovered {
+        /// The live chain and the batches to replay.
+        state: Box<BackupLogState>,
+        /// How the chain ends.
+        end: ChainEndVerdict,
+        /// An intact header of ours with an lsn at or past the head's stands in the area.
+        stale_ahead: bool,
+    },
+}
+
+/// One instance, recovered.
+#[derive(Debug, Clone)]
+pub struct InstanceRecovery {
+    /// The instance.
+    pub instance: u32,
+    /// The version log's live state.
+    pub version_log: VersionLogState,
+    /// How its live chain ends.
+    pub version_end: ChainEndVerdict,
+    /// The backup log.
+    pub backup: BackupRecovery,
+}
+
+/// Damage in an instance's logs that no crash explains: recovery would serve an older state
+/// silently and the next appends would overwrite what a repair could use, so a writer refuses
+/// to open (SPEC.md §9.6).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogDamage {
+    /// `E_VLOG_CHAIN_BROKEN` (fsck 207).
+    #[error(
+        "the live chain of the version log breaks at offset {offset} ({}); {later} lost to recovery",
+        crate::recovery::describe_end(end)
+    )]
+    VersionLogChainBroken {
+        /// Area offset.
+        offset: u64,
+        /// Why the chain ends there.
+        end: ChainEnd,
+        /// What recovery loses.
+        later: LaterObjects,
+    },
+    /// `E_BLOG_CHAIN_BROKEN` (fsck 303).
+    #[error(
+        "the live chain of the backup log breaks at offset {offset} ({}); {later} lost to recovery",
+        crate::recovery::describe_end(end)
+    )]
+    BackupLogChainBroken {
+        /// Area offset.
+        offset: u64,
+        /// Why the chain ends there.
+        end: ChainEnd,
+        /// What recovery loses.
+        later: LaterObjects,
+    },
+    /// `E_BACKUP_START_MISMATCH` (fsck 304).
+    #[error("the version says the backup log restarts at offset {offset} with lsn {recorded_lsn}, but the object there has lsn {found_lsn}")]
+    BackupStartMismatch {
+        /// Area offset.
+        offset: u64,
+        /// The lsn the version records.
+        recorded_lsn: u64,
+        /// The lsn found.
+        found_lsn: u64,
+    },
+    /// The backup start point lies outside the area (fsck 305).
+    #[error("the backup start point {ofs_backup_start} is not an object position of the {len_area}-byte area")]
+    BackupStartOutside {
+        /// The start point.
+        ofs_backup_start: u64,
+        /// Bytes of the area.
+        len_area: u64,
+    },
+    /// Batches with sequence numbers that do not increase (fsck 302).
+    #[error("{0}")]
+    BackupSequence(BackupLogError),
+}
+
+impl LogDamage {
+    /// The checker's stable problem number for this damage (SPEC.md §9.6 names both).
+    pub fn fsck_number(&self) -> u16 {
+        match self {
+            Self::VersionLogChainBroken { .. } => 207,
+            Self::BackupLogChainBroken { .. } => 303,
+            Self::BackupStartMismatch { .. } => 304,
+            Self::BackupStartOutside { .. } => 305,
+            Self::BackupSequence(_) => 302,
+        }
+    }
+}
+
+impl InstanceRecovery {
+    /// The damage that makes a writer refuse the volume, if any.
+    pub fn damage(&self) -> Option<LogDamage> {
+        if let ChainEndVerdict::Broken { offset, end, later } = &self.version_end {
+            return Some(LogDamage::VersionLogChainBroken { offset: *offset, end: end.clone(), later: *later });
+        }
+        match &self.backup {
+            BackupRecovery::StartOutside { ofs_backup_start, len_area } => {
+                Some(LogDamage::BackupStartOutside { ofs_backup_start: *ofs_backup_start, len_area: *len_area })
+            }
+            BackupRecovery::StartMismatch { offset, recorded_lsn, found_lsn } => Some(LogDamage::BackupStartMismatch {
+                offset: *offset,
+                recorded_lsn: *recorded_lsn,
+                found_lsn: *found_lsn,
+            }),
+            BackupRecovery::Sequence(error) => Some(LogDamage::BackupSequence(error.clone())),
+            BackupRecovery::Recovered { end: ChainEndVerdict::Broken { offset, end, later }, .. } => {
+                Some(LogDamage::BackupLogChainBroken { offset: *offset, end: end.clone(), later: *later })
+            }
+            BackupRecovery::Recovered { .. } => None,
+        }
+    }
+
+    /// The recovered backup log, when its recovery found no damage of its own.
+    pub fn backup_state(&self) -> Option<&BackupLogState> {
+        match &self.backup {
+            BackupRecovery::Recovered { state, .. } => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Replays the backup log's batches into `apply` (sequence, kind, key, value), skipping
+    /// entries at or below the version's `last_sequence` (SPEC.md §9.3 step 3). Returns the
+    /// largest sequence number after replay. `backup_area` is the area the recovery read.
+    pub fn replay(
+        &self,
+        backup_area: &[u8],
+        context: &AreaContext,
+        mut apply: impl FnMut(u64, EntryKind, &[u8], &[u8]),
+    ) -> Result<u64, FormatError> {
+        let last_sequence = self.version_log.version.last_sequence;
+        let mut largest = last_sequence;
+        let Some(state) = self.backup_state() else { return Ok(largest) };
+        for batch in &state.batches {
+            let raw = read_object(backup_area, batch.offset, context)?;
+            let mut sequence = batch.first_sequence;
+            decode_entries(raw.payload, context.ofs_area + batch.offset, |kind, key, value| {
+                if sequence > last_sequence {
+                    apply(sequence, kind, key, value);
+                }
+                sequence += 1;
+            })?;
+            largest = largest.max(sequence - 1);
+        }
+        Ok(largest)
+    }
+}
+
+/// Recovers instance `instance` from its version log and backup log areas (SPEC.md §9.2,
+/// §9.3) and classifies how each live chain ends (§9.6). Fails only when the version log has
+/// no live version.
+pub fn recover_instance(
+    geometry: &Geometry,
+    instance: u32,
+    version_area: &[u8],
+    backup_area: &[u8],
+) -> Result<InstanceRecovery, VersionLogError> {
+    let version_context = crate::image::area_context(geometry, LogKind::Version, instance);
+    let version_log = recover_version_log(version_area, &version_context)?;
+    let version_end =
+        classify_chain_end(version_area, &version_context, &version_log.end, (version_log.head.next_lsn, 0));
+    let backup_context = crate::image::area_context(geometry, LogKind::Backup, instance);
+    let backup = recover_backup(backup_area, &backup_context, &version_log);
+    Ok(InstanceRecovery { instance, version_log, version_end, backup })
+}
+
+fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogState) -> BackupRecovery {
+    let version = &version_log.version;
+    let start = version.ofs_backup_start;
+    if start % 8 != 0 || start.saturating_add(HEADER_LEN as u64) > context.len_area {
+        return BackupRecovery::StartOutside { ofs_backup_start: start, len_area: context.len_area };
+    }
+    let state =
+        match recover_backup_log(area, context, start, version.lsn_backup_start, version.last_sequence, version_log.sn)
+        {
+            Ok(state) => state,
+            Err(error) => return BackupRecovery::Sequence(error),
+        };
+    let end = if state.start_found {
+        classify_chain_end(area, context, &state.end, (state.head.next_lsn, state.head.sn))
+    } else {
+        // Nothing written since the last flush is normal; an object newer than the start
+        // point standing there is not.
+        if let Ok(object) = read_valid_object(area, start, context) {
+            if object.header.lsn > version.lsn_backup_start {
+                return BackupRecovery::StartMismatch {
+                    offset: start,
+                    recorded_lsn: version.lsn_backup_start,
+                    found_lsn: object.header.lsn,
+                };
+            }
+        }
+        // The start object itself may be damaged with valid objects after it.
+        let end = ChainEnd::Invalid {
+            offset: start,
+            error: FormatError::invalid(
+                "write batch",
+                "start",
+                context.ofs_area + start,
+                "the object at the backup start point is not valid",
+            ),
+        };
+        classify_chain_end(area, context, &end, (version.lsn_backup_start, 0))
+    };
+    let stale_ahead = headers_at_or_past(area, context, state.head.next_lsn);
+    BackupRecovery::Recovered { state: Box::new(state), end, stale_ahead }
+}
+
+/// How a live chain that ended at `end` with the head's next lsn and SN ends (SPEC.md §9.6).
+pub fn classify_chain_end(
+    area: &[u8],
+    context: &AreaContext,
+    end: &ChainEnd,
+    (next_lsn, sn_floor): (u64, u64),
+) -> ChainEndVerdict {
+    let offset = match end {
+        ChainEnd::Invalid { offset, .. } | ChainEnd::Stale { offset, .. } => *offset,
+        ChainEnd::WrapRight | ChainEnd::AreaEnd => return ChainEndVerdict::Clean,
+    };
+    let later = later_objects(area, context, next_lsn);
+    let damaged = damaged_head(area, context, offset, (next_lsn, sn_floor));
+    match later {
+        // Every version log append is flushed before the next is written (SPEC.md §10.1),
+        // so no crash leaves a later object after the chain's end there: only damage does.
+        Some(later) if context.kind == LogKind::Version => ChainEndVerdict::Broken { offset, end: end.clone(), later },
+        // Nothing of ours landed where the chain breaks, so nothing after it was flushed: a
+        // flush covers every earlier write to the area. Writes a crash reordered.
+        Some(later) if !damaged => ChainEndVerdict::UnflushedAfterGap { offset, later },
+        // A torn unflushed write with later ones landed: a crash leaves this too, and nothing
+        // on the media tells it from damage.
+        Some(later) if tearable(area, context, offset) => {
+            ChainEndVerdict::TornHead { offset, next_lsn, end: end.clone(), later: Some(later) }
+        }
+        Some(later) => ChainEndVerdict::Broken { offset, end: end.clone(), later },
+        None if damaged => ChainEndVerdict::TornHead { offset, next_lsn, end: end.clone(), later: None },
+        None => ChainEndVerdict::Clean,
+    }
+}
+
+fn header_at(area: &[u8], at: u64) -> Option<&[u8; HEADER_LEN]> {
+    let start = usize::try_from(at).ok()?;
+    area.get(start..start.checked_add(HEADER_LEN)?)?.try_into().ok()
+}
+
+/// True when an object of ours stands at the head (at `offset`, or a WOR at the next sector
+/// boundary) but does not validate (SPEC.md §9.6): all its identifying fields but at most one
+/// match the expected append, whatever its checksums say.
+fn damaged_head(area: &[u8], context: &AreaContext, offset: u64, (next_lsn, sn_floor): (u64, u64)) -> bool {
+    let sector = u64::from(context.sector_size);
+    let boundary = offset.div_ceil(sector) * sector;
+    [(offset, None), (boundary, Some(ObjectType::WrapRight))].iter().any(|&(at, only_type)| {
+        // A valid object there is stale, not damaged.
+        if read_valid_object(area, at, context).is_ok() {
+            return false;
+        }
+        let Some(bytes) = header_at(area, at) else { return false };
+        let found = ObjectHeader::parse_tolerant(bytes);
+        let mismatches = found.identity_mismatches(context, at, next_lsn, only_type);
+        if found.crc_ok {
+            // The checksummed fields (all but the magic) are true: it is ours only when they
+            // all match, with the next lsn (a stale header of an earlier lap is not damage),
+            // and only with an SN at least the chain's: a smaller one is a leftover of a
+            // crashed session whose lsns the next session reused (SPEC.md §9.5), partly
+            // overwritten by its later appends.
+            let checksummed_mismatches = mismatches - usize::from(!found.magic_ok);
+            return checksummed_mismatches == 0 && found.header.sn >= sn_floor;
+        }
+        mismatches <= 1
+    })
+}
+
+/// True when a crash could have torn the object at `offset` (SPEC.md §2: only a one-sector
+/// write is atomic): its header crosses a sector boundary, or its intact header gives it a
+/// length that does. A damaged object inside one sector is no torn write: the sector landed
+/// whole (its header is ours) or not at all.
+fn tearable(area: &[u8], context: &AreaContext, offset: u64) -> bool {
+    let sector = u64::from(context.sector_size);
+    let Some(bytes) = header_at(area, offset) else { return false };
+    let last_sector = |len: u64| (offset + len - 1) / sector;
+    if last_sector(HEADER_LEN as u64) != offset / sector {
+        return true;
+    }
+    let found = ObjectHeader::parse_tolerant(bytes);
+    if !found.crc_ok {
+        return false;
+    }
+    last_sector(found.header.total_len()) != offset / sector
+}
+
+/// Valid objects anywhere in a log area with an lsn above `next_lsn`.
+pub fn later_objects(area: &[u8], context: &AreaContext, next_lsn: u64) -> Option<LaterObjects> {
+    let mut later: Option<LaterObjects> = None;
+    for position in (0..area.len().saturating_sub(HEADER_LEN - 1)).step_by(8) {
+        if area[position..position + 4] != OBJECT_MAGIC {
+            continue;
+        }
+        let Ok(object) = read_valid_object(area, position as u64, context) else { continue };
+        let lsn = object.header.lsn;
+        if lsn <= next_lsn {
+            continue;
+        }
+        later = Some(match later {
+            None => LaterObjects { count: 1, first_lsn: lsn, last_lsn: lsn },
+            Some(seen) => LaterObjects {
+                count: seen.count + 1,
+                first_lsn: seen.first_lsn.min(lsn),
+                last_lsn: seen.last_lsn.max(lsn),
+            },
+        });
+    }
+    later
+}
+
+/// True when an object header of this area (intact: its checksum, volume uuid and position
+/// check) with an lsn at or past `next_lsn` stands anywhere in it, valid object or not: a
+/// leftover of a crashed session that the next appends, reusing its lsns, could revive
+/// (SPEC.md §9.5).
+pub fn headers_at_or_past(area: &[u8], context: &AreaContext, next_lsn: u64) -> bool {
+    (0..area.len().saturating_sub(HEADER_LEN - 1)).step_by(8).any(|position| {
+        let Some(bytes) = header_at(area, position as u64) else { return false };
+        let found = ObjectHeader::parse_tolerant(bytes);
+        let header = found.header;
+        found.magic_ok
+            && found.crc_ok
+            && header.volume_uuid == context.volume_uuid
+            && header.log_offset == position as u64
+            && header.lsn >= next_lsn
+    })
+}
