@@ -12,15 +12,13 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
+use lds_check::{check, CheckOptions};
 use lds_cli::dump::{run_on, DumpOptions, DumpWhat};
-use lds_engine::fsck::{check, CheckOptions};
-use lds_engine::inspect::{read_labels, MemoryImage};
 use lds_engine::{Db, WriteOptions};
-use lds_format::image::area_context;
-use lds_format::label::{Label, LogKind};
-use lds_format::recovery::{recover_backup_log, recover_version_log};
+use lds_format::label::Label;
 use lds_sim::device::SimDevice;
 use lds_sim::workload::options;
+use lds_volume::volume::{read_labels, MemoryImage};
 
 use crate::fixup;
 
@@ -66,26 +64,16 @@ fn recover(image: &[u8]) -> Option<(Label, bool)> {
     }
     let mut resumable = true;
     for instance in 0..geometry.instance_count {
-        let area = |kind: LogKind| {
-            let (offset, len) = geometry.log_area(kind, instance);
-            &image[offset as usize..(offset + len) as usize]
-        };
-        let context = area_context(&geometry, LogKind::Version, instance);
-        let Ok(state) = recover_version_log(area(LogKind::Version), &context) else {
+        let Ok((_, recovery)) = lds_volume::inspect::recover(&MemoryImage(image), &geometry, instance) else {
             resumable = false;
             continue;
         };
-        resumable &= state.unfinished_compactions.is_empty();
-        let version = &state.version;
-        let backup = recover_backup_log(
-            area(LogKind::Backup),
-            &area_context(&geometry, LogKind::Backup, instance),
-            version.ofs_backup_start,
-            version.lsn_backup_start,
-            version.last_sequence,
-            state.sn,
-        );
-        resumable &= backup.is_ok();
+        let Ok(recovery) = recovery else {
+            resumable = false;
+            continue;
+        };
+        resumable &= recovery.version_log.unfinished_compactions.is_empty();
+        resumable &= recovery.backup_state().is_some();
     }
     Some((label, resumable))
 }
@@ -115,7 +103,14 @@ fn check_image(image: &[u8]) {
 fn dump_everything(image: &[u8], instance_count: u32, clean: bool) {
     let device = MemoryImage(image);
     let dump = |what: DumpWhat, instance: u32, json: bool| {
-        let options = DumpOptions { path: "fuzzed image".into(), what, instance, json, entries: true };
+        let options = DumpOptions {
+            path: "fuzzed image".into(),
+            what,
+            instance,
+            json,
+            entries: true,
+            wait: std::time::Duration::ZERO,
+        };
         let mut err = Vec::new();
         let code = run_on(&device, &options, &mut std::io::sink(), &mut err);
         assert!(
@@ -138,16 +133,10 @@ fn dump_everything(image: &[u8], instance_count: u32, clean: bool) {
     // The chunks the live version of instance 0 references.
     if let Ok(labels) = read_labels(&device) {
         if let Ok((_, label)) = labels.choose() {
-            let geometry = label.geometry;
-            let (offset, len) = geometry.log_area(LogKind::Version, 0);
-            let end = offset.checked_add(len).filter(|&end| end <= image.len() as u64);
-            if let Some(end) = end {
-                let context = area_context(&geometry, LogKind::Version, 0);
-                if let Ok(state) = recover_version_log(&image[offset as usize..end as usize], &context) {
-                    for &chunk_id in state.version.chunks.keys().take(DUMPED_CHUNKS_MAX) {
-                        dump(DumpWhat::Chunk(chunk_id), 0, false);
-                        dump(DumpWhat::Chunk(chunk_id), 0, true);
-                    }
+            if let Ok((_, Ok(recovery))) = lds_volume::inspect::recover(&device, &label.geometry, 0) {
+                for &chunk_id in recovery.version_log.version.chunks.keys().take(DUMPED_CHUNKS_MAX) {
+                    dump(DumpWhat::Chunk(chunk_id), 0, false);
+                    dump(DumpWhat::Chunk(chunk_id), 0, true);
                 }
             }
         }

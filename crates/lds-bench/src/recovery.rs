@@ -5,12 +5,12 @@
 use std::path::Path;
 use std::time::Instant;
 
-use lds_engine::device::{BlockDevice, Device, OpenMode};
 use lds_engine::{Db, Options};
 use lds_format::batch::EntryKind;
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
 use lds_format::version::{DeletedChunk, DeltaVersion};
+use lds_volume::device::{BlockDevice, Device, OpenMode};
 
 /// What recovery of the full log measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -103,7 +103,7 @@ pub fn measure(path: &Path) -> Result<RecoveryResult, String> {
     }
     {
         let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
-        if device.kind() == lds_engine::device::DeviceKind::ImageFile {
+        if device.kind() == lds_volume::device::DeviceKind::ImageFile {
             device.allocate(image.bytes.len() as u64).map_err(|error| error.to_string())?;
         }
         for (index, piece) in image.bytes.chunks(16 << 20).enumerate() {

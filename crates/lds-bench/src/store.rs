@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use lds_engine::device::{BlockDevice, Device, DeviceError, OpenMode};
 use lds_engine::{Db, Options, WriteOptions};
+use lds_volume::device::{BlockDevice, Device, DeviceError, OpenMode};
 
 /// The settings every engine gets the same way (SPEC-independent; the paper's defaults).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -96,6 +96,10 @@ impl CountingDevice {
 }
 
 impl BlockDevice for CountingDevice {
+    fn name(&self) -> &std::path::Path {
+        BlockDevice::name(&self.inner)
+    }
+
     fn len(&self) -> u64 {
         BlockDevice::len(&self.inner)
     }

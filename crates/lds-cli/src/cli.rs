@@ -72,7 +72,7 @@ pub enum Command {
     /// Example: lds bench --size 4GiB --benchmarks fillrandom,readrandom bench.img
     #[command(verbatim_doc_comment)]
     Bench(BenchOptions),
-    /// Print a volume's structures. Never writes.
+    /// Print a volume's structures. Never writes; any number of readers run at once.
     ///
     /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree.
     /// JSON output follows the schema lds-dump/1 (docs/dump-json.md).
@@ -98,6 +98,10 @@ pub enum Command {
         /// Print JSON (schema lds-dump/1).
         #[arg(long)]
         json: bool,
+        /// While a writer holds the volume, wait for it up to this many seconds (60 when
+        /// given without a value) instead of failing at once.
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
+        wait: Option<u64>,
     },
     /// Set a key. Example: lds put volume.img user:1 alice --sync
     Put {
@@ -115,7 +119,8 @@ pub enum Command {
     /// Print values; exit 1 when any key is absent.
     ///
     /// One key prints its value; several keys (or --stdin, one key per line) print
-    /// key TAB value per line.
+    /// key TAB value per line. Opens the volume read-only (any number of readers at once;
+    /// the backup log is replayed in memory, nothing is written).
     /// Example: lds get volume.img user:1
     Get {
         /// The volume.
@@ -163,15 +168,16 @@ pub enum Command {
     },
     /// Load key/value lines from standard input in batches of 1000.
     ///
-    /// NDJSON lines {"key": "..", "value": ".."} (or key_hex/value_hex), or key TAB value.
-    /// Example: lds load volume.img --format tsv < pairs.tsv
+    /// NDJSON lines {"key": "..", "value": ".."} (or key_hex/value_hex), or key TAB value;
+    /// without --format the first non-blank line decides (NDJSON when it starts with '{').
+    /// Example: lds load volume.img < pairs.tsv
     Load {
         /// The volume.
         #[command(flatten)]
         target: Target,
-        /// Input format.
-        #[arg(long, value_enum, default_value = "ndjson")]
-        format: LoadFormat,
+        /// Input format (default: detected from the first non-blank line).
+        #[arg(long, value_enum)]
+        format: Option<LoadFormat>,
         /// Make every batch durable before the next.
         #[arg(long)]
         sync: bool,
@@ -210,7 +216,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
         }
         Command::Recover { target, json } => crate::kv::recover(&target, json, out, err),
-        Command::Dump { path, what, id, instance, entries, json } => {
+        Command::Dump { path, what, id, instance, entries, json, wait } => {
             let what = match (what.as_str(), id) {
                 ("label", None) => DumpWhat::Label,
                 ("volume", None) => DumpWhat::Volume,
@@ -232,7 +238,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                     return 16;
                 }
             };
-            crate::dump::run(&DumpOptions { path, what, instance, json, entries }, out, err)
+            let wait = std::time::Duration::from_secs(wait.unwrap_or(0));
+            crate::dump::run(&DumpOptions { path, what, instance, json, entries, wait }, out, err)
         }
     }
 }

@@ -1,22 +1,18 @@
 //! `lds dump`: print any structure of a volume, human-readable or as JSON (schema
 //! `lds-dump/1`, docs/dump-json.md). Dump opens the volume read-only and never writes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use lds_engine::device::DeviceError;
-use lds_engine::inspect::{read_labels, InspectError, Inspector, ReadAt};
-use lds_format::chunk::{unpack_seq_kind, Footer, SubChunkView, FOOTER_LEN};
+use lds_format::chunk::unpack_seq_kind;
 use lds_format::error::hex;
-use lds_format::image::area_context;
+use lds_format::instance::{BackupRecovery, InstanceRecovery};
 use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind};
-use lds_format::log::{AreaContext, ObjectHeader, ObjectType, HEADER_LEN};
-use lds_format::recovery::{
-    online_map, physical_walk, read_valid_object, recover_backup_log, recover_version_log, BackupLogState,
-    VersionLogState,
-};
-use lds_format::version::ChunkMeta;
+use lds_format::recovery::VersionLogError;
+use lds_volume::inspect::{self, Liveness, WalkedObject};
+use lds_volume::volume::{choose_label, ReadAt};
 use serde_json::{json, Map, Value};
 
 use crate::json;
@@ -53,20 +49,32 @@ pub struct DumpOptions {
     pub json: bool,
     /// Include entries (chunk dump).
     pub entries: bool,
+    /// How long to wait for a writer to release the volume.
+    pub wait: Duration,
 }
 
-/// Runs dump; returns the exit code (0 success, 1 the volume cannot be read as asked).
+/// Runs dump; returns the exit code (0 success, 1 the volume cannot be read as asked). The
+/// volume is opened read-only under a shared lock (any number of readers at once).
 pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = Inspector::open(&options.path)
-        .map_err(|error| error.to_string())
-        .and_then(|inspector| dump(&Volume::of_inspector(&inspector), options, out));
+    let result =
+        lds_volume::Volume::open(&options.path, options.wait).map_err(|error| error.to_string()).and_then(|volume| {
+            let view = View {
+                device: &volume.device,
+                labels: volume.labels.clone(),
+                label: volume.label.clone(),
+                choice: volume.choice,
+            };
+            dump(&view, options, out)
+        });
     exit_code(result, err)
 }
 
 /// Runs dump on a volume read through `device` (an image in memory, for the fuzzers) instead
 /// of `options.path`, which only names it in messages; returns the exit code as `run` does.
 pub fn run_on(device: &dyn ReadAt, options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = Volume::open(device, &device_name(options)).and_then(|volume| dump(&volume, options, out));
+    let result = choose_label(device, &device_name(options))
+        .map_err(|error| error.to_string())
+        .and_then(|(labels, choice, label)| dump(&View { device, labels, label, choice }, options, out));
     exit_code(result, err)
 }
 
@@ -81,69 +89,16 @@ fn exit_code(result: Result<(), String>, err: &mut dyn Write) -> i32 {
 }
 
 /// A volume opened for dumping: its device, both label copies and the chosen label.
-struct Volume<'a> {
+struct View<'a> {
     device: &'a dyn ReadAt,
     labels: LabelPair,
     label: Label,
     choice: LabelChoice,
 }
 
-impl<'a> Volume<'a> {
-    fn of_inspector(inspector: &'a Inspector) -> Self {
-        Self {
-            device: &inspector.device,
-            labels: inspector.labels.clone(),
-            label: inspector.label.clone(),
-            choice: inspector.choice,
-        }
-    }
-
-    /// Chooses the label as `Inspector::open` does, with the same messages.
-    fn open(device: &'a dyn ReadAt, name: &str) -> Result<Self, String> {
-        let labels = read_labels(device).map_err(|error| error.to_string())?;
-        let (choice, label) = labels.choose().map_err(|choice| {
-            InspectError::Label {
-                path: name.to_string(),
-                choice,
-                primary: labels.primary.as_ref().err().cloned().map(Box::new),
-                backup: labels.backup.as_ref().err().cloned().map(Box::new),
-            }
-            .to_string()
-        })?;
-        let label = label.clone();
-        if label.geometry.volume_len > device.len() {
-            let truncated = InspectError::Truncated {
-                path: name.to_string(),
-                volume_len: label.geometry.volume_len,
-                device_len: device.len(),
-            };
-            return Err(truncated.to_string());
-        }
-        Ok(Self { device, labels, label, choice })
-    }
-
+impl View<'_> {
     fn geometry(&self) -> &Geometry {
         &self.label.geometry
-    }
-
-    fn area_context(&self, kind: LogKind, instance: u32) -> AreaContext {
-        area_context(&self.label.geometry, kind, instance)
-    }
-
-    fn read_area(&self, kind: LogKind, instance: u32) -> Result<Vec<u8>, DeviceError> {
-        let (offset, len) = self.label.geometry.log_area(kind, instance);
-        self.device.read_vec(offset, len)
-    }
-
-    fn read_footer(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
-        let geometry = &self.label.geometry;
-        let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
-        self.device.read_vec(offset, FOOTER_LEN as u64)
-    }
-
-    fn read_slot(&self, slot: u64) -> Result<Vec<u8>, DeviceError> {
-        let geometry = &self.label.geometry;
-        self.device.read_vec(geometry.slot_offset(slot), geometry.slot_size)
     }
 }
 
@@ -156,7 +111,7 @@ fn emit(out: &mut dyn Write, value: Value) -> Result<(), String> {
     writeln!(out, "{text}").map_err(|error| error.to_string())
 }
 
-fn dump(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+fn dump(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let instance_count = volume.geometry().instance_count;
     if options.instance >= instance_count {
         return Err(format!(
@@ -180,7 +135,7 @@ fn io(error: std::io::Error) -> String {
     error.to_string()
 }
 
-fn dump_label(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+fn dump_label(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let chosen = match volume.choice {
         LabelChoice::Both => "both",
         LabelChoice::Primary => "primary",
@@ -221,191 +176,41 @@ fn dump_label(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -
     crate::mkfs::print_layout(out, &label.geometry).map_err(io)
 }
 
-/// The JSON and liveness of every object a physical walk finds.
-struct WalkedObject {
-    offset: u64,
-    header: ObjectHeader,
-    payload: Value,
-    valid: Result<(), String>,
-}
-
-fn walk(area: &[u8], start: u64, volume: &Volume<'_>, kind: LogKind, instance: u32) -> Vec<WalkedObject> {
-    let context = volume.area_context(kind, instance);
-    physical_walk(area, start, u64::from(context.sector_size))
-        .into_iter()
-        .map(|(offset, header)| {
-            let at = offset as usize + HEADER_LEN;
-            let bytes = &area[at..at + header.len_payload as usize];
-            let device_offset = context.ofs_area + offset + HEADER_LEN as u64;
-            let payload = json::payload(header.object_type_code, bytes, device_offset).unwrap_or(Value::Null);
-            let valid = read_valid_object(area, offset, &context).map(|_| ()).map_err(|error| error.to_string());
-            WalkedObject { offset, header, payload, valid }
-        })
-        .collect()
-}
-
-fn right_start(area: &[u8], left: &[WalkedObject]) -> Option<u64> {
-    let first = left.first()?;
-    if first.header.object_type_code != ObjectType::WrapLeft.code() || first.offset != 0 {
-        return None;
-    }
-    // SPEC.md §15: `ofs_first_live` is read raw, whether or not the rest of the payload
-    // decodes.
-    if first.header.len_payload < 16 {
-        return None;
-    }
-    let raw: [u8; 8] = area.get(HEADER_LEN..HEADER_LEN + 8)?.try_into().ok()?;
-    Some(u64::from_le_bytes(raw)).filter(|&start| start < area.len() as u64)
-}
-
-/// The version-log liveness of each offset: live objects, and superseded ones in the chain.
-fn version_liveness(state: &Result<VersionLogState, String>) -> (BTreeSet<u64>, BTreeMap<u64, u64>) {
-    let mut live = BTreeSet::new();
-    let mut superseded = BTreeMap::new();
-    if let Ok(state) = state {
-        let base_offset = state.base_offset;
-        for (index, object) in state.sequence.iter().enumerate() {
-            if index >= state.base_index {
-                live.insert(object.offset);
-            } else {
-                superseded.insert(object.offset, base_offset);
-            }
-        }
-    }
-    (live, superseded)
-}
-
-fn object_json(object: &WalkedObject, status: Value) -> Value {
+fn object_json(object: &WalkedObject, kind: LogKind) -> Value {
     let mut map = json::object_header(&object.header);
     map.insert("log_offset".into(), json!(object.offset));
-    map.insert("payload".into(), object.payload.clone());
-    map.insert("status".into(), status);
+    let payload =
+        json::payload(object.header.object_type_code, &object.payload, object.payload_offset).unwrap_or(Value::Null);
+    map.insert("payload".into(), payload);
+    let valid = !matches!(object.liveness, Liveness::Invalid(_));
+    let live = object.liveness == Liveness::Live;
+    let reason = object.liveness.reason(kind, object.header.lsn);
+    map.insert("status".into(), json!({"valid": valid, "live": live, "reason": reason}));
     Value::Object(map)
 }
 
-fn version_status(
-    object: &WalkedObject,
-    live: &BTreeSet<u64>,
-    superseded: &BTreeMap<u64, u64>,
-    right_obsolete: bool,
-) -> Value {
-    if let Err(reason) = &object.valid {
-        return json!({"valid": false, "live": false, "reason": reason});
-    }
-    if live.contains(&object.offset) {
-        return json!({"valid": true, "live": true, "reason": "live"});
-    }
-    let reason = if let Some(base) = superseded.get(&object.offset) {
-        format!("before the live base version (at offset {base})")
-    } else if right_obsolete {
-        "right portion obsolete: the left portion has a base version".to_string()
-    } else {
-        format!("not in the recovered chain: stale (lsn {}) from an earlier lap or past the head", object.header.lsn)
-    };
-    json!({"valid": true, "live": false, "reason": reason})
+/// Both walks of one log area of an instance, as JSON: `(left, right)`.
+fn walk_json(walk: &inspect::LogWalk, kind: LogKind) -> (Vec<Value>, Vec<Value>) {
+    let json = |objects: &[WalkedObject]| objects.iter().map(|object| object_json(object, kind)).collect();
+    (json(&walk.left), json(&walk.right))
 }
 
-fn backup_status(object: &WalkedObject, live: &BTreeSet<u64>) -> Value {
-    if let Err(reason) = &object.valid {
-        return json!({"valid": false, "live": false, "reason": reason});
-    }
-    if live.contains(&object.offset) {
-        return json!({"valid": true, "live": true, "reason": "live"});
-    }
-    json!({"valid": true, "live": false, "reason": format!("not after the backup start point, or past the head (lsn {})", object.header.lsn)})
+fn recover(
+    volume: &View<'_>,
+    instance: u32,
+) -> Result<(inspect::InstanceAreas, Result<InstanceRecovery, VersionLogError>), String> {
+    inspect::recover(volume.device, volume.geometry(), instance).map_err(|error| error.to_string())
 }
 
-struct InstanceLogs {
-    version_area: Vec<u8>,
-    backup_area: Vec<u8>,
-    version: Result<VersionLogState, String>,
-    backup: Option<Result<BackupLogState, String>>,
-}
-
-fn recover_instance(volume: &Volume<'_>, instance: u32) -> Result<InstanceLogs, String> {
-    let version_area = volume.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
-    let backup_area = volume.read_area(LogKind::Backup, instance).map_err(|error| error.to_string())?;
-    let context = volume.area_context(LogKind::Version, instance);
-    let version = recover_version_log(&version_area, &context).map_err(|error| error.to_string());
-    let backup = version.as_ref().ok().map(|state| {
-        let context = volume.area_context(LogKind::Backup, instance);
-        recover_backup_log(
-            &backup_area,
-            &context,
-            state.version.ofs_backup_start,
-            state.version.lsn_backup_start,
-            state.version.last_sequence,
-            state.sn,
-        )
-        .map_err(|error| error.to_string())
-    });
-    Ok(InstanceLogs { version_area, backup_area, version, backup })
-}
-
-fn backup_live(logs: &InstanceLogs) -> BTreeSet<u64> {
-    match &logs.backup {
-        Some(Ok(state)) => state.objects.iter().map(|object| object.offset).collect(),
-        _ => BTreeSet::new(),
-    }
-}
-
-fn version_walks(volume: &Volume<'_>, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
-    let (live, superseded) = version_liveness(&logs.version);
-    let left = walk(&logs.version_area, 0, volume, LogKind::Version, instance);
-    let right = right_start(&logs.version_area, &left)
-        .map_or_else(Vec::new, |start| walk(&logs.version_area, start, volume, LogKind::Version, instance));
-    let left_has_base = left
-        .iter()
-        .any(|object| object.header.object_type_code == ObjectType::BaseVersion.code() && object.valid.is_ok());
-    let left_json =
-        left.iter().map(|object| object_json(object, version_status(object, &live, &superseded, false))).collect();
-    let right_json = right
-        .iter()
-        .map(|object| object_json(object, version_status(object, &live, &superseded, left_has_base)))
-        .collect();
-    (left_json, right_json)
-}
-
-fn backup_walks(volume: &Volume<'_>, logs: &InstanceLogs, instance: u32) -> (Vec<Value>, Vec<Value>) {
-    let live = backup_live(logs);
-    let left = walk(&logs.backup_area, 0, volume, LogKind::Backup, instance);
-    let right = right_start(&logs.backup_area, &left)
-        .map_or_else(Vec::new, |start| walk(&logs.backup_area, start, volume, LogKind::Backup, instance));
-    let left_json = left.iter().map(|object| object_json(object, backup_status(object, &live))).collect();
-    let right_json = right.iter().map(|object| object_json(object, backup_status(object, &live))).collect();
-    (left_json, right_json)
-}
-
-/// The left walk, then the objects of the right walk not already listed (both walks can reach
-/// the same objects when the right portion runs into stale bytes).
-fn merge_walks(left: Vec<Value>, right: Vec<Value>) -> Vec<Value> {
-    let mut seen: BTreeSet<u64> =
-        left.iter().filter_map(|object| object.get("log_offset").and_then(Value::as_u64)).collect();
-    let mut merged = left;
-    for object in right {
-        if object.get("log_offset").and_then(Value::as_u64).is_some_and(|offset| seen.insert(offset)) {
-            merged.push(object);
-        }
-    }
-    merged
-}
-
-fn footer_of(volume: &Volume<'_>, slot: u64) -> Result<Option<Footer>, String> {
-    let bytes = volume.read_footer(slot).map_err(|error| error.to_string())?;
-    if !Footer::has_magic(&bytes) {
-        return Ok(None);
-    }
-    let offset = volume.geometry().slot_offset(slot) + volume.geometry().slot_size - bytes.len() as u64;
-    Ok(Footer::parse_raw(&bytes, offset).ok())
-}
-
-fn dump_volume(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
     let mut instances = Vec::new();
     for instance in 0..geometry.instance_count {
-        let logs = recover_instance(volume, instance)?;
-        let (version_left, version_right) = version_walks(volume, &logs, instance);
-        let (backup_left, backup_right) = backup_walks(volume, &logs, instance);
+        let (areas, recovery) = recover(volume, instance)?;
+        let version = inspect::walk_log(&areas.version, &geometry, LogKind::Version, instance, &recovery);
+        let backup = inspect::walk_log(&areas.backup, &geometry, LogKind::Backup, instance, &recovery);
+        let (version_left, version_right) = walk_json(&version, LogKind::Version);
+        let (backup_left, backup_right) = walk_json(&backup, LogKind::Backup);
         instances.push(json!({
             "instance": instance,
             "version_log": {"left": version_left, "right": version_right},
@@ -414,7 +219,7 @@ fn dump_volume(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) 
     }
     let mut slots = Vec::new();
     for slot in 0..geometry.num_slots {
-        let footer = footer_of(volume, slot)?;
+        let footer = inspect::slot_footer(volume.device, &geometry, slot).map_err(|error| error.to_string())?;
         slots.push(json!({"slot": slot, "footer": footer.as_ref().map_or(Value::Null, json::footer)}));
     }
     let mut document = json::document("volume", &device_name(options));
@@ -499,14 +304,19 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
     }
 }
 
-fn dump_version_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let logs = recover_instance(volume, options.instance)?;
-    let (left, right) = version_walks(volume, &logs, options.instance);
-    let objects = merge_walks(left, right);
+fn merged_json(walk: &inspect::LogWalk, kind: LogKind) -> Vec<Value> {
+    walk.merged().into_iter().map(|object| object_json(object, kind)).collect()
+}
+
+fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let (areas, recovery) = recover(volume, options.instance)?;
+    let walk = inspect::walk_log(&areas.version, volume.geometry(), LogKind::Version, options.instance, &recovery);
+    let objects = merged_json(&walk, LogKind::Version);
     let mut document = json::document("version-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
-    match &logs.version {
-        Ok(state) => {
+    match &recovery {
+        Ok(recovery) => {
+            let state = &recovery.version_log;
             document.insert("head".into(), json!(state.head.offset));
             document.insert("next_lsn".into(), json!(state.head.next_lsn));
             document.insert("sn".into(), json!(state.sn));
@@ -514,7 +324,7 @@ fn dump_version_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Wr
             document.insert("recovery".into(), json!("ok"));
         }
         Err(error) => {
-            document.insert("recovery".into(), json!(error));
+            document.insert("recovery".into(), json!(error.to_string()));
         }
     }
     document.insert("objects".into(), Value::Array(objects.clone()));
@@ -524,45 +334,51 @@ fn dump_version_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Wr
     let title =
         format!("version log of instance {} ({} objects by the physical walk)", options.instance, objects.len());
     print_objects(out, &title, &objects)?;
-    match &logs.version {
-        Ok(state) => writeln!(
-            out,
-            "recovery: live base version at offset {} (sn {}), {} live objects, head at {} (next lsn {})",
-            state.base_offset,
-            state.sn,
-            state.sequence.len() - state.base_index,
-            state.head.offset,
-            state.head.next_lsn
-        )
-        .map_err(io),
+    match &recovery {
+        Ok(recovery) => {
+            let state = &recovery.version_log;
+            writeln!(
+                out,
+                "recovery: live base version at offset {} (sn {}), {} live objects, head at {} (next lsn {})",
+                state.base_offset,
+                state.sn,
+                state.sequence.len() - state.base_index,
+                state.head.offset,
+                state.head.next_lsn
+            )
+            .map_err(io)
+        }
         Err(error) => writeln!(out, "recovery fails: {error}").map_err(io),
     }
 }
 
-fn dump_backup_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let logs = recover_instance(volume, options.instance)?;
-    let (left, right) = backup_walks(volume, &logs, options.instance);
-    let objects = merge_walks(left, right);
+fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let (areas, recovery) = recover(volume, options.instance)?;
+    let walk = inspect::walk_log(&areas.backup, volume.geometry(), LogKind::Backup, options.instance, &recovery);
+    let objects = merged_json(&walk, LogKind::Backup);
     let mut document = json::document("backup-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
-    if let Ok(version) = &logs.version {
-        document.insert("ofs_backup_start".into(), json!(version.version.ofs_backup_start));
-        document.insert("lsn_backup_start".into(), json!(version.version.lsn_backup_start));
-    }
-    match &logs.backup {
-        Some(Ok(state)) => {
-            document.insert("head".into(), json!(state.head.offset));
-            document.insert("next_lsn".into(), json!(state.head.next_lsn));
-            document.insert("start_found".into(), json!(state.start_found));
-            document.insert("replayed_batches".into(), json!(state.batches.len()));
-            document.insert("recovery".into(), json!("ok"));
+    let failure = match &recovery {
+        Ok(recovery) => {
+            let version = &recovery.version_log.version;
+            document.insert("ofs_backup_start".into(), json!(version.ofs_backup_start));
+            document.insert("lsn_backup_start".into(), json!(version.lsn_backup_start));
+            match &recovery.backup {
+                BackupRecovery::Recovered { state, .. } => {
+                    document.insert("head".into(), json!(state.head.offset));
+                    document.insert("next_lsn".into(), json!(state.head.next_lsn));
+                    document.insert("start_found".into(), json!(state.start_found));
+                    document.insert("replayed_batches".into(), json!(state.batches.len()));
+                    document.insert("recovery".into(), json!("ok"));
+                    None
+                }
+                _ => recovery.damage().map(|damage| damage.to_string()),
+            }
         }
-        Some(Err(error)) => {
-            document.insert("recovery".into(), json!(error));
-        }
-        None => {
-            document.insert("recovery".into(), json!("the version log cannot be recovered"));
-        }
+        Err(_) => Some("the version log cannot be recovered".to_string()),
+    };
+    if let Some(failure) = &failure {
+        document.insert("recovery".into(), json!(failure));
     }
     document.insert("objects".into(), Value::Array(objects.clone()));
     if options.json {
@@ -570,8 +386,8 @@ fn dump_backup_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Wri
     }
     let title = format!("backup log of instance {} ({} objects by the physical walk)", options.instance, objects.len());
     print_objects(out, &title, &objects)?;
-    match &logs.backup {
-        Some(Ok(state)) if state.start_found => writeln!(
+    match (recovery.as_ref().ok().and_then(InstanceRecovery::backup_state), failure) {
+        (Some(state), _) if state.start_found => writeln!(
             out,
             "recovery: {} batches to replay, head at {} (next lsn {})",
             state.batches.len(),
@@ -579,57 +395,27 @@ fn dump_backup_log(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Wri
             state.head.next_lsn
         )
         .map_err(io),
-        Some(Ok(state)) => writeln!(
+        (Some(state), _) => writeln!(
             out,
             "recovery: the reset object at {} (lsn {}) was never written: nothing to replay",
             state.head.offset, state.head.next_lsn
         )
         .map_err(io),
-        Some(Err(error)) => writeln!(out, "recovery fails: {error}").map_err(io),
-        None => writeln!(out, "recovery: the version log cannot be recovered").map_err(io),
+        (None, Some(failure)) => writeln!(out, "recovery fails: {failure}").map_err(io),
+        (None, None) => writeln!(out, "recovery fails").map_err(io),
     }
 }
 
-fn all_versions(volume: &Volume<'_>) -> Result<Vec<(u32, VersionLogState)>, String> {
-    let geometry = volume.geometry();
-    let mut states = Vec::new();
-    for instance in 0..geometry.instance_count {
-        let area = volume.read_area(LogKind::Version, instance).map_err(|error| error.to_string())?;
-        let context = volume.area_context(LogKind::Version, instance);
-        match recover_version_log(&area, &context) {
-            Ok(state) => states.push((instance, state)),
-            Err(error) => return Err(format!("instance {instance}: {error}")),
-        }
-    }
-    Ok(states)
-}
-
-fn dump_slots(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
-    let states = all_versions(volume)?;
-    let map = online_map(
-        geometry.num_slots,
-        states.iter().map(|(instance, state)| (*instance, &state.version, &state.unfinished_compactions)),
-    )
-    .map_err(|conflict| {
-        format!(
-            "slot {} is referenced by instances {} and {}",
-            conflict.slot, conflict.instances.0, conflict.instances.1
-        )
-    })?;
+    let states = inspect::slots(volume.device, &geometry).map_err(|error| error.to_string())?;
     let mut slots = Vec::new();
     let mut counts = BTreeMap::new();
-    for slot in 0..geometry.num_slots {
-        let footer = footer_of(volume, slot)?;
-        let state = match (map[slot as usize], &footer) {
-            (true, _) => "live",
-            (false, Some(_)) => "stale",
-            (false, None) => "free",
-        };
-        *counts.entry(state).or_insert(0u64) += 1;
+    for (slot, (state, footer)) in states.into_iter().enumerate() {
+        *counts.entry(state.name()).or_insert(0u64) += 1;
         let mut entry = Map::new();
         entry.insert("slot".into(), json!(slot));
-        entry.insert("state".into(), json!(state));
+        entry.insert("state".into(), json!(state.name()));
         if let Some(footer) = footer {
             entry.insert("chunk_id".into(), json!(footer.chunk_id));
             entry.insert("instance".into(), json!(footer.instance));
@@ -668,36 +454,21 @@ fn dump_slots(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -
     Ok(())
 }
 
-fn find_meta(states: &[(u32, VersionLogState)], chunk_id: u64) -> Option<(u32, ChunkMeta)> {
-    states
-        .iter()
-        .find_map(|(instance, state)| state.version.chunks.get(&chunk_id).map(|meta| (*instance, meta.clone())))
-}
-
-fn dump_chunk(volume: &Volume<'_>, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
+fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
-    if chunk_id >= geometry.num_slots {
-        return Err(format!(
-            "{}: chunk {chunk_id} is beyond the slot area ({} slots)",
-            device_name(options),
-            geometry.num_slots
-        ));
-    }
-    let states = all_versions(volume).unwrap_or_default();
-    let meta = find_meta(&states, chunk_id);
-    let slots: Vec<u64> = meta.as_ref().map_or_else(|| vec![chunk_id], |(_, meta)| meta.slots().collect());
+    let chunk = inspect::chunk(volume.device, &geometry, chunk_id, options.entries)
+        .map_err(|error| format!("{}: {error}", device_name(options)))?;
+    let meta = chunk.meta;
     let mut sub_chunks = Vec::new();
     let mut text = Vec::new();
-    for slot in slots {
-        let image = volume.read_slot(slot).map_err(|error| error.to_string())?;
-        let offset = geometry.slot_offset(slot);
-        let view = SubChunkView::open(&image, offset)
-            .map_err(|error| format!("{}: slot {slot}: {error}", device_name(options)))?;
-        let digest = match view.verify_digest(offset) {
+    for sub_chunk in chunk.sub_chunks {
+        let slot = sub_chunk.slot;
+        let footer = &sub_chunk.footer;
+        let digest = match &sub_chunk.digest {
             Ok(()) => "ok".to_string(),
             Err(error) => error.to_string(),
         };
-        let index: Vec<Value> = view
+        let index: Vec<Value> = sub_chunk
             .index
             .iter()
             .map(|entry| {
@@ -707,34 +478,35 @@ fn dump_chunk(volume: &Volume<'_>, options: &DumpOptions, chunk_id: u64, out: &m
             .collect();
         let mut sub = Map::new();
         sub.insert("slot".into(), json!(slot));
-        sub.insert("footer".into(), json::footer(&view.footer));
+        sub.insert("footer".into(), json::footer(footer));
         sub.insert("index".into(), Value::Array(index));
-        sub.insert("filter".into(), json!({"num_probes": view.filter.num_probes, "num_bits": view.filter.num_bits()}));
+        sub.insert(
+            "filter".into(),
+            json!({"num_probes": sub_chunk.filter.num_probes, "num_bits": sub_chunk.filter.num_bits()}),
+        );
         sub.insert("status".into(), json!({"digest": digest}));
         text.push(format!(
             "slot {slot}: sub-chunk {} of {}, level {}, {} entries in {} blocks, sequences {}..{}, body {} bytes, tail {} bytes, digest {digest}",
-            view.footer.sub_chunk_index,
-            view.footer.num_sub_chunks,
-            view.footer.level,
-            view.footer.num_entries,
-            view.footer.num_blocks,
-            view.footer.smallest_seq,
-            view.footer.largest_seq,
-            view.footer.len_body,
-            geometry.slot_size - u64::from(view.footer.ofs_index)
+            footer.sub_chunk_index,
+            footer.num_sub_chunks,
+            footer.level,
+            footer.num_entries,
+            footer.num_blocks,
+            footer.smallest_seq,
+            footer.largest_seq,
+            footer.len_body,
+            geometry.slot_size - u64::from(footer.ofs_index)
         ));
-        if options.entries {
-            let entries =
-                view.entries(offset).map_err(|error| format!("{}: slot {slot}: {error}", device_name(options)))?;
+        if let Some(entries) = &sub_chunk.entries {
             let mut listed = Vec::new();
             for entry in entries {
-                listed.push(json!({"key": hex(entry.key), "seq": entry.sequence, "kind": entry.kind.name(), "value": hex(entry.value)}));
+                listed.push(json!({"key": hex(&entry.key), "seq": entry.sequence, "kind": entry.kind.name(), "value": hex(&entry.value)}));
                 text.push(format!(
                     "  {} @{} {} {}",
-                    printable(entry.key),
+                    printable(&entry.key),
                     entry.sequence,
                     entry.kind.name(),
-                    printable(entry.value)
+                    printable(&entry.value)
                 ));
             }
             sub.insert("entries".into(), Value::Array(listed));
@@ -777,11 +549,11 @@ fn printable(bytes: &[u8]) -> String {
     }
 }
 
-fn dump_tree(volume: &Volume<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
-    let area = volume.read_area(LogKind::Version, options.instance).map_err(|error| error.to_string())?;
-    let context = volume.area_context(LogKind::Version, options.instance);
-    let state = recover_version_log(&area, &context)
-        .map_err(|error| format!("{}: instance {}: {error}", device_name(options), options.instance))?;
+fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let (_, recovery) = recover(volume, options.instance)?;
+    let recovery =
+        recovery.map_err(|error| format!("{}: instance {}: {error}", device_name(options), options.instance))?;
+    let state = &recovery.version_log;
     let version = &state.version;
     let levels: Vec<Value> = (0..version.num_levels as u8)
         .map(|level| {

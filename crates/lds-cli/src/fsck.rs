@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use lds_engine::device::{Device, DeviceError, OpenMode};
-use lds_engine::fsck::{check, CheckOptions, Report, Severity};
+use lds_check::{check, CheckOptions, Report, Severity};
+use lds_volume::device::{Device, DeviceError, OpenMode};
 use serde_json::json;
 
 /// Exit code: an operational error (the check could not run).
@@ -33,13 +33,8 @@ pub struct FsckOptions {
 }
 
 /// One line of a problem: `E405 chunk 12 of instance 0 @ 123456: message`.
-pub fn problem_line(problem: &lds_engine::fsck::Problem) -> String {
-    let letter = match problem.code.severity() {
-        Severity::Error => 'E',
-        Severity::Warning => 'W',
-        Severity::Info => 'I',
-    };
-    format!("{letter}{} {} @ {}: {}", problem.code.number(), problem.structure, problem.offset, problem.message)
+pub fn problem_line(problem: &lds_check::Problem) -> String {
+    problem.line()
 }
 
 fn plural(count: usize, noun: &str) -> String {
@@ -85,7 +80,7 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 }
             }
         }
-        Err(DeviceError::Locked { path }) => {
+        Err(DeviceError::Locked { path, .. }) => {
             let _ = writeln!(
                 err,
                 "lds fsck: {}: in use by another process; refusing to check a live volume (use --force-readonly)",

@@ -6,10 +6,11 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use lds_engine::{Db, Options, WriteBatch, WriteOptions};
+use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
 use lds_format::error::hex;
+use lds_volume::DeviceError;
 use serde_json::{json, Map, Value};
 
 /// Exit code: success.
@@ -30,11 +31,50 @@ pub struct Target {
     /// Keys and values are hex strings.
     #[arg(long)]
     pub hex: bool,
+    /// When another process holds the volume (a writer, or for writing commands any reader),
+    /// wait for it up to this many seconds (60 when given without a value) instead of
+    /// failing at once.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
+    pub wait: Option<u64>,
 }
 
-fn open(target: &Target) -> Result<Db, String> {
-    Db::open(&target.path, Options { instance: target.instance, ..Options::default() })
-        .map_err(|error| error.to_string())
+impl Target {
+    fn options(&self) -> Options {
+        Options { instance: self.instance, ..Options::default() }
+    }
+
+    fn wait(&self) -> Duration {
+        Duration::from_secs(self.wait.unwrap_or(0))
+    }
+}
+
+/// An error opening a volume, with the way out when another process holds it.
+fn open_error(error: &Error) -> String {
+    match error {
+        Error::Device(DeviceError::Locked { .. }) => format!("{error}; try again later, or wait for it with --wait"),
+        _ => error.to_string(),
+    }
+}
+
+/// Opens for writing: an exclusive lock, recovery, background work.
+fn open_writer(target: &Target) -> Result<Db, String> {
+    Db::open_waiting(&target.path, target.options(), target.wait())
+        .map(|(db, _)| db)
+        .map_err(|error| open_error(&error))
+}
+
+/// Opens read-only: a shared lock, the backup log replayed into memory, nothing written.
+fn open_reader(target: &Target) -> Result<Db, String> {
+    Db::open_read_only(&target.path, target.options(), target.wait())
+        .map(|(db, _)| db)
+        .map_err(|error| open_error(&error))
+}
+
+/// Ends a writing command: closes the store, which writes out what is buffered, and fails
+/// when any write or flush failed, buffered or not (an exit status must not hide a lost
+/// write).
+fn close(db: Db) -> Result<(), String> {
+    db.close().map_err(|error| error.to_string())
 }
 
 /// Decodes a command-line key or value.
@@ -76,12 +116,25 @@ fn fail(err: &mut dyn Write, command: &str, message: &str) -> i32 {
     EXIT_ERROR
 }
 
+/// Sets `key` to `value` in an open store (`value` None: deletes it) and closes the store;
+/// fails when the write or anything the close writes out fails.
+pub fn put_on(db: Db, key: &[u8], value: Option<&[u8]>, sync: bool) -> Result<(), String> {
+    let options = WriteOptions { sync };
+    let written = match value {
+        Some(value) => db.put(key, value, options),
+        None => db.delete(key, options),
+    };
+    let closed = close(db);
+    written.map_err(|error| error.to_string())?;
+    closed
+}
+
 /// `lds put`.
 pub fn put(target: &Target, key: &str, value: &str, sync: bool, err: &mut dyn Write) -> i32 {
     let result = (|| {
         let key = parse_bytes(key, target.hex)?;
         let value = parse_bytes(value, target.hex)?;
-        open(target)?.put(&key, &value, WriteOptions { sync }).map_err(|error| error.to_string())
+        put_on(open_writer(target)?, &key, Some(&value), sync)
     })();
     result.map_or_else(|message| fail(err, "put", &message), |()| EXIT_OK)
 }
@@ -90,7 +143,7 @@ pub fn put(target: &Target, key: &str, value: &str, sync: bool, err: &mut dyn Wr
 pub fn delete(target: &Target, key: &str, sync: bool, err: &mut dyn Write) -> i32 {
     let result = (|| {
         let key = parse_bytes(key, target.hex)?;
-        open(target)?.delete(&key, WriteOptions { sync }).map_err(|error| error.to_string())
+        put_on(open_writer(target)?, &key, None, sync)
     })();
     result.map_or_else(|message| fail(err, "delete", &message), |()| EXIT_OK)
 }
@@ -104,7 +157,7 @@ pub fn get(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let db = match open(target) {
+    let db = match open_reader(target) {
         Ok(db) => db,
         Err(message) => return fail(err, "get", &message),
     };
@@ -194,7 +247,7 @@ fn scan_bounds(target: &Target, range: &ScanRange) -> Result<(Vec<u8>, Option<Ve
 
 /// `lds scan`: key and value per line (tab-separated), or JSON lines.
 pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let opened = scan_bounds(target, range).and_then(|(start, end)| Ok((open(target)?, start, end)));
+    let opened = scan_bounds(target, range).and_then(|(start, end)| Ok((open_reader(target)?, start, end)));
     let (db, start, end) = match opened {
         Ok(opened) => opened,
         Err(message) => return fail(err, "scan", &message),
@@ -254,24 +307,62 @@ fn parse_line(line: &str, format: LoadFormat, is_hex: bool) -> Result<(Vec<u8>, 
 /// Entries per write batch in `lds load` (fewer when the backup log is small).
 const LOAD_BATCH_ENTRIES: usize = 1000;
 
+/// The format of input whose first non-blank line is `line`: NDJSON when it starts with `{`,
+/// else TSV.
+fn detect_format(line: &str) -> LoadFormat {
+    if line.trim_start().starts_with('{') {
+        LoadFormat::Ndjson
+    } else {
+        LoadFormat::Tsv
+    }
+}
+
 /// `lds load`: reads key/value lines from `input` and writes them in batches; a progress
-/// line on a terminal. Stops at the first bad line, naming it.
+/// line on a terminal. Without `format`, the first non-blank line decides (NDJSON when it
+/// starts with `{`, else TSV). Stops at the first bad line, naming it.
 pub fn load(
     target: &Target,
-    format: LoadFormat,
+    format: Option<LoadFormat>,
     sync: bool,
     input: &mut dyn BufRead,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let db = match open(target) {
+    let db = match open_writer(target) {
         Ok(db) => db,
         Err(message) => return fail(err, "load", &message),
     };
+    let started = Instant::now();
+    match load_into(&db, target.hex, format, sync, input, err) {
+        Ok(loaded) => {
+            if let Err(message) = close(db) {
+                return fail(err, "load", &format!("after {loaded} entries: {message}"));
+            }
+            let _ = writeln!(out, "loaded {loaded} entries in {:.2} s", started.elapsed().as_secs_f64());
+            EXIT_OK
+        }
+        Err(message) => {
+            let _ = db.close();
+            fail(err, "load", &message)
+        }
+    }
+}
+
+/// Loads every line of `input` into an open store and flushes it; returns the entries
+/// loaded.
+pub fn load_into(
+    db: &Db,
+    is_hex: bool,
+    format: Option<LoadFormat>,
+    sync: bool,
+    input: &mut dyn BufRead,
+    err: &mut dyn Write,
+) -> Result<u64, String> {
     // Leave room for one more entry of the largest size the volume takes.
     let batch_len_limit = db.batch_len_max() / 2;
     let progress = std::io::stderr().is_terminal();
     let started = Instant::now();
+    let mut format = format;
     let mut batch = WriteBatch::new();
     let mut loaded = 0u64;
     let mut line = String::new();
@@ -282,23 +373,19 @@ pub fn load(
         match input.read_line(&mut line) {
             Ok(0) => break,
             Ok(_) => {}
-            Err(error) => return fail(err, "load", &format!("reading standard input: {error}")),
+            Err(error) => return Err(format!("reading standard input: {error}")),
         }
         number += 1;
         let text = line.trim_end_matches(['\n', '\r']);
-        if text.is_empty() {
+        if text.trim().is_empty() {
             continue;
         }
-        match parse_line(text, format, target.hex) {
-            Ok((key, value)) => {
-                batch.put(&key, &value);
-            }
-            Err(message) => return fail(err, "load", &format!("line {number}: {message}")),
-        }
+        let line_format = *format.get_or_insert_with(|| detect_format(text));
+        let (key, value) =
+            parse_line(text, line_format, is_hex).map_err(|message| format!("line {number}: {message}"))?;
+        batch.put(&key, &value);
         if batch.len() >= LOAD_BATCH_ENTRIES || batch.encoded_len() as u64 >= batch_len_limit {
-            if let Err(error) = db.write(&batch, options) {
-                return fail(err, "load", &format!("after {loaded} entries: {error}"));
-            }
+            db.write(&batch, options).map_err(|error| format!("after {loaded} entries: {error}"))?;
             loaded += batch.len() as u64;
             batch = WriteBatch::new();
             if progress && loaded % 100_000 == 0 {
@@ -307,30 +394,27 @@ pub fn load(
             }
         }
     }
-    if let Err(error) = db.write(&batch, options).and_then(|()| db.flush()) {
-        return fail(err, "load", &format!("after {loaded} entries: {error}"));
-    }
+    db.write(&batch, options).and_then(|()| db.flush()).map_err(|error| format!("after {loaded} entries: {error}"))?;
     loaded += batch.len() as u64;
     if progress {
         let _ = writeln!(err);
     }
-    let _ = writeln!(out, "loaded {loaded} entries in {:.2} s", started.elapsed().as_secs_f64());
-    EXIT_OK
+    Ok(loaded)
 }
 
 /// `lds recover`: opens the volume (running recovery), writes the replayed memtable to
 /// chunks, and reports what it did.
 pub fn recover(target: &Target, json_output: bool, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let (db, report) =
-        match Db::open_with_report(&target.path, Options { instance: target.instance, ..Options::default() }) {
-            Ok(opened) => opened,
-            Err(error) => return fail(err, "recover", &error.to_string()),
-        };
+    let (db, report) = match Db::open_waiting(&target.path, target.options(), target.wait()) {
+        Ok(opened) => opened,
+        Err(error) => return fail(err, "recover", &open_error(&error)),
+    };
     let chunks_before = db.level_chunk_counts().iter().sum::<usize>();
-    if let Err(error) = db.flush() {
-        return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {error}"));
+    let flushed = db.flush();
+    let chunks_written = db.level_chunk_counts().iter().sum::<usize>().saturating_sub(chunks_before);
+    if let Err(message) = flushed.map_err(|error| error.to_string()).and_then(|()| close(db)) {
+        return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {message}"));
     }
-    let chunks_written = db.level_chunk_counts().iter().sum::<usize>() - chunks_before;
     if json_output {
         let mut document = crate::json::document("recover", &target.path.display().to_string());
         document.insert("instance".into(), json!(target.instance));

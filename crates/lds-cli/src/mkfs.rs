@@ -4,12 +4,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use lds_engine::device::{Device, DeviceKind, OpenMode};
-use lds_engine::inspect::Inspector;
-use lds_engine::signature::find_signatures;
 use lds_format::image::format_writes;
 use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VOLUME_NAME_LEN};
 use lds_format::recovery::recover_version_log;
+use lds_volume::device::{Device, DeviceKind, OpenMode};
+use lds_volume::signature::find_signatures;
+use lds_volume::volume::Volume;
 
 use crate::json;
 use crate::units::format_size;
@@ -212,7 +212,7 @@ fn report(out: &mut dyn Write, options: &MkfsOptions, what: &str, heading: &str,
 }
 
 /// Zeroes the log areas, writes the labels and initial base versions, and flushes.
-fn write_volume(device: &Device, label: &Label) -> Result<(), lds_engine::device::DeviceError> {
+fn write_volume(device: &Device, label: &Label) -> Result<(), lds_volume::device::DeviceError> {
     const ZERO_CHUNK: usize = 1 << 20;
     let geometry = &label.geometry;
     let zeros = vec![0u8; ZERO_CHUNK];
@@ -240,7 +240,8 @@ fn write_volume(device: &Device, label: &Label) -> Result<(), lds_engine::device
 
 /// Reads the volume back as a reader would and checks it is what was meant (ZenFS #199).
 fn verify(path: &Path, label: &Label) -> Result<(), String> {
-    let inspector = Inspector::open(path).map_err(|error| format!("verification after writing failed: {error}"))?;
+    let inspector = Volume::open(path, std::time::Duration::ZERO)
+        .map_err(|error| format!("verification after writing failed: {error}"))?;
     if inspector.label != *label || inspector.choice != lds_format::label::LabelChoice::Both {
         return Err(format!("{}: verification failed: the labels read back differ from those written", path.display()));
     }

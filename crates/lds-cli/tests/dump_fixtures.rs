@@ -42,7 +42,8 @@ fn unpack(name: &str, gz: &Path, test: &str) -> PathBuf {
 }
 
 fn dump(path: &Path, what: DumpWhat, instance: u32, json: bool) -> String {
-    let options = DumpOptions { path: path.to_path_buf(), what, instance, json, entries: true };
+    let options =
+        DumpOptions { path: path.to_path_buf(), what, instance, json, entries: true, wait: std::time::Duration::ZERO };
     let mut out = Vec::new();
     let mut err = Vec::new();
     let code = run(&options, &mut out, &mut err);

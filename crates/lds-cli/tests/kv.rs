@@ -17,7 +17,7 @@ impl Volume {
         Self(path)
     }
     fn target(&self, hex: bool) -> Target {
-        Target { path: self.0.clone(), instance: 0, hex }
+        Target { path: self.0.clone(), instance: 0, hex, wait: None }
     }
 }
 
@@ -75,11 +75,14 @@ fn load_tsv_and_ndjson_with_binary_keys() {
     let target = volume.target(false);
     let tsv = (0..2500).map(|number| format!("key{number:05}\tvalue{number}\n")).collect::<String>();
     let mut out = Vec::new();
-    assert_eq!(kv::load(&target, LoadFormat::Tsv, false, &mut tsv.as_bytes(), &mut out, &mut Vec::new()), EXIT_OK);
+    assert_eq!(
+        kv::load(&target, Some(LoadFormat::Tsv), false, &mut tsv.as_bytes(), &mut out, &mut Vec::new()),
+        EXIT_OK
+    );
     assert!(text(out).starts_with("loaded 2500 entries"));
     let ndjson = "{\"key\": \"plain\", \"value\": \"text\"}\n{\"key_hex\": \"00ff\", \"value_hex\": \"c0ffee\"}\n";
     assert_eq!(
-        kv::load(&target, LoadFormat::Ndjson, true, &mut ndjson.as_bytes(), &mut Vec::new(), &mut Vec::new()),
+        kv::load(&target, Some(LoadFormat::Ndjson), true, &mut ndjson.as_bytes(), &mut Vec::new(), &mut Vec::new()),
         EXIT_OK
     );
     assert_eq!(get(&target, &["key01234"]).1, "value1234\n");
@@ -96,12 +99,15 @@ fn bad_input_is_named_and_nothing_after_it_is_loaded() {
     let target = volume.target(false);
     let input = "good\t1\nno tab here\nlater\t2\n";
     let mut err = Vec::new();
-    assert_eq!(kv::load(&target, LoadFormat::Tsv, false, &mut input.as_bytes(), &mut Vec::new(), &mut err), EXIT_ERROR);
+    assert_eq!(
+        kv::load(&target, Some(LoadFormat::Tsv), false, &mut input.as_bytes(), &mut Vec::new(), &mut err),
+        EXIT_ERROR
+    );
     assert!(text(&err).contains("line 2: no tab"));
     assert_eq!(get(&target, &["later"]).0, EXIT_NOT_FOUND);
     let mut err = Vec::new();
     assert_eq!(
-        kv::load(&target, LoadFormat::Ndjson, false, &mut "{\"key\": 1}\n".as_bytes(), &mut Vec::new(), &mut err),
+        kv::load(&target, Some(LoadFormat::Ndjson), false, &mut "{\"key\": 1}\n".as_bytes(), &mut Vec::new(), &mut err),
         EXIT_ERROR
     );
     assert!(text(&err).contains("line 1: no string \"key\""), "{}", text(&err));
@@ -117,7 +123,7 @@ fn bad_input_is_named_and_nothing_after_it_is_loaded() {
 fn not_a_volume_is_a_clear_error() {
     let path = std::env::temp_dir().join(format!("lds-kv-test-{}-garbage.img", std::process::id()));
     std::fs::write(&path, vec![7u8; 1 << 20]).unwrap_or_else(|error| panic!("{error}"));
-    let target = Target { path: path.clone(), instance: 0, hex: false };
+    let target = Target { path: path.clone(), instance: 0, hex: false, wait: None };
     let mut err = Vec::new();
     assert_eq!(kv::put(&target, "k", "v", false, &mut err), EXIT_ERROR);
     assert!(text(&err).contains("not an LDS volume"), "{}", text(&err));

@@ -61,20 +61,27 @@ fn mkfs_and_dump_on_a_loop_device() {
     let code = run(&options, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     // A block device keeps its size: the volume spans it.
-    let dump = DumpOptions { path: device.clone(), what: DumpWhat::Label, instance: 0, json: true, entries: false };
+    let dump = DumpOptions {
+        path: device.clone(),
+        what: DumpWhat::Label,
+        instance: 0,
+        json: true,
+        entries: false,
+        wait: std::time::Duration::ZERO,
+    };
     let mut out = Vec::new();
     assert_eq!(lds_cli::dump::run(&dump, &mut out, &mut err), 0);
     let label: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(label["primary"]["geometry"]["volume_len"], 64u64 << 20);
     assert_eq!(label["chosen"], "both");
     // The engine on a block device: synced appends flush their range (sync_file_range).
-    let target = lds_cli::kv::Target { path: device.clone(), instance: 0, hex: false };
+    let target = lds_cli::kv::Target { path: device.clone(), instance: 0, hex: false, wait: None };
     assert_eq!(lds_cli::kv::put(&target, "on-a-block-device", "yes", true, &mut err), 0);
     let lines = (0..3000).map(|number| format!("key{number:05}\tvalue{number}\n")).collect::<String>();
     assert_eq!(
         lds_cli::kv::load(
             &target,
-            lds_cli::kv::LoadFormat::Tsv,
+            Some(lds_cli::kv::LoadFormat::Tsv),
             true,
             &mut lines.as_bytes(),
             &mut Vec::new(),
@@ -98,7 +105,7 @@ fn mkfs_and_dump_on_a_loop_device() {
 
 #[test]
 fn a_range_flush_also_flushes_a_volatile_write_cache() {
-    use lds_engine::device::{Device, OpenMode};
+    use lds_volume::device::{Device, OpenMode};
     if !is_root() {
         eprintln!("skipped: attaching a loop device needs root");
         return;

@@ -20,8 +20,14 @@ fn mkfs(options: &MkfsOptions) -> (i32, String, String) {
 }
 
 fn label_json(path: &std::path::Path) -> serde_json::Value {
-    let options =
-        DumpOptions { path: path.to_path_buf(), what: DumpWhat::Label, instance: 0, json: true, entries: false };
+    let options = DumpOptions {
+        path: path.to_path_buf(),
+        what: DumpWhat::Label,
+        instance: 0,
+        json: true,
+        entries: false,
+        wait: std::time::Duration::ZERO,
+    };
     let mut out = Vec::new();
     let mut err = Vec::new();
     assert_eq!(lds_cli::dump::run(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));

@@ -1,21 +1,35 @@
-//! The LDS engine: devices, the key-value store (`Db`) and read-only volume access for the
-//! tools.
+//! The LDS engine: the key-value store (`Db`) on an LDS volume (SPEC.md).
+//!
+//! Modules form a graph without cycles, one concept each (a test checks the graph):
+//! - `options`, `error`, `batch`, `memtable`, `retention`: data and rules, no I/O;
+//! - `state`: what the threads share and its locks (a leaf);
+//! - `table`: packing entries into chunks, writing them, the cache of what was read;
+//! - `version`: the levels of a version, the online map of slots, committing a change;
+//! - `read`: point lookups and iterators over a consistent view;
+//! - `compaction`: `pick` (a pure choice over a version) and `merge` (a narrow context);
+//! - `flush`: a frozen memtable to level-0 chunks;
+//! - `worker`: scheduling the background work (it decides, `flush` and `compaction` do);
+//! - `db`: the public store, its open (recovery) and write path. Nothing imports `db`.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
-mod background;
+mod batch;
 mod compaction;
-pub mod db;
-pub mod device;
+mod db;
 pub mod error;
-pub mod fsck;
-pub mod inspect;
+mod flush;
 mod memtable;
+mod options;
 mod read;
 mod retention;
-pub mod signature;
+mod state;
+mod table;
+mod version;
+mod worker;
 
-pub use db::{Db, Options, RecoveryReport, Snapshot, WriteBatch, WriteOptions};
-pub use error::{Error, Result};
-pub use read::DbIterator;
+pub use batch::WriteBatch;
+pub use db::{Db, RecoveryReport, Snapshot};
+pub use error::{Error, RecoveryError, Result};
+pub use options::{Options, WriteOptions};
+pub use read::iter::DbIterator;

@@ -6,14 +6,14 @@
 use std::io::Read;
 use std::path::Path;
 
-use lds_engine::fsck::{check, CheckOptions};
-use lds_engine::inspect::{read_labels, MemoryImage, ReadAt};
+use lds_check::{check, CheckOptions};
 use lds_format::batch::decode_entries;
 use lds_format::chunk::SubChunkView;
 use lds_format::image::area_context;
 use lds_format::label::LogKind;
 use lds_format::log::read_object;
 use lds_format::recovery::{recover_backup_log, recover_version_log};
+use lds_volume::volume::{read_labels, MemoryImage, ReadAt};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name).join("image.gz");
@@ -120,7 +120,7 @@ fn sweep(name: &str) -> (usize, usize, usize) {
         .unwrap_or_else(|error| panic!("{error}"))
         .problems;
     assert!(
-        baseline.iter().all(|problem| problem.code.severity() == lds_engine::fsck::Severity::Info),
+        baseline.iter().all(|problem| problem.code.severity() == lds_check::Severity::Info),
         "{name} is not clean: {baseline:?}"
     );
     let (mut reported, mut unused, mut runs) = (0, 0, 0);

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use lds_engine::device::{BlockDevice, DeviceError};
+use lds_volume::device::{BlockDevice, DeviceError};
 
 /// One write as the device saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,6 +321,10 @@ fn out_of_range(offset: u64, len: u64) -> DeviceError {
 }
 
 impl BlockDevice for SimDevice {
+    fn name(&self) -> &std::path::Path {
+        std::path::Path::new(PATH)
+    }
+
     fn len(&self) -> u64 {
         self.lock().current.len() as u64
     }

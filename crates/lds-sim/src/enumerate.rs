@@ -9,9 +9,9 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
-use lds_engine::fsck::{check, CheckOptions, Severity};
-use lds_engine::inspect::MemoryImage;
+use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
+use lds_volume::volume::MemoryImage;
 
 use crate::device::SimDevice;
 use crate::images::{recipes, Builder};

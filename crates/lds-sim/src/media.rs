@@ -23,13 +23,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
-use lds_engine::fsck::{check, CheckOptions, Severity};
-use lds_engine::inspect::MemoryImage;
+use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_format::chunk::{Footer, FOOTER_LEN};
-use lds_format::image::area_context;
 use lds_format::label::{Geometry, Label, LogKind};
-use lds_format::recovery::{recover_backup_log, recover_version_log, ChainObject};
+use lds_format::recovery::ChainObject;
+use lds_volume::volume::MemoryImage;
 
 use crate::device::{apply, Fault, History, SimDevice};
 use crate::workload::{formatted_image, named, options, run, Model, Op, Workload};
@@ -286,7 +285,7 @@ pub fn build_volume() -> Result<Volume, String> {
     }
     let synced = workload.ops.iter().rposition(Op::is_sync_point).map_or(0, |index| index + 1);
     let keys: BTreeSet<Vec<u8>> = recorded.models.iter().flat_map(|model| model.keys().cloned()).collect();
-    let (_, label) = lds_engine::inspect::read_labels(&MemoryImage(&image))
+    let (_, label) = lds_volume::volume::read_labels(&MemoryImage(&image))
         .map_err(|error| error.to_string())?
         .choose()
         .map(|(choice, label)| (choice, label.clone()))
@@ -340,10 +339,12 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
             label: "label".into(),
         },
     ];
-    let version_context = area_context(geometry, LogKind::Version, 0);
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
-    let version_area = &volume.image[version_offset as usize..(version_offset + version_len) as usize];
-    let state = recover_version_log(version_area, &version_context).map_err(|error| error.to_string())?;
+    let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, 0);
+    let (_, recovery) =
+        lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
+    let recovery = recovery.map_err(|error| error.to_string())?;
+    let state = &recovery.version_log;
     let live = live_sectors(&state.sequence[state.base_index..], version_offset, sector);
     for number in sectors_of(version_offset, 0, version_len, sector) {
         let structure = if live.contains(&number) { Structure::VersionLogLive } else { Structure::VersionLogOther };
@@ -351,19 +352,9 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
         let label = format!("version log +{}", offset - version_offset);
         targets.push(Target { structure, sector: offset, bytes: whole.clone(), label });
     }
-    let backup_context = area_context(geometry, LogKind::Backup, 0);
-    let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, 0);
-    let backup_area = &volume.image[backup_offset as usize..(backup_offset + backup_len) as usize];
     let version = &state.version;
-    let backup = recover_backup_log(
-        backup_area,
-        &backup_context,
-        version.ofs_backup_start,
-        version.lsn_backup_start,
-        version.last_sequence,
-        state.sn,
-    )
-    .map_err(|error| error.to_string())?;
+    let backup =
+        recovery.backup_state().ok_or_else(|| format!("the backup log is damaged: {:?}", recovery.damage()))?;
     let live = live_sectors(&backup.objects, backup_offset, sector);
     for number in sectors_of(backup_offset, 0, backup_len, sector) {
         let structure = if live.contains(&number) { Structure::BackupLogLive } else { Structure::BackupLogOther };

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lds_engine::fsck::{check, CheckOptions, Severity};
+use lds_check::{check, CheckOptions, Severity};
 use lds_engine::{Db, Error};
 use lds_sim::device::SimDevice;
 use lds_sim::media::{build_volume, faulty_device, run_matrix, targets, MediaFault, Structure, Target, Volume};

@@ -76,7 +76,7 @@ fn a_batch_a_crash_dropped_never_comes_back_after_the_gap_is_refilled() {
     use std::path::Path;
     use std::sync::Arc;
 
-    use lds_engine::fsck::{check, CheckOptions, Severity};
+    use lds_check::{check, CheckOptions, Severity};
     use lds_engine::Db;
     use lds_sim::device::SimDevice;
     use lds_sim::workload::{apply_op, apply_to_model, options, Model};

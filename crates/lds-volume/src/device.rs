@@ -16,27 +16,33 @@ pub enum DeviceKind {
 }
 
 /// An I/O failure, naming the device and the offset.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeviceError {
     /// Opening failed.
+    #[error("{}: cannot open: {source}", path.display())]
     Open {
         /// The path.
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
     },
-    /// Another process holds the volume.
+    /// Another process holds the volume: a writer, or (for a writer) any reader.
+    #[error("{}: in use by another process ({})", path.display(), if *exclusive { "a reader or a writer holds it; writers need it alone" } else { "a writer holds it" })]
     Locked {
         /// The path.
         path: PathBuf,
+        /// The lock wanted was the exclusive (writer's) one.
+        exclusive: bool,
     },
     /// The path is neither a block device nor a regular file.
+    #[error("{}: neither a block device nor a regular file", path.display())]
     NotADevice {
         /// The path.
         path: PathBuf,
     },
     /// A read failed or came short.
+    #[error("{}: read of {len} bytes at offset {offset} failed: {source}", path.display())]
     Read {
         /// The path.
         path: PathBuf,
@@ -48,6 +54,7 @@ pub enum DeviceError {
         source: std::io::Error,
     },
     /// A write failed.
+    #[error("{}: write of {len} bytes at offset {offset} failed: {source}", path.display())]
     Write {
         /// The path.
         path: PathBuf,
@@ -59,6 +66,7 @@ pub enum DeviceError {
         source: std::io::Error,
     },
     /// A flush failed: the device state is unknown (SPEC.md §2.4).
+    #[error("{}: flush failed, device state unknown: {source}", path.display())]
     Flush {
         /// The path.
         path: PathBuf,
@@ -66,6 +74,7 @@ pub enum DeviceError {
         source: std::io::Error,
     },
     /// Space could not be allocated for an image file.
+    #[error("{}: cannot allocate {len} bytes: {source}", path.display())]
     Allocate {
         /// The path.
         path: PathBuf,
@@ -76,38 +85,15 @@ pub enum DeviceError {
     },
 }
 
-impl std::fmt::Display for DeviceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Open { path, source } => write!(f, "{}: cannot open: {source}", path.display()),
-            Self::Locked { path } => write!(f, "{}: in use by another process (locked)", path.display()),
-            Self::NotADevice { path } => write!(f, "{}: neither a block device nor a regular file", path.display()),
-            Self::Read { path, offset, len, source } => {
-                write!(f, "{}: read of {len} bytes at offset {offset} failed: {source}", path.display())
-            }
-            Self::Write { path, offset, len, source } => {
-                write!(f, "{}: write of {len} bytes at offset {offset} failed: {source}", path.display())
-            }
-            Self::Flush { path, source } => {
-                write!(f, "{}: flush failed, device state unknown: {source}", path.display())
-            }
-            Self::Allocate { path, len, source } => {
-                write!(f, "{}: cannot allocate {len} bytes: {source}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for DeviceError {}
-
 /// How to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
-    /// Read only, no lock taken (inspection never writes, SPEC.md tools).
+    /// Read only, no lock taken (for probing a device that may not be a volume).
     ReadOnly,
-    /// Read only with a shared lock: fails while a writer holds the volume.
+    /// Read only with a shared lock: any number of readers at once; fails while a writer
+    /// holds the volume.
     ReadOnlyLocked,
-    /// Read and write with an exclusive lock.
+    /// Read and write with an exclusive lock: fails while any reader or writer holds it.
     ReadWrite,
 }
 
@@ -136,20 +122,37 @@ fn volatile_write_cache(metadata: &std::fs::Metadata) -> bool {
         .is_none_or(|mode| mode.trim() != "write through")
 }
 
-fn lock(file: &File, path: &Path, exclusive: bool) -> Result<(), DeviceError> {
-    let operation = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
-    #[expect(unsafe_code, reason = "flock on an owned, open descriptor")]
-    // SAFETY: the descriptor is valid for the lifetime of `file`; flock has no memory effects.
-    let result = unsafe { libc::flock(file.as_raw_fd(), operation) };
-    if result != 0 {
-        return Err(DeviceError::Locked { path: path.to_path_buf() });
+/// How long `OpenMode::wait` waits for a lock at most, and how often it tries.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+fn lock(file: &File, path: &Path, exclusive: bool, wait: std::time::Duration) -> Result<(), DeviceError> {
+    use rustix::fs::{flock, FlockOperation};
+    let operation =
+        if exclusive { FlockOperation::NonBlockingLockExclusive } else { FlockOperation::NonBlockingLockShared };
+    let started = std::time::Instant::now();
+    // Bounded by `wait`: a lock is polled, never waited on without a limit.
+    loop {
+        match flock(file, operation) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < wait => std::thread::sleep(LOCK_POLL),
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(DeviceError::Locked { path: path.to_path_buf(), exclusive });
+            }
+            Err(errno) => {
+                return Err(DeviceError::Open { path: path.to_path_buf(), source: std::io::Error::from(errno) });
+            }
+        }
     }
-    Ok(())
 }
 
 impl Device {
-    /// Opens an existing block device or image file.
+    /// Opens an existing block device or image file; fails at once when its lock is held.
     pub fn open(path: &Path, mode: OpenMode) -> Result<Self, DeviceError> {
+        Self::open_waiting(path, mode, std::time::Duration::ZERO)
+    }
+
+    /// Opens an existing block device or image file, waiting at most `wait` for its lock.
+    pub fn open_waiting(path: &Path, mode: OpenMode, wait: std::time::Duration) -> Result<Self, DeviceError> {
         let open_error = |source| DeviceError::Open { path: path.to_path_buf(), source };
         let metadata = std::fs::metadata(path).map_err(open_error)?;
         let kind = if metadata.file_type().is_block_device() {
@@ -168,8 +171,8 @@ impl Device {
             .map_err(open_error)?;
         match mode {
             OpenMode::ReadOnly => {}
-            OpenMode::ReadOnlyLocked => lock(&file, path, false)?,
-            OpenMode::ReadWrite => lock(&file, path, true)?,
+            OpenMode::ReadOnlyLocked => lock(&file, path, false, wait)?,
+            OpenMode::ReadWrite => lock(&file, path, true, wait)?,
         }
         let len = file.seek(SeekFrom::End(0)).map_err(open_error)?;
         let volatile_cache = kind == DeviceKind::BlockDevice && volatile_write_cache(&metadata);
@@ -186,7 +189,7 @@ impl Device {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(|source| DeviceError::Open { path: path.to_path_buf(), source })?;
-        lock(&file, path, true)?;
+        lock(&file, path, true, std::time::Duration::ZERO)?;
         let device = Self { file, path: path.to_path_buf(), len, kind: DeviceKind::ImageFile, volatile_cache: false };
         device.allocate(len)?;
         Ok(device)
@@ -194,16 +197,12 @@ impl Device {
 
     /// Pre-allocates an image file to `len` bytes (grows it if shorter).
     pub fn allocate(&self, len: u64) -> Result<(), DeviceError> {
-        let error = |source| DeviceError::Allocate { path: self.path.clone(), len, source };
-        let signed_len =
-            libc::off_t::try_from(len).map_err(|_| error(std::io::Error::from_raw_os_error(libc::EFBIG)))?;
-        #[expect(unsafe_code, reason = "posix_fallocate on an owned, open descriptor")]
-        // SAFETY: the descriptor is valid; posix_fallocate only changes the file's allocation.
-        let result = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, signed_len) };
-        if result != 0 {
-            return Err(error(std::io::Error::from_raw_os_error(result)));
-        }
-        Ok(())
+        // Mode 0: allocate and extend the file, like posix_fallocate, without its fallback
+        // of writing zeros on a file system that cannot allocate (that would not be a
+        // pre-allocation the paper's §3.6.2 relies on).
+        rustix::fs::fallocate(&self.file, rustix::fs::FallocateFlags::empty(), 0, len).map_err(|errno| {
+            DeviceError::Allocate { path: self.path.clone(), len, source: std::io::Error::from(errno) }
+        })
     }
 
     /// Sets the length of an image file (after `allocate`, or to shrink it).
@@ -250,15 +249,7 @@ impl Device {
 
     /// Reads `len` bytes at `offset` into a new buffer.
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        let size = usize::try_from(len).map_err(|_| DeviceError::Read {
-            path: self.path.clone(),
-            offset,
-            len,
-            source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
-        })?;
-        let mut buffer = vec![0u8; size];
-        self.read_at(offset, &mut buffer)?;
-        Ok(buffer)
+        BlockDevice::read_vec(self, offset, len)
     }
 
     /// Writes all of `bytes` at `offset`.
@@ -287,7 +278,8 @@ impl Device {
             return Err(error(std::io::Error::from_raw_os_error(libc::EOVERFLOW)));
         };
         let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        #[expect(unsafe_code, reason = "sync_file_range on an owned, open descriptor")]
+        // rustix (used for every other system call here) has no sync_file_range: libc it is.
+        #[expect(unsafe_code, reason = "sync_file_range on an owned, open descriptor; rustix lacks it")]
         // SAFETY: the descriptor is valid for the lifetime of `self.file`; the call has no
         // memory effects.
         let result = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
@@ -307,6 +299,8 @@ impl Device {
 /// What the engine needs of a device: positioned reads and writes and the two flushes of
 /// SPEC.md §2.5. `Device` is the real one; the crash simulator provides another.
 pub trait BlockDevice: Send + Sync {
+    /// The name errors give the device (its path).
+    fn name(&self) -> &Path;
     /// Bytes of the device.
     fn len(&self) -> u64;
     /// True for a zero-length device.
@@ -324,7 +318,7 @@ pub trait BlockDevice: Send + Sync {
     /// Reads `len` bytes at `offset` into a new buffer.
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         let size = usize::try_from(len).map_err(|_| DeviceError::Read {
-            path: PathBuf::from("device"),
+            path: self.name().to_path_buf(),
             offset,
             len,
             source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
@@ -336,6 +330,9 @@ pub trait BlockDevice: Send + Sync {
 }
 
 impl BlockDevice for Device {
+    fn name(&self) -> &Path {
+        &self.path
+    }
     fn len(&self) -> u64 {
         Device::len(self)
     }
@@ -350,8 +347,5 @@ impl BlockDevice for Device {
     }
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         Device::flush_range(self, offset, len)
-    }
-    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        Device::read_vec(self, offset, len)
     }
 }

@@ -1,4 +1,4 @@
-//! Read-only access to a volume for the tools: both labels, log areas, slots. Never writes.
+//! Read access to a volume: both labels (SPEC.md §4.2), log areas, slots. Never writes.
 
 use std::path::Path;
 
@@ -9,14 +9,17 @@ use lds_format::log::AreaContext;
 use lds_format::FormatError;
 
 use crate::device::{Device, DeviceError, OpenMode};
+use std::time::Duration;
 
-/// Why a volume cannot be inspected.
-#[derive(Debug)]
+/// Why a volume cannot be opened.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum InspectError {
+pub enum VolumeError {
     /// The device failed.
-    Device(DeviceError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     /// No usable label.
+    #[error("{path}: {}{}{}", label_choice(choice), primary.as_ref().map(|error| format!("; primary label: {error}")).unwrap_or_default(), backup.as_ref().map(|error| format!("; backup label: {error}")).unwrap_or_default())]
     Label {
         /// The device path.
         path: String,
@@ -28,6 +31,7 @@ pub enum InspectError {
         backup: Option<Box<FormatError>>,
     },
     /// The volume is larger than the device holding it.
+    #[error("{path}: the label says the volume is {volume_len} bytes but the device has {device_len}")]
     Truncated {
         /// The device path.
         path: String,
@@ -38,39 +42,12 @@ pub enum InspectError {
     },
 }
 
-impl From<DeviceError> for InspectError {
-    fn from(error: DeviceError) -> Self {
-        Self::Device(error)
+fn label_choice(choice: &LabelChoiceError) -> &'static str {
+    match choice {
+        LabelChoiceError::NoValidLabel => "not an LDS volume: no valid label",
+        LabelChoiceError::Conflict => "the primary and backup labels differ with the same generation",
     }
 }
-
-impl std::fmt::Display for InspectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Device(error) => write!(f, "{error}"),
-            Self::Label { path, choice, primary, backup } => {
-                match choice {
-                    LabelChoiceError::NoValidLabel => write!(f, "{path}: not an LDS volume: no valid label")?,
-                    LabelChoiceError::Conflict => {
-                        write!(f, "{path}: the primary and backup labels differ with the same generation")?
-                    }
-                }
-                if let Some(error) = primary {
-                    write!(f, "; primary label: {error}")?;
-                }
-                if let Some(error) = backup {
-                    write!(f, "; backup label: {error}")?;
-                }
-                Ok(())
-            }
-            Self::Truncated { path, volume_len, device_len } => {
-                write!(f, "{path}: the label says the volume is {volume_len} bytes but the device has {device_len}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for InspectError {}
 
 /// Positioned reads from a device, an image file or an image in memory.
 pub trait ReadAt {
@@ -152,9 +129,10 @@ pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceE
     Ok(LabelPair { primary, backup })
 }
 
-/// A volume opened for inspection.
+/// A volume opened for reading: its device, both label copies and the label chosen by
+/// SPEC.md §4.2.
 #[derive(Debug)]
-pub struct Inspector {
+pub struct Volume {
     /// The device.
     pub device: Device,
     /// Both label copies.
@@ -165,25 +143,36 @@ pub struct Inspector {
     pub choice: LabelChoice,
 }
 
-impl Inspector {
-    /// Opens a volume read-only and chooses its label.
-    pub fn open(path: &Path) -> Result<Self, InspectError> {
-        let device = Device::open(path, OpenMode::ReadOnly)?;
-        let labels = read_labels(&device)?;
-        let (choice, label) = labels.choose().map_err(|choice| InspectError::Label {
-            path: path.display().to_string(),
-            choice,
-            primary: labels.primary.as_ref().err().cloned().map(Box::new),
-            backup: labels.backup.as_ref().err().cloned().map(Box::new),
-        })?;
-        let label = label.clone();
-        if label.geometry.volume_len > device.len() {
-            return Err(InspectError::Truncated {
-                path: path.display().to_string(),
-                volume_len: label.geometry.volume_len,
-                device_len: device.len(),
-            });
-        }
+/// Chooses the label of a volume on `device` (named `name` in errors) and checks that the
+/// device holds the whole volume.
+pub fn choose_label(
+    device: &(impl ReadAt + ?Sized),
+    name: &str,
+) -> Result<(LabelPair, LabelChoice, Label), VolumeError> {
+    let labels = read_labels(device)?;
+    let (choice, label) = labels.choose().map_err(|choice| VolumeError::Label {
+        path: name.to_string(),
+        choice,
+        primary: labels.primary.as_ref().err().cloned().map(Box::new),
+        backup: labels.backup.as_ref().err().cloned().map(Box::new),
+    })?;
+    let label = label.clone();
+    if label.geometry.volume_len > device.len() {
+        return Err(VolumeError::Truncated {
+            path: name.to_string(),
+            volume_len: label.geometry.volume_len,
+            device_len: device.len(),
+        });
+    }
+    Ok((labels, choice, label))
+}
+
+impl Volume {
+    /// Opens a volume for reading under a shared lock (any number of readers; fails while a
+    /// writer holds it, after waiting at most `wait`) and chooses its label.
+    pub fn open(path: &Path, wait: Duration) -> Result<Self, VolumeError> {
+        let device = Device::open_waiting(path, OpenMode::ReadOnlyLocked, wait)?;
+        let (labels, choice, label) = choose_label(&device, &path.display().to_string())?;
         Ok(Self { device, labels, label, choice })
     }
 

@@ -1,17 +1,32 @@
-//! Leveled compaction (LevelDB's, on LDS slots): choosing what to compact, trivial moves,
-//! merging into the next level, the odd-chunk rule of SPEC.md §11, and the commit of one
-//! delta version after which the input slots are freed.
+//! Choosing the next compaction (LevelDB's leveled strategy on LDS slots): a pure function of
+//! the version and the limits returning a [`Choice`], like lsm-tree's strategies. Nothing
+//! here reads or writes a device.
 
-use lds_format::chunk::{SubChunkView, FOOTER_LEN};
-use lds_format::version::{
-    ChunkMeta, CompactPointer, DeletedChunk, DeltaVersion, SubChunkRef, Version, CHUNK_FLAG_ODD,
-};
-use lds_format::FormatError;
+use lds_format::version::{ChunkMeta, Version};
 
-use crate::background::{build_chunks, commit, flush_device, smallest_snapshot, write_chunks};
-use crate::db::Shared;
-use crate::error::{Error, Result};
-use crate::retention::Retention;
+use crate::options::Options;
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Choice {
+    /// Every level is within its limits.
+    DoNothing,
+    /// Move the victims down a level without rewriting them (paper §2.1 footnote 1).
+    Move(Plan),
+    /// Merge the victims with what overlaps them in the target level.
+    Merge(Plan),
+}
+
+/// The next compaction: a step of a manual compaction from `manual` on first, then whatever
+/// is over its limit.
+pub(crate) fn choose(version: &Version, limits: &Limits, manual: Option<u8>, slot_size: u64) -> Choice {
+    let plan = manual.and_then(|level| pick(version, limits, Some(level))).or_else(|| pick(version, limits, None));
+    match plan {
+        None => Choice::DoNothing,
+        Some(plan) if trivial_move(&plan, slot_size) => Choice::Move(plan),
+        Some(plan) => Choice::Merge(plan),
+    }
+}
 
 /// What one compaction does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,25 +62,25 @@ impl Limits {
     }
 }
 
-fn overlaps(chunk: &ChunkMeta, smallest: &[u8], largest: &[u8]) -> bool {
+pub(crate) fn overlaps(chunk: &ChunkMeta, smallest: &[u8], largest: &[u8]) -> bool {
     chunk.smallest_key.as_slice() <= largest && smallest <= chunk.largest_key.as_slice()
 }
 
-fn key_range(chunks: &[ChunkMeta]) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn key_range(chunks: &[ChunkMeta]) -> (Vec<u8>, Vec<u8>) {
     let smallest = chunks.iter().map(|chunk| chunk.smallest_key.clone()).min().unwrap_or_default();
     let largest = chunks.iter().map(|chunk| chunk.largest_key.clone()).max().unwrap_or_default();
     (smallest, largest)
 }
 
-/// The limits of an open store.
-pub(crate) fn limits(shared: &Shared) -> Limits {
-    let options = &shared.options;
-    let level1_bytes =
-        if options.level1_max_bytes == 0 { 10 * shared.geometry.slot_size } else { options.level1_max_bytes };
-    Limits {
-        level0_trigger: options.level0_compaction_trigger.max(1),
-        level1_bytes,
-        multiplier: options.level_size_multiplier.max(2),
+impl Limits {
+    /// The limits of a store with these options and slots.
+    pub(crate) fn new(options: &Options, slot_size: u64) -> Self {
+        let level1_bytes = if options.level1_max_bytes == 0 { 10 * slot_size } else { options.level1_max_bytes };
+        Self {
+            level0_trigger: options.level0_compaction_trigger.max(1),
+            level1_bytes,
+            multiplier: options.level_size_multiplier.max(2),
+        }
     }
 }
 
@@ -73,7 +88,7 @@ pub(crate) fn limits(shared: &Shared) -> Limits {
 /// compaction (`Some(level)`) takes the whole first non-empty level from `level` on, above
 /// the last level, and merges it into the next even without overlap, so that obsolete
 /// versions go (LevelDB's CompactRange).
-pub(crate) fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> {
+fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> {
     let last_level = (version.num_levels - 1) as u8;
     if let Some(from_level) = manual {
         let source_level = (from_level..=last_level).find(|&level| !version.level(level).is_empty())?;
@@ -135,10 +150,6 @@ pub(crate) fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Op
     Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false })
 }
 
-fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
-    chunks.iter().map(|chunk| DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }).collect()
-}
-
 /// Whether a plan moves its victims down without rewriting them: nothing overlaps them in
 /// the target level, and they do not overlap each other (one chunk from level 1 and below;
 /// level-0 chunks of sequential writes, which LevelDB would move one by one). Several
@@ -160,137 +171,10 @@ fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
     ranges.windows(2).all(|pair| pair[0].1 < pair[1].0)
 }
 
-/// Runs one compaction: a trivial move, or a merge committed by one delta version after
-/// which the input slots are freed (once no reader holds them).
-pub(crate) fn compact(shared: &Shared, plan: &Plan) -> Result<()> {
-    let target_level = plan.target_level;
-    let (_, victims_largest) = key_range(&plan.victims);
-    let pointer = (plan.source_level > 0 && target_level > plan.source_level)
-        .then(|| CompactPointer { level: plan.source_level, key: victims_largest.clone() });
-    let version = std::sync::Arc::clone(&shared.lock_state().version);
-    if trivial_move(plan, shared.geometry.slot_size) {
-        // Trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
-        let moved = plan
-            .victims
-            .iter()
-            .map(|victim| {
-                let mut moved = victim.clone();
-                moved.level = target_level;
-                moved.flags &= !CHUNK_FLAG_ODD;
-                moved
-            })
-            .collect();
-        let delta = DeltaVersion {
-            last_sequence: version.last_sequence,
-            ofs_backup_start: version.ofs_backup_start,
-            lsn_backup_start: version.lsn_backup_start,
-            compaction_id: 0,
-            deleted: deleted_of(&plan.victims),
-            compact_pointers: pointer.into_iter().collect(),
-            added: moved,
-        };
-        return commit(shared, &mut shared.lock_state(), &delta, &[]);
-    }
-    let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
-    let (smallest, largest) = key_range(&inputs);
-    let mut images = Vec::new();
-    for chunk in &inputs {
-        for sub_chunk in &chunk.sub_chunks {
-            let offset = shared.geometry.slot_offset(sub_chunk.slot);
-            images.push((sub_chunk, offset, shared.device.read_vec(offset, shared.geometry.slot_size)?));
-        }
-    }
-    let corrupt = |error| Error::Corrupt { path: shared.path_string(), error };
-    let mut entries = Vec::new();
-    for (sub_chunk, offset, image) in &images {
-        let view = SubChunkView::open(image, *offset).map_err(corrupt)?;
-        verify_digest(&view, sub_chunk, *offset).map_err(corrupt)?;
-        entries.extend(view.entries(*offset).map_err(corrupt)?);
-    }
-    entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
-    // Deeper levels that overlap the range decide whether a tombstone may be dropped.
-    let deeper: Vec<(Vec<u8>, Vec<u8>)> = version
-        .chunks
-        .values()
-        .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
-        .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-        .collect();
-    let mut retention = Retention::new(smallest_snapshot(shared));
-    let merged = entries.iter().filter(|entry| {
-        retention.keep(entry.key, entry.sequence, entry.kind, |key| {
-            !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
-        })
-    });
-    let mut built = build_chunks(shared, merged.map(|entry| (entry.key, entry.sequence, entry.kind, entry.value)));
-    let mut placement = vec![(target_level, 0u8); built.len()];
-    if let Some(last) = built.last() {
-        let odd_fits = !plan.manual
-            && plan.source_level > 0
-            && built.len() > 1
-            && last.len_data() < shared.geometry.slot_size / 2
-            && !version.level(plan.source_level).iter().any(|chunk| {
-                !plan.victims.contains(chunk) && (chunk.is_odd() || overlaps(chunk, &last.first_key, &last.last_key))
-            });
-        if odd_fits {
-            // SPEC.md §11: the odd chunk stays in the source level.
-            if let Some(place) = placement.last_mut() {
-                *place = (plan.source_level, CHUNK_FLAG_ODD);
-            }
-        }
-    }
-    let added = write_chunks(shared, &mut built, &placement)?;
-    flush_device(shared)?;
-    let delta = DeltaVersion {
-        last_sequence: version.last_sequence,
-        ofs_backup_start: version.ofs_backup_start,
-        lsn_backup_start: version.lsn_backup_start,
-        compaction_id: 0,
-        deleted: deleted_of(&inputs),
-        compact_pointers: pointer.into_iter().collect(),
-        added,
-    };
-    let mut state = shared.lock_state();
-    // A flush may have committed since `version` was taken; the delta applies to the
-    // current version, which still holds every input (only this thread deletes chunks).
-    let delta = DeltaVersion {
-        last_sequence: state.version.last_sequence,
-        ofs_backup_start: state.version.ofs_backup_start,
-        lsn_backup_start: state.version.lsn_backup_start,
-        ..delta
-    };
-    commit(shared, &mut state, &delta, &inputs)
-}
-
-/// Checks that a compaction input is the sub-chunk the version names, whole: its footer's
-/// digest is the version's and its bytes hash to it (SPEC.md §8.3). Reads verify only the
-/// blocks they touch; a compaction rewrites everything it reads, so it verifies everything,
-/// lest a stale or misdirected block be copied into a new chunk with a fresh checksum.
-fn verify_digest(
-    view: &SubChunkView<'_>,
-    sub_chunk: &SubChunkRef,
-    offset: u64,
-) -> std::result::Result<(), FormatError> {
-    let footer = &view.footer;
-    let footer_offset = offset + view.slot.len() as u64 - FOOTER_LEN as u64;
-    if footer.digest != sub_chunk.digest {
-        return Err(crate::read::footer_not_the_versions(footer_offset, sub_chunk.slot));
-    }
-    let body = view.slot.get(..footer.len_body as usize).unwrap_or_default();
-    let tail = view.slot.get(footer.ofs_index as usize..view.slot.len() - FOOTER_LEN).unwrap_or_default();
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(body);
-    hasher.update(tail);
-    hasher.update(&footer.encode_digest_covered());
-    if *hasher.finalize().as_bytes() != footer.digest {
-        return Err(FormatError::DigestMismatch { structure: "sub-chunk", offset });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::version::SubChunkRef;
+    use lds_format::version::{SubChunkRef, CHUNK_FLAG_ODD};
     use std::collections::BTreeMap;
 
     fn meta(chunk_id: u64, level: u8, smallest: &str, largest: &str, len_data: u64, flags: u8) -> ChunkMeta {
@@ -356,7 +240,8 @@ mod tests {
     #[test]
     fn nothing_to_do_below_the_limits() {
         let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
-        assert_eq!(pick(&version(chunks), &LIMITS, None), None);
+        assert!(pick(&version(chunks), &LIMITS, None).is_none());
+        assert!(matches!(choose(&version(Vec::new()), &LIMITS, None, 20), Choice::DoNothing));
     }
 
     #[test]

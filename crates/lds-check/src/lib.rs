@@ -1,0 +1,95 @@
+//! The LDS checker (`lds fsck`): reads a volume completely, never writes, and reports every
+//! problem under a stable code from one table ([`problem::PROBLEMS`]). It depends on the
+//! format and on device access only, never on the engine, so that it is an independent
+//! oracle for the crash simulator and the fuzzers (as e2fsck does not link the kernel's ext4).
+//!
+//! Passes, in order (e2fsck's `e2fsck_passes[]`):
+//! 1. labels: both copies, the choice between them, the device's length;
+//! 2. version logs: each instance's live chain, how it ends, its geometry replica;
+//! 3. backup logs: each instance's start point, live chain and how it ends;
+//! 4. chunks: every chunk the trees reference, every block checksum (`deep`: digests and
+//!    filters), key order and ranges, level rules;
+//! 5. slots: the online map over all instances, and free slots holding chunks;
+//! 6. compaction journal: each unfinished compaction's inputs and outputs.
+//!
+//! Memory is bounded by the log areas, the chunk metadata and a few slots at a time.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![deny(unsafe_code)]
+
+mod pass_chunks;
+mod pass_journal;
+mod pass_labels;
+mod pass_logs;
+mod pass_slots;
+pub mod problem;
+
+use lds_format::instance::InstanceRecovery;
+use lds_format::label::Geometry;
+use lds_volume::{DeviceError, ReadAt};
+
+pub use problem::{Code, Problem, ProblemKind, Repair, Report, Severity, Summary, PROBLEMS};
+
+/// Why a check could not run at all (fsck exit code 8).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The device failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The device holds no LDS label at all.
+    #[error("not an LDS volume: no label magic at offset 0 nor at the end")]
+    NotAVolume,
+    /// The thread reading slots ahead of the checker stopped (it panicked).
+    #[error("the slot reader thread stopped")]
+    ReaderStopped,
+    /// The format version is not one this build reads.
+    #[error("format version {major}.{minor}: this build checks 1.x")]
+    UnsupportedVersion {
+        /// The major version found.
+        major: u16,
+        /// The minor version found.
+        minor: u16,
+    },
+}
+
+/// Options of a check.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CheckOptions {
+    /// Also recompute every chunk's blake3 digest and test every key against its filter.
+    pub deep: bool,
+}
+
+/// An instance whose version log recovered, for the passes after the logs.
+pub(crate) struct Tree {
+    pub(crate) instance: u32,
+    pub(crate) recovery: InstanceRecovery,
+}
+
+/// Checks the volume on `device`. `progress(done, total)` is called with bytes of chunks.
+pub fn check(
+    device: &(impl ReadAt + Sync),
+    options: CheckOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Report, CheckError> {
+    let mut report = Report::default();
+    let Some(label) = pass_labels::check_labels(device, &mut report)? else { return Ok(report) };
+    let geometry: Geometry = label.geometry;
+    report.summary.slots = geometry.num_slots;
+    let recovered = pass_logs::recover_all(device, &geometry, &mut report)?;
+    for instance in &recovered {
+        pass_logs::check_version_log(&geometry, &label, instance, &mut report);
+    }
+    let trees: Vec<Tree> = recovered
+        .into_iter()
+        .filter_map(|instance| Some(Tree { instance: instance.instance, recovery: instance.recovery.ok()? }))
+        .collect();
+    for tree in &trees {
+        pass_logs::check_backup_log(&geometry, &tree.recovery, &mut report);
+    }
+    let map = pass_slots::online_map(&geometry, &trees, &mut report);
+    pass_chunks::check_trees(device, &geometry, &trees, options, &mut report, progress)?;
+    pass_slots::check_free_slots(device, &geometry, &map, &mut report)?;
+    pass_journal::check_journals(&geometry, &trees, &mut report);
+    Ok(report)
+}

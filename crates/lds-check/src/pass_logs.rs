@@ -1,0 +1,164 @@
+//! Passes 2 and 3: each instance's version log and backup log, recovered once by the format
+//! crate's `recover_instance` (SPEC.md §9.2, §9.3), and how each live chain ends (§9.6).
+
+use lds_format::image::area_context;
+use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery, LaterObjects};
+use lds_format::label::{Geometry, Label, LogKind};
+use lds_format::log::AreaContext;
+use lds_format::recovery::{physical_walk, ChainEnd, VersionLogError};
+use lds_format::version::ReplayError;
+use lds_volume::ReadAt;
+
+use crate::problem::{Code, Report};
+use crate::CheckError;
+
+/// One instance's areas and what recovering them gave.
+pub(crate) struct Recovered {
+    pub(crate) instance: u32,
+    pub(crate) recovery: Result<InstanceRecovery, VersionLogError>,
+}
+
+/// Reads and recovers every instance; counts the objects of the physical walks.
+pub(crate) fn recover_all(
+    device: &impl ReadAt,
+    geometry: &Geometry,
+    report: &mut Report,
+) -> Result<Vec<Recovered>, CheckError> {
+    let mut recovered = Vec::new();
+    for instance in 0..geometry.instance_count {
+        let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
+        let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
+        let version_area = device.read_vec(version_offset, version_len)?;
+        let backup_area = device.read_vec(backup_offset, backup_len)?;
+        for area in [&version_area, &backup_area] {
+            report.summary.log_objects += physical_walk(area, 0, geometry.sector()).len() as u64;
+        }
+        let recovery = recover_instance(geometry, instance, &version_area, &backup_area);
+        recovered.push(Recovered { instance, recovery });
+    }
+    Ok(recovered)
+}
+
+fn replay_code(error: &ReplayError) -> Code {
+    match error {
+        ReplayError::SlotInUse { .. } => Code::SlotReferencedTwice,
+        ReplayError::SlotOutOfRange { .. } => Code::SlotOutOfRange,
+        ReplayError::LevelOutOfRange { .. } => Code::LevelOutOfRange,
+        _ => Code::VersionLogReplay,
+    }
+}
+
+/// Pass 2: the version log of one instance.
+pub(crate) fn check_version_log(geometry: &Geometry, label: &Label, recovered: &Recovered, report: &mut Report) {
+    let instance = recovered.instance;
+    let structure = format!("version log of instance {instance}");
+    let context = area_context(geometry, LogKind::Version, instance);
+    let recovery = match &recovered.recovery {
+        Ok(recovery) => recovery,
+        Err(error) => {
+            let (code, offset) = match error {
+                VersionLogError::NoStart { .. } => (Code::VersionLogNoStart, context.ofs_area),
+                VersionLogError::BadStart { .. } => (Code::VersionLogBadStart, context.ofs_area),
+                VersionLogError::BadWrapLeft { .. } => (Code::VersionLogBadWrapLeft, context.ofs_area),
+                VersionLogError::SnMismatch { offset, .. } => (Code::VersionLogSnMismatch, context.ofs_area + offset),
+                VersionLogError::Replay { offset, error } => (replay_code(error), context.ofs_area + offset),
+                _ => (Code::VersionLogReplay, context.ofs_area),
+            };
+            report.add(code, structure, offset, error.to_string());
+            return;
+        }
+    };
+    let state = &recovery.version_log;
+    report.summary.live_log_objects += (state.sequence.len() - state.base_index) as u64;
+    report_chain_end(&recovery.version_end, &context, report, &structure);
+    if state.base.geometry != *geometry && state.base.label_generation >= label.generation {
+        report.add(
+            Code::GeometryReplicaDiffers,
+            structure,
+            context.ofs_area + state.base_offset,
+            "the live base version's geometry replica differs from the label's",
+        );
+    }
+}
+
+/// Pass 3: the backup log of one instance whose version log recovered.
+pub(crate) fn check_backup_log(geometry: &Geometry, recovery: &InstanceRecovery, report: &mut Report) {
+    let structure = format!("backup log of instance {}", recovery.instance);
+    let context = area_context(geometry, LogKind::Backup, recovery.instance);
+    match &recovery.backup {
+        BackupRecovery::StartOutside { ofs_backup_start, len_area } => report.add(
+            Code::BackupStartOutside,
+            structure,
+            context.ofs_area,
+            format!("the backup start point {ofs_backup_start} is not an object position of the {len_area}-byte area"),
+        ),
+        BackupRecovery::StartMismatch { offset, recorded_lsn, found_lsn } => report.add(
+            Code::BackupStartMismatch,
+            structure,
+            context.ofs_area + offset,
+            format!("the version says the backup log restarts with lsn {recorded_lsn}, but the object there has lsn {found_lsn}: its writes are not replayed"),
+        ),
+        BackupRecovery::Sequence(error) => {
+            let offset = match error {
+                lds_format::recovery::BackupLogError::SequenceNotIncreasing { offset, .. } => *offset,
+            };
+            report.add(Code::BackupLogSequence, structure, context.ofs_area + offset, error.to_string());
+        }
+        BackupRecovery::Recovered { state, end, .. } => {
+            report.summary.live_log_objects += state.objects.len() as u64;
+            report_chain_end(end, &context, report, &structure);
+        }
+    }
+}
+
+fn why(end: &ChainEnd) -> String {
+    match end {
+        ChainEnd::Invalid { error, .. } => error.to_string(),
+        ChainEnd::Stale { lsn, expected_lsn, .. } => {
+            format!("an object with lsn {lsn} where {expected_lsn} was expected")
+        }
+        ChainEnd::WrapRight | ChainEnd::AreaEnd => String::new(),
+    }
+}
+
+fn lost(later: &LaterObjects) -> String {
+    format!("{later} {}", if later.count == 1 { "is" } else { "are" })
+}
+
+/// Reports how a live chain ends: damage (207, 303), a torn head (206, 306) or unflushed
+/// writes after a gap (307).
+fn report_chain_end(verdict: &ChainEndVerdict, context: &AreaContext, report: &mut Report, structure: &str) {
+    let version_log = context.kind == LogKind::Version;
+    match verdict {
+        ChainEndVerdict::Clean => {}
+        ChainEndVerdict::Broken { offset, end, later } => {
+            let code = if version_log { Code::VersionLogChainBroken } else { Code::BackupLogChainBroken };
+            report.add(
+                code,
+                structure,
+                context.ofs_area + offset,
+                format!("the live chain breaks here ({}); {} lost to recovery", why(end), lost(later)),
+            );
+        }
+        ChainEndVerdict::UnflushedAfterGap { offset, later } => report.add(
+            Code::BackupLogUnflushedAfterGap,
+            structure,
+            context.ofs_area + offset,
+            format!("{} valid objects (lsn {} to {}) stand after a position the next append never reached (stale or empty bytes there): unflushed writes a crash reordered; recovery ignores them", later.count, later.first_lsn, later.last_lsn),
+        ),
+        ChainEndVerdict::TornHead { offset, next_lsn, end, later } => {
+            let code = if version_log { Code::VersionLogTornHead } else { Code::BackupLogTornHead };
+            let why = match end {
+                ChainEnd::Invalid { error, .. } => error.to_string(),
+                _ => "its magic or header is damaged".to_string(),
+            };
+            let after = later.map_or_else(String::new, |later| {
+                format!(
+                    "; {} valid later objects (lsn {} to {}) follow, unsynced writes that landed before it (if they were synced, damage lost them)",
+                    later.count, later.first_lsn, later.last_lsn
+                )
+            });
+            report.add(code, structure, context.ofs_area + offset, format!("the object at the head (lsn {next_lsn}) is incomplete or damaged ({why}); recovery ignores it, as a write a crash interrupted{after}"));
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The problem table (e2fsck's `problem_table[]`): every problem the checker reports, with
+//! its stable number, severity, what it means and what repair does about it, in one place.
+//! Numbers never change meaning; new problems get new numbers.
+
+/// How bad a problem is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Worth knowing; not an inconsistency (exit code unaffected).
+    Info,
+    /// An inconsistency that loses no data.
+    Warning,
+    /// Corruption: data is wrong or unreachable.
+    Error,
+}
+
+impl Severity {
+    /// `info`, `warning` or `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Info => "info",
+            Self::Warning => "warning",
+            Self::Error => "error",
+        }
+    }
+
+    /// `I`, `W` or `E`, as in the text output.
+    pub fn letter(self) -> char {
+        match self {
+            Self::Info => 'I',
+            Self::Warning => 'W',
+            Self::Error => 'E',
+        }
+    }
+}
+
+/// What repair does about a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// Nothing: the problem is information, and recovery already handles what it describes.
+    Nothing,
+    /// A fix that loses no data (`lds repair -p` applies it).
+    Preen(&'static str),
+    /// A fix that may drop data, each drop reported (`lds repair -y`).
+    Fix(&'static str),
+    /// No in-place repair: `lds salvage` rebuilds a new volume from what is readable.
+    Salvage(&'static str),
+}
+
+impl Repair {
+    /// The action, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Nothing => "nothing to repair",
+            Self::Preen(what) | Self::Fix(what) | Self::Salvage(what) => what,
+        }
+    }
+}
+
+/// One row of the problem table.
+#[derive(Debug, Clone, Copy)]
+pub struct ProblemKind {
+    /// The code.
+    pub code: Code,
+    /// Its stable number.
+    pub number: u16,
+    /// Its severity.
+    pub severity: Severity,
+    /// What it means.
+    pub summary: &'static str,
+    /// What repair does.
+    pub repair: Repair,
+}
+
+macro_rules! problems {
+    ($($(#[$doc:meta])* $code:ident = $number:literal, $severity:ident, $summary:literal, $repair:expr;)*) => {
+        /// The stable problem codes (the rows of [`PROBLEMS`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[non_exhaustive]
+        pub enum Code {
+            $($(#[$doc])* $code,)*
+        }
+
+        /// Every problem the checker knows, in number order.
+        pub const PROBLEMS: &[ProblemKind] = &[
+            $(ProblemKind { code: Code::$code, number: $number, severity: Severity::$severity, summary: $summary, repair: $repair },)*
+        ];
+    };
+}
+
+use Repair::{Fix, Nothing, Preen, Salvage};
+
+problems! {
+    /// 101.
+    PrimaryLabelInvalid = 101, Error, "the primary label is not valid (checksum, magic, geometry...); the backup is used",
+        Preen("rewrite the primary label from the backup");
+    /// 102.
+    BackupLabelInvalid = 102, Warning, "the backup label is not valid",
+        Preen("rewrite the backup label from the primary");
+    /// 103.
+    LabelsConflict = 103, Error, "both labels are valid but differ with the same generation",
+        Fix("keep the label whose geometry the live base versions replicate, rewrite the other");
+    /// 104.
+    LabelsGenerationsDiffer = 104, Warning, "both labels are valid and differ: an interrupted label rewrite (resize)",
+        Preen("finish the rewrite: copy the label with the higher generation over the other");
+    /// 105.
+    NoValidLabel = 105, Error, "no label can be used",
+        Salvage("rebuild the label from a base version's geometry replica, or salvage the chunks");
+    /// 106.
+    VolumeBeyondDevice = 106, Error, "the volume is longer than the device",
+        Salvage("the device lost its end: salvage what the slots still hold");
+    /// 201.
+    VersionLogNoStart = 201, Error, "the version log has no valid object at offset 0",
+        Fix("rebuild the version log from the last good base version and the chunks in the slots (SPEC.md §8.5)");
+    /// 202.
+    VersionLogBadStart = 202, Error, "offset 0 of the version log holds neither a base version nor a WOL",
+        Fix("rebuild the version log from the last good base version and the chunks in the slots");
+    /// 203.
+    VersionLogBadWrapLeft = 203, Error, "the WOL does not lead to the live base version",
+        Fix("rebuild the version log from the last good base version and the chunks in the slots");
+    /// 204.
+    VersionLogSnMismatch = 204, Error, "a live delta version or journal record carries another SN than its base version",
+        Fix("drop the objects from the first mismatch on and append a base version of what precedes it");
+    /// 205.
+    VersionLogReplay = 205, Error, "a live delta version contradicts the version",
+        Fix("drop the contradicting delta and those after it; chunks they added become free slots or are re-added after a check");
+    /// 206.
+    VersionLogTornHead = 206, Info, "the object at the head of the version log is incomplete or damaged (recovery ignores it, as a write a crash interrupted)",
+        Nothing;
+    /// 207.
+    VersionLogChainBroken = 207, Error, "the live chain of the version log ends and valid objects with later lsns stand in the area: damage (every version log append is flushed before the next, SPEC.md §9.6), later versions are lost; the engine refuses to open",
+        Fix("replay the later objects' versions past the damaged one where they chain, else rebuild from the last good base version and the slots");
+    /// 208.
+    LevelOutOfRange = 208, Error, "a chunk is at a level beyond the tree's levels",
+        Fix("append a base version that holds the chunk at the last level");
+    /// 209.
+    GeometryReplicaDiffers = 209, Warning, "the live base version's geometry replica differs from the label's",
+        Preen("append a base version with the label's geometry");
+    /// 210.
+    VersionLogUnflushedAfterGap = 210, Info, "no longer reported (was: valid version log objects after a never-written position); such objects are damage, reported as 207",
+        Nothing;
+    /// 302.
+    BackupLogSequence = 302, Error, "write batches do not have increasing sequence numbers",
+        Fix("keep the batches before the first that does not increase; the rest are reported as dropped");
+    /// 303.
+    BackupLogChainBroken = 303, Error, "the live chain of the backup log ends at a damaged object of ours inside one sector (at most one identifying header field differs from the expected append), and valid later objects follow: no crash leaves this (SPEC.md §9.6), later writes are lost; the engine refuses to open",
+        Fix("keep every batch before the damage and the later batches that still chain by sequence number, flush them to chunks, and restart the backup log");
+    /// 304.
+    BackupStartMismatch = 304, Error, "the object at the backup start point is newer than the start point recorded; the engine refuses to open",
+        Fix("replay the backup log from the object found, flush it to chunks and record the new start point");
+    /// 305.
+    BackupStartOutside = 305, Error, "the backup start point lies outside the backup log",
+        Fix("append a base version whose backup start is the head of the backup log (its batches are reported as dropped)");
+    /// 306.
+    BackupLogTornHead = 306, Info, "the object at the head of the backup log is incomplete or damaged (as 206); the message counts any valid later objects: a torn unsynced write with later ones landed, which a crash leaves and damage can too",
+        Nothing;
+    /// 307.
+    BackupLogUnflushedAfterGap = 307, Info, "valid backup log objects stand after a position the next append never reached (stale or empty bytes there): unflushed writes a crash reordered; recovery ignores them",
+        Nothing;
+    /// 401.
+    FooterInvalid = 401, Error, "a chunk footer is not valid",
+        Fix("rewrite the chunk's readable blocks into a new chunk; entries of unreadable blocks are reported as dropped");
+    /// 402.
+    FooterMismatch = 402, Error, "a chunk footer disagrees with the chunk's metadata (id, instance, digest, entry count, sequence range)",
+        Fix("rewrite the chunk's readable blocks into a new chunk whose metadata is what it holds");
+    /// 403.
+    IndexInvalid = 403, Error, "a block index is not valid or disagrees with its blocks",
+        Fix("rebuild the index from the blocks (each block is self-checking) and rewrite the chunk");
+    /// 404.
+    FilterInvalid = 404, Error, "a filter is not valid",
+        Preen("rebuild the filter from the chunk's keys and rewrite the chunk");
+    /// 405.
+    BlockChecksum = 405, Error, "a block's checksum does not match",
+        Fix("rewrite the chunk's good blocks into a new chunk; the damaged block's key range is reported as dropped");
+    /// 406.
+    KeysUnsorted = 406, Error, "entries are not sorted within a chunk",
+        Fix("rewrite the chunk's entries sorted, newest version first");
+    /// 407.
+    KeyRangeMismatch = 407, Error, "a chunk's keys are not the range its metadata states",
+        Fix("append a delta version with the key range the chunk holds");
+    /// 408.
+    DigestMismatch = 408, Error, "a chunk's blake3 digest does not match (`--deep`)",
+        Fix("rewrite the chunk's blocks that verify into a new chunk");
+    /// 409.
+    LevelOverlap = 409, Error, "two chunks of one level (1 or deeper) overlap",
+        Fix("move the newer chunk to level 0 so that reads see versions in order");
+    /// 410.
+    SequenceImplausible = 410, Warning, "a chunk holds sequence numbers above the version's last sequence",
+        Preen("append a delta version whose last sequence covers the chunk");
+    /// 411.
+    FilterFalseNegative = 411, Error, "a filter rejects a key the chunk holds: reads would miss it (`--deep`)",
+        Preen("rebuild the filter from the chunk's keys and rewrite the chunk");
+    /// 412.
+    OddChunksInLevel = 412, Warning, "a level holds more than one odd chunk (SPEC.md §11)",
+        Preen("clear the odd flag of all but one (a later compaction merges them)");
+    /// 501.
+    SlotReferencedTwice = 501, Error, "a slot is referenced twice",
+        Fix("keep the reference whose chunk the slot's footer names; rebuild the other chunk from its readable copy or drop it");
+    /// 502.
+    SlotOutOfRange = 502, Error, "a slot beyond the slot area is referenced",
+        Fix("drop the chunk from the version; its key range is reported as dropped");
+    /// 503.
+    StaleChunksInFreeSlots = 503, Info, "free slots hold chunks of this volume: freed, or written by a flush or compaction that never committed. In LDS this is not a leak: the online map is rebuilt from the versions and such slots are reused (paper §3.2)",
+        Nothing;
+    /// 601.
+    JournalInputsMissing = 601, Error, "an unfinished compaction names input chunks the version does not hold",
+        Fix("abort the compaction: append a record that ends it, its outputs become free slots");
+    /// 602.
+    JournalOutputsConflict = 602, Error, "an unfinished compaction's outputs use slots the version uses",
+        Fix("abort the compaction: append a record that ends it, its outputs become free slots");
+    /// 603.
+    JournalUnfinished = 603, Info, "an unfinished compaction is recorded (the engine resumes it)",
+        Nothing;
+}
+
+impl Code {
+    /// The table row of this code.
+    pub fn kind(self) -> &'static ProblemKind {
+        // The macro makes the enum and the table from one list, in the same order.
+        &PROBLEMS[self as usize]
+    }
+
+    /// The stable number.
+    pub fn number(self) -> u16 {
+        self.kind().number
+    }
+
+    /// The severity this code always has.
+    pub fn severity(self) -> Severity {
+        self.kind().severity
+    }
+
+    /// The code with a stable number, if any.
+    pub fn from_number(number: u16) -> Option<Self> {
+        PROBLEMS.iter().find(|kind| kind.number == number).map(|kind| kind.code)
+    }
+}
+
+/// One problem found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The stable code.
+    pub code: Code,
+    /// The structure concerned (`primary label`, `version log of instance 0`, `chunk 12`, ...).
+    pub structure: String,
+    /// The device offset.
+    pub offset: u64,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Problem {
+    /// One line: `E405 chunk 12 of instance 0 @ 123456: message`.
+    pub fn line(&self) -> String {
+        format!(
+            "{}{} {} @ {}: {}",
+            self.code.severity().letter(),
+            self.code.number(),
+            self.structure,
+            self.offset,
+            self.message
+        )
+    }
+}
+
+/// What was checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Log objects found by the physical walks.
+    pub log_objects: u64,
+    /// Log objects in the live chains.
+    pub live_log_objects: u64,
+    /// Chunks checked.
+    pub chunks: u64,
+    /// Blocks whose checksum was verified.
+    pub blocks: u64,
+    /// Entries read.
+    pub entries: u64,
+    /// Bytes read and verified.
+    pub bytes_verified: u64,
+    /// Slots in the slot area.
+    pub slots: u64,
+    /// Slots referenced by live versions.
+    pub slots_in_use: u64,
+}
+
+/// The outcome of a check.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Problems, in the order found.
+    pub problems: Vec<Problem>,
+    /// What was checked.
+    pub summary: Summary,
+}
+
+impl Report {
+    /// Problems of a severity.
+    pub fn count(&self, severity: Severity) -> usize {
+        self.problems.iter().filter(|problem| problem.code.severity() == severity).count()
+    }
+
+    /// fsck(8) exit code: 0 clean (info only), 4 errors or warnings left uncorrected.
+    pub fn exit_code(&self) -> i32 {
+        if self.count(Severity::Error) + self.count(Severity::Warning) > 0 {
+            4
+        } else {
+            0
+        }
+    }
+
+    /// The first problem that is not information, if any.
+    pub fn first_inconsistency(&self) -> Option<&Problem> {
+        self.problems.iter().find(|problem| problem.code.severity() != Severity::Info)
+    }
+
+    pub(crate) fn add(&mut self, code: Code, structure: impl Into<String>, offset: u64, message: impl Into<String>) {
+        self.problems.push(Problem { code, structure: structure.into(), offset, message: message.into() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_unique_and_in_order() {
+        for pair in PROBLEMS.windows(2) {
+            assert!(pair[0].number < pair[1].number, "{} then {}", pair[0].number, pair[1].number);
+        }
+        for (index, kind) in PROBLEMS.iter().enumerate() {
+            assert_eq!(kind.code as usize, index);
+            assert_eq!(Code::from_number(kind.number), Some(kind.code));
+            assert_eq!(kind.code.number(), kind.number);
+        }
+    }
+
+    #[test]
+    fn information_needs_no_repair_and_inconsistencies_have_one() {
+        for kind in PROBLEMS {
+            match (kind.severity, kind.repair) {
+                (Severity::Info, Repair::Nothing) => {}
+                (Severity::Info, repair) => panic!("{}: information with a repair {repair:?}", kind.number),
+                (_, Repair::Nothing) => panic!("{}: an inconsistency with no repair action", kind.number),
+                _ => {}
+            }
+        }
+    }
+}

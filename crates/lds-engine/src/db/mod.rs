@@ -1,0 +1,202 @@
+//! The key-value store on an LDS volume (`Db`): opening with recovery (`open`), writes
+//! (`write`), reads through the `read` module, and waiting for background work.
+
+mod open;
+mod write;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use lds_format::version::ChunkMeta;
+
+pub use open::RecoveryReport;
+
+use crate::error::{Error, Result};
+use crate::read::iter::DbIterator;
+use crate::state::Shared;
+
+/// An open store. Share it between threads with `Arc<Db>`; every operation takes `&self`.
+pub struct Db {
+    pub(crate) shared: Arc<Shared>,
+    background: Option<JoinHandle<()>>,
+}
+
+/// A consistent view at one sequence number; reads through it see no later write.
+pub struct Snapshot<'a> {
+    db: &'a Db,
+    sequence: u64,
+}
+
+impl Snapshot<'_> {
+    /// The sequence number it sees.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The value of `key` as of the snapshot.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        crate::read::get::get(&self.db.shared, key, self.sequence)
+    }
+
+    /// An iterator over `start <= key < end` as of the snapshot.
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Result<DbIterator> {
+        DbIterator::new(&self.db.shared, start, end, self.sequence)
+    }
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        let mut state = self.db.shared.lock_state();
+        if let Some(count) = state.snapshots.get_mut(&self.sequence) {
+            *count -= 1;
+            if *count == 0 {
+                state.snapshots.remove(&self.sequence);
+            }
+        }
+    }
+}
+
+/// Rounds of waiting for the background thread `flush` and `compact_range` make at most
+/// (each round ends when the background thread reports progress).
+const IDLE_WAITS_MAX: u64 = 1 << 20;
+
+impl Db {
+    /// The path the store was opened by.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// True when the store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
+    }
+
+    /// The value of `key`, if any.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        crate::read::get::get(&self.shared, key, self.shared.published.load(Ordering::Acquire))
+    }
+
+    /// An iterator over every live key and value with `start <= key < end` (`end` None: to
+    /// the last key), in key order, as of now.
+    pub fn range(&self, start: &[u8], end: Option<&[u8]>) -> Result<DbIterator> {
+        DbIterator::new(&self.shared, start, end, self.shared.published.load(Ordering::Acquire))
+    }
+
+    /// An iterator over every key.
+    pub fn iter(&self) -> Result<DbIterator> {
+        self.range(b"", None)
+    }
+
+    /// A consistent view: reads through it see the store as it is now.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        let mut state = self.shared.lock_state();
+        let sequence = self.shared.published.load(Ordering::Acquire);
+        *state.snapshots.entry(sequence).or_insert(0) += 1;
+        Snapshot { db: self, sequence }
+    }
+
+    /// Writes the memtable to level-0 chunks and waits until they are committed.
+    pub fn flush(&self) -> Result<()> {
+        if self.shared.read_only {
+            return Err(Error::ReadOnly { path: self.shared.path_string() });
+        }
+        let mut writer = self.shared.lock_writer();
+        let mem = self.make_room(&mut writer, true)?;
+        drop(writer);
+        drop(mem);
+        self.wait_idle()
+    }
+
+    /// Compacts every level down as far as it goes, and waits.
+    pub fn compact_range(&self) -> Result<()> {
+        self.flush()?;
+        let mut state = self.shared.lock_state();
+        state.manual_compaction = Some(0);
+        self.shared.work.notify_all();
+        drop(state);
+        self.wait_idle()
+    }
+
+    /// Waits until the background thread has nothing left to do.
+    fn wait_idle(&self) -> Result<()> {
+        let shared = &self.shared;
+        let mut state = shared.lock_state();
+        for _ in 0..IDLE_WAITS_MAX {
+            if !shared.options.background {
+                state = crate::worker::run_inline(shared, state);
+            }
+            Shared::check_poisoned(&state)?;
+            if state.space_full {
+                return Err(Error::SpaceFull { needed: 1, num_slots: shared.geometry.num_slots });
+            }
+            let busy = state.imm.is_some()
+                || state.manual_compaction.is_some()
+                || crate::worker::compaction_wanted(shared, &state);
+            if !busy || !shared.options.background {
+                return Ok(());
+            }
+            shared.work.notify_all();
+            state = shared.wait(state);
+        }
+        Err(Error::Invariant { what: format!("waited {IDLE_WAITS_MAX} rounds for the background work to end") })
+    }
+
+    /// Writes out gathered appends, stops the background thread after its current task and
+    /// closes the device; fails when any write or flush failed, now or before. The memtable
+    /// stays in the backup log; the next open replays it.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_background();
+        Shared::check_poisoned(&self.shared.lock_state())
+    }
+
+    fn stop_background(&mut self) {
+        if self.shared.read_only {
+            return;
+        }
+        let drained = self.shared.lock_writer().drain(self.shared.device.as_ref());
+        if let Err(error) = drained {
+            let mut state = self.shared.lock_state();
+            self.shared.poison(&mut state, error.into());
+        }
+        {
+            let mut state = self.shared.lock_state();
+            state.shutting_down = true;
+            self.shared.work.notify_all();
+        }
+        if let Some(handle) = self.background.take() {
+            let _ = handle.join();
+        }
+    }
+
+    /// Chunks per level (level 0 first).
+    pub fn level_chunk_counts(&self) -> Vec<usize> {
+        let version = Arc::clone(&self.shared.lock_state().version);
+        (0..version.num_levels as u8).map(|level| version.level(level).len()).collect()
+    }
+
+    /// Every chunk of the current version, by id.
+    pub fn chunks(&self) -> Vec<ChunkMeta> {
+        self.shared.lock_state().version.chunks.values().cloned().collect()
+    }
+
+    /// Slots in use in the online map (all instances), counting slots that wait for readers
+    /// of older versions to finish.
+    pub fn slots_in_use(&self) -> u64 {
+        let mut state = self.shared.lock_state();
+        crate::version::slots::reclaim(&mut state, &self.shared.cache);
+        state.online.iter().filter(|&&used| used).count() as u64
+    }
+
+    /// The largest sequence number written.
+    pub fn last_sequence(&self) -> u64 {
+        self.shared.published.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_background();
+    }
+}

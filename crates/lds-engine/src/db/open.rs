@@ -1,0 +1,232 @@
+//! Opening a store: choose the label, recover every instance's version log for the online
+//! map and the opened instance's backup log (once each, through the format crate's
+//! `recover_instance`), refuse damage no crash explains, replay the backup log into the
+//! memtable. Recovery writes nothing (SPEC.md §9.5); a read-only open never writes at all.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use lds_format::image::area_context;
+use lds_format::instance::recover_instance;
+use lds_format::label::LogKind;
+use lds_format::recovery::{online_map, recover_version_log};
+use lds_format::writer::LogAppender;
+use lds_volume::volume::choose_label;
+use lds_volume::{BlockDevice, Device, OpenMode};
+
+use crate::db::Db;
+use crate::error::{Error, RecoveryError, Result};
+use crate::memtable::MemTable;
+use crate::options::Options;
+use crate::state::{Shared, TreeState, WriterState};
+use crate::table::cache::TableCache;
+use crate::version::levels::Levels;
+
+/// What open found and did, for `lds recover`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// SN of the live base version.
+    pub sn: u64,
+    /// Offset of the live base version in the version log.
+    pub base_offset: u64,
+    /// Live delta versions replayed on it.
+    pub deltas_replayed: usize,
+    /// Chunks in the version.
+    pub chunks: usize,
+    /// Write batches replayed from the backup log.
+    pub batches_replayed: usize,
+    /// Entries replayed into the memtable.
+    pub entries_replayed: u64,
+    /// Largest sequence number after recovery.
+    pub last_sequence: u64,
+    /// Slots in use over all instances.
+    pub slots_in_use: u64,
+}
+
+impl Db {
+    /// Opens instance `options.instance` of the volume at `path` for reading and writing,
+    /// under an exclusive lock, and recovers it. Fails at once while another process,
+    /// reader or writer, holds the volume.
+    pub fn open(path: &Path, options: Options) -> Result<Self> {
+        Self::open_with_report(path, options).map(|(db, _)| db)
+    }
+
+    /// Opens for writing and returns what recovery found.
+    pub fn open_with_report(path: &Path, options: Options) -> Result<(Self, RecoveryReport)> {
+        Self::open_waiting(path, options, Duration::ZERO)
+    }
+
+    /// Opens for writing, waiting at most `wait` for other processes to release the volume.
+    pub fn open_waiting(path: &Path, options: Options, wait: Duration) -> Result<(Self, RecoveryReport)> {
+        let device = Device::open_waiting(path, OpenMode::ReadWrite, wait)?;
+        Self::open_device(Arc::new(device), path, options)
+    }
+
+    /// Opens read-only under a shared lock: any number of read-only opens run at once, none
+    /// while a writer holds the volume (after waiting at most `wait`). The backup log is
+    /// replayed into memory only, no background thread runs, and nothing is ever written.
+    pub fn open_read_only(path: &Path, options: Options, wait: Duration) -> Result<(Self, RecoveryReport)> {
+        let device = Device::open_waiting(path, OpenMode::ReadOnlyLocked, wait)?;
+        Self::open_device_read_only(Arc::new(device), path, options)
+    }
+
+    /// Opens a volume on any device (the crash simulator's, for one) for writing; `path`
+    /// names it in messages.
+    pub fn open_device(device: Arc<dyn BlockDevice>, path: &Path, options: Options) -> Result<(Self, RecoveryReport)> {
+        open(device, path, options, false)
+    }
+
+    /// Opens a volume on any device read-only (see `open_read_only`).
+    pub fn open_device_read_only(
+        device: Arc<dyn BlockDevice>,
+        path: &Path,
+        options: Options,
+    ) -> Result<(Self, RecoveryReport)> {
+        open(device, path, options, true)
+    }
+}
+
+fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: bool) -> Result<(Db, RecoveryReport)> {
+    let path_string = path.display().to_string();
+    let (_, _, label) = choose_label(device.as_ref(), &path_string)?;
+    let geometry = label.geometry;
+    if !read_only && !label.writable() {
+        return Err(Error::ReadOnlyFeatures { path: path_string, features: label.features_ro_compat });
+    }
+    let instance = options.instance;
+    if instance >= geometry.instance_count {
+        return Err(Error::NoSuchInstance { path: path_string, instance, instance_count: geometry.instance_count });
+    }
+    let recovery_error = |instance: u32, source: RecoveryError| Error::Recovery {
+        path: path_string.clone(),
+        instance,
+        source: Box::new(source),
+    };
+    // Every instance's version log, for the online map; the opened one's backup log too.
+    let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
+    let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
+    let version_area = device.read_vec(version_offset, version_len)?;
+    let backup_area = device.read_vec(backup_offset, backup_len)?;
+    let recovery = recover_instance(&geometry, instance, &version_area, &backup_area)
+        .map_err(|error| recovery_error(instance, error.into()))?;
+    let mut others = Vec::new();
+    for other in (0..geometry.instance_count).filter(|&other| other != instance) {
+        let (offset, len) = geometry.log_area(LogKind::Version, other);
+        let area = device.read_vec(offset, len)?;
+        let state = recover_version_log(&area, &area_context(&geometry, LogKind::Version, other))
+            .map_err(|error| recovery_error(other, error.into()))?;
+        others.push((other, state));
+    }
+    for (owner, state) in
+        std::iter::once((instance, &recovery.version_log)).chain(others.iter().map(|(other, state)| (*other, state)))
+    {
+        if let Some(&compaction_id) = state.unfinished_compactions.keys().next() {
+            return Err(recovery_error(owner, RecoveryError::UnfinishedCompaction { compaction_id }));
+        }
+    }
+    let online = online_map(
+        geometry.num_slots,
+        std::iter::once((instance, &recovery.version_log.version, &recovery.version_log.unfinished_compactions))
+            .chain(others.iter().map(|(other, state)| (*other, &state.version, &state.unfinished_compactions))),
+    )
+    .map_err(|conflict| {
+        recovery_error(
+            conflict.instances.1,
+            RecoveryError::SlotConflict { slot: conflict.slot, instances: conflict.instances },
+        )
+    })?;
+    // Damage that no crash explains would make recovery serve an older state silently and
+    // then overwrite what a repair could use (docs/reliability.md I7): refuse instead.
+    if let Some(damage) = recovery.damage() {
+        return Err(recovery_error(instance, damage.into()));
+    }
+    let state = &recovery.version_log;
+    let version = state.version.clone();
+    let levels = Levels::of(&version);
+    if let Some((first, second)) = levels.overlap() {
+        return Err(recovery_error(
+            instance,
+            RecoveryError::LevelOverlap { level: first.level, chunks: (first.chunk_id, second.chunk_id) },
+        ));
+    }
+    let Some(backup) = recovery.backup_state() else {
+        return Err(Error::Invariant { what: "a backup log without damage has no state".into() });
+    };
+    let backup_context = area_context(&geometry, LogKind::Backup, instance);
+    let memtable = MemTable::default();
+    let mut entries_replayed = 0;
+    let last_sequence = recovery
+        .replay(&backup_area, &backup_context, |sequence, kind, key, value| {
+            memtable.insert(key, sequence, kind, value);
+            entries_replayed += 1;
+        })
+        .map_err(|source| Error::Corrupt { path: path_string.clone(), source })?;
+    // Objects of a crashed session at or past the head could continue the chain once a new
+    // append fills the gap before them (SPEC.md §9.3, §9.5).
+    let raise_sn_before_append =
+        matches!(&recovery.backup, lds_format::instance::BackupRecovery::Recovered { stale_ahead: true, .. });
+    let report = RecoveryReport {
+        sn: state.sn,
+        base_offset: state.base_offset,
+        deltas_replayed: state.sequence.len() - state.base_index - 1,
+        chunks: version.chunks.len(),
+        batches_replayed: backup.batches.len(),
+        entries_replayed,
+        last_sequence,
+        slots_in_use: online.iter().filter(|&&used| used).count() as u64,
+    };
+    let version_log = LogAppender::new(
+        area_context(&geometry, LogKind::Version, instance),
+        state.head,
+        state.base_offset,
+        state.base_lsn,
+    );
+    let backup_log = LogAppender::new(backup_context, backup.head, version.ofs_backup_start, version.lsn_backup_start);
+    let mut options = options;
+    options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
+    let cache = TableCache::new(options.block_cache_bytes);
+    let background = options.background && !read_only;
+    let shared = Arc::new(Shared {
+        device,
+        geometry,
+        instance,
+        options,
+        path: path.to_path_buf(),
+        read_only,
+        writer: Mutex::new(WriterState { backup_log, last_sequence, buffer: Vec::new(), buffer_offset: 0 }),
+        state: Mutex::new(TreeState {
+            mem: Arc::new(memtable),
+            imm: None,
+            levels: Arc::new(levels),
+            version: Arc::new(version),
+            sn: state.sn,
+            version_log,
+            online,
+            allocation_cursor: 0,
+            pending_free: Vec::new(),
+            backup_start_update: None,
+            snapshots: BTreeMap::new(),
+            poisoned: None,
+            space_full: false,
+            raise_sn_before_append,
+            compaction_stalled: false,
+            manual_compaction: None,
+            shutting_down: false,
+            commits: 0,
+        }),
+        work: Condvar::new(),
+        progress: Condvar::new(),
+        published: AtomicU64::new(last_sequence),
+        synced: Mutex::new(last_sequence),
+        cache,
+    });
+    let background = if background {
+        Some(crate::worker::spawn(Arc::clone(&shared)).map_err(|source| Error::Thread { source })?)
+    } else {
+        None
+    };
+    Ok((Db { shared, background }, report))
+}

@@ -1,0 +1,208 @@
+//! The write path: a batch becomes one backup log append (gathered in memory unless synced,
+//! SPEC.md §10.1), then entries in the memtable; synced writers share device flushes (group
+//! commit); a full memtable is frozen for the background work (LevelDB's MakeRoomForWrite).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use lds_format::batch::{WriteBatchRecord, SEQUENCE_MAX};
+use lds_format::label::LogKind;
+use lds_format::log::ObjectType;
+use lds_format::writer::AppendError;
+
+use crate::batch::WriteBatch;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::memtable::MemTable;
+use crate::options::WriteOptions;
+use crate::state::{Frozen, Shared, WriterState};
+
+/// Rounds of waiting for the background thread a writer makes at most before it reports the
+/// store stuck (each round ends when the background thread reports progress).
+const ROOM_WAITS_MAX: u64 = 1 << 20;
+
+impl Db {
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: &[u8], value: &[u8], options: WriteOptions) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put(key, value);
+        self.write(&batch, options)
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: &[u8], options: WriteOptions) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.delete(key);
+        self.write(&batch, options)
+    }
+
+    /// The largest batch `write` accepts, in `WriteBatch::encoded_len` bytes: half the
+    /// backup log's object limit, so that a batch never waits on a log it cannot fit.
+    pub fn batch_len_max(&self) -> u64 {
+        self.shared.lock_writer().backup_log.context().payload_len_max() / 2
+    }
+
+    /// Applies a batch atomically: one backup log object, then the memtable.
+    pub fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        let shared = &self.shared;
+        if shared.read_only {
+            return Err(Error::ReadOnly { path: shared.path_string() });
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let value_len_max = shared.geometry.slot_size / 4;
+        for entry in &batch.entries {
+            if entry.key.is_empty() || entry.key.len() > usize::from(u16::MAX) {
+                return Err(Error::InvalidArgument {
+                    reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", entry.key.len()),
+                });
+            }
+            if entry.value.len() as u64 > value_len_max {
+                return Err(Error::InvalidArgument {
+                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", entry.value.len()),
+                });
+            }
+        }
+        let mut writer = shared.lock_writer();
+        let payload_len = batch.encoded_len() as u64;
+        let batch_len_max = writer.backup_log.context().payload_len_max() / 2;
+        if payload_len > batch_len_max {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "a batch of {payload_len} bytes exceeds {batch_len_max} (half the backup log's object limit)"
+                ),
+            });
+        }
+        self.raise_sn_if_needed(&mut writer)?;
+        let first_sequence = writer.last_sequence + 1;
+        let last_sequence = first_sequence + batch.len() as u64 - 1;
+        if last_sequence > SEQUENCE_MAX {
+            return Err(Error::Exhausted { what: "sequence numbers (2^56)" });
+        }
+        let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone() }.encode();
+        let mut force_freeze = false;
+        let (pending, mem) = loop {
+            let mem = self.make_room(&mut writer, force_freeze)?;
+            let sn = shared.lock_state().sn;
+            match writer.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
+                Ok(pending) => break (pending, mem),
+                // The live region reached the start point: a flush of the memtable moves it.
+                Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
+                Err(AppendError::LsnExhausted { .. }) => {
+                    return Err(Error::Exhausted { what: "backup log sequence numbers" });
+                }
+                Err(error) => return Err(Error::InvalidArgument { reason: error.to_string() }),
+            }
+        };
+        let mut written =
+            pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
+        if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
+            written = writer.drain(shared.device.as_ref());
+        }
+        if let Err(error) = written {
+            let mut state = shared.lock_state();
+            return Err(shared.poison(&mut state, error.into()));
+        }
+        for (index, entry) in batch.entries.iter().enumerate() {
+            mem.insert(&entry.key, first_sequence + index as u64, entry.kind, &entry.value);
+        }
+        writer.last_sequence = last_sequence;
+        shared.published.store(last_sequence, Ordering::Release);
+        drop(writer);
+        if options.sync {
+            self.sync_through(last_sequence)?;
+        }
+        Ok(())
+    }
+
+    /// Before the first backup log append after a recovery that found stale objects ahead of
+    /// the head: raises the SN, for the wrap objects the backup log writes too (the writer
+    /// lock is held, so no append runs meanwhile).
+    fn raise_sn_if_needed(&self, writer: &mut WriterState) -> Result<()> {
+        let shared = &self.shared;
+        let mut state = shared.lock_state();
+        if !state.raise_sn_before_append {
+            return Ok(());
+        }
+        Shared::check_poisoned(&state)?;
+        if let Err(error) = crate::version::commit::raise_sn(shared, &mut state) {
+            return Err(shared.poison(&mut state, error));
+        }
+        writer.backup_log.set_sn(state.sn);
+        state.raise_sn_before_append = false;
+        Ok(())
+    }
+
+    /// Makes `sequence` durable, sharing one device flush among concurrent callers.
+    fn sync_through(&self, sequence: u64) -> Result<()> {
+        let shared = &self.shared;
+        let mut synced = shared.synced.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *synced >= sequence {
+            return Ok(());
+        }
+        // Every write up to `target` was issued before this flush starts, all of them in the
+        // backup log: flushing its area covers them (SPEC.md §2.5).
+        let target = shared.published.load(Ordering::Acquire);
+        let (ofs_area, len_area) = shared.geometry.log_area(LogKind::Backup, shared.instance);
+        if let Err(error) = shared.device.flush_range(ofs_area, len_area) {
+            let mut state = shared.lock_state();
+            return Err(shared.poison(&mut state, error.into()));
+        }
+        *synced = target;
+        Ok(())
+    }
+
+    /// Waits until the memtable has room (LevelDB's MakeRoomForWrite): freezes a full
+    /// memtable for the background thread, and waits while a frozen one is still being
+    /// flushed or level 0 is at its stop trigger. Returns the memtable to insert into.
+    pub(crate) fn make_room(&self, writer: &mut WriterState, force: bool) -> Result<Arc<MemTable>> {
+        let shared = &self.shared;
+        let background = shared.options.background;
+        let mut state = shared.lock_state();
+        for _ in 0..ROOM_WAITS_MAX {
+            if !background {
+                // Inline mode: the writing thread does the background work itself, here.
+                state = crate::worker::run_inline(shared, state);
+            }
+            if let Some(start) = state.backup_start_update.take() {
+                writer.backup_log.set_live_start(start.0, start.1);
+            }
+            Shared::check_poisoned(&state)?;
+            let full = state.mem.approximate_bytes() >= shared.options.write_buffer_size;
+            let level0 = state.version.chunks.values().filter(|chunk| chunk.level == 0).count();
+            // Inline, compactions already ran: level 0 cannot be waited down.
+            let level0_stop = background && level0 >= shared.options.level0_stop_writes_trigger;
+            if !force && !full && !level0_stop {
+                return Ok(Arc::clone(&state.mem));
+            }
+            if state.imm.is_some() || (!force && level0_stop) {
+                if state.space_full || !background {
+                    return Err(Error::SpaceFull { needed: 1, num_slots: shared.geometry.num_slots });
+                }
+                state = shared.wait(state);
+                continue;
+            }
+            if state.mem.is_empty() {
+                // Nothing to flush: room is all there is.
+                return Ok(Arc::clone(&state.mem));
+            }
+            let frozen = Frozen {
+                table: std::mem::take(&mut state.mem),
+                backup_start: writer.backup_log.next_position(),
+                last_sequence: writer.last_sequence,
+            };
+            state.imm = Some(frozen);
+            shared.work.notify_all();
+            // A forced freeze (the backup log is full, or `flush`) waits for the flush that
+            // moves the backup start; an ordinary one goes on with the new memtable.
+            if !force {
+                if !background {
+                    state = crate::worker::run_inline(shared, state);
+                }
+                return Ok(Arc::clone(&state.mem));
+            }
+        }
+        Err(Error::Invariant { what: format!("a writer waited {ROOM_WAITS_MAX} rounds for room in the memtable") })
+    }
+}

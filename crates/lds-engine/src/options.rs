@@ -1,0 +1,64 @@
+//! Options of an open store and of one write.
+
+/// Options of an open store, with their defaults. Memory is bounded by
+/// `2 * write_buffer_size` (memtable and frozen memtable) plus `block_cache_bytes` plus the
+/// decoded tails of chunks in use (about 1/300 of the data) plus, during a compaction, its
+/// input and output chunks.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Which instance of the volume to open (default 0).
+    pub instance: u32,
+    /// Memtable bytes before it is frozen and flushed (default 4 MiB, the paper's; capped at
+    /// a third of the backup log so that the log never fills before a flush).
+    pub write_buffer_size: usize,
+    /// Target block size in chunks (default 4 KiB).
+    pub block_size: usize,
+    /// Bloom filter bits per key (default 10; 0 disables filters).
+    pub bloom_bits_per_key: u32,
+    /// Level-0 chunks that trigger a compaction into level 1 (default 4, LevelDB's).
+    pub level0_compaction_trigger: usize,
+    /// Level-0 chunks at which writers wait for compaction (default 12, LevelDB's).
+    pub level0_stop_writes_trigger: usize,
+    /// Bytes level 1 may hold before it is compacted (default 0: ten slots).
+    pub level1_max_bytes: u64,
+    /// Each deeper level may hold this many times the bytes of the one above (default 10).
+    pub level_size_multiplier: u64,
+    /// Bytes of decoded blocks kept in memory for reads (default 8 MiB).
+    pub block_cache_bytes: usize,
+    /// Unsynced backup log appends gather in memory up to this many bytes before one write
+    /// to the device (default 64 KiB), so that a put costs no system call; an idle store
+    /// writes them out within 100 ms. A process crash loses at most these latest unsynced
+    /// writes (still a prefix of the writes issued); a synced write first writes out
+    /// everything before it. 0 writes every batch.
+    pub log_buffer_bytes: usize,
+    /// Flushes and compactions run in a background thread (default). When false they run
+    /// in the writing thread, so that the same operations always issue the same device
+    /// writes and flushes (the crash simulator, RELIABILITY.md I8).
+    pub background: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            instance: 0,
+            write_buffer_size: 4 << 20,
+            block_size: 4096,
+            bloom_bits_per_key: 10,
+            level0_compaction_trigger: 4,
+            level0_stop_writes_trigger: 12,
+            level1_max_bytes: 0,
+            level_size_multiplier: 10,
+            block_cache_bytes: 8 << 20,
+            log_buffer_bytes: 64 << 10,
+            background: true,
+        }
+    }
+}
+
+/// Options of one write.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Durable before returning: the backup log area is flushed to the device (SPEC.md §2.5).
+    /// Concurrent synced writers share flushes (group commit).
+    pub sync: bool,
+}

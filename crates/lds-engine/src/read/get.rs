@@ -1,0 +1,89 @@
+//! Point lookups: the memtables, then level 0 newest first, then each deeper level's one
+//! candidate chunk, through filters and block indexes.
+
+use lds_format::batch::EntryKind;
+use lds_format::version::{ChunkMeta, SubChunkRef};
+
+use crate::error::Result;
+use crate::read::view;
+use crate::state::Shared;
+
+/// A found version: its sequence number and value (`None`: a tombstone).
+type Found = (u64, Option<Vec<u8>>);
+
+/// The newest version of `key` at or below `snapshot` in one sub-chunk.
+fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
+    let slot = sub_chunk.slot;
+    let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
+    if !tail.filter.may_contain(key) {
+        return Ok(None);
+    }
+    let first = tail.index.partition_point(|entry| entry.last_key.as_slice() < key);
+    for entry in &tail.index[first..] {
+        let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, entry)?;
+        for index in block.seek(key)..block.entries.len() {
+            let found = &block.entries[index];
+            if block.slice(found.key) != key {
+                return Ok(None);
+            }
+            if found.sequence <= snapshot {
+                let value = (found.kind == EntryKind::Put).then(|| block.slice(found.value).to_vec());
+                return Ok(Some((found.sequence, value)));
+            }
+        }
+        if entry.last_key.as_slice() > key {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
+    for sub_chunk in &chunk.sub_chunks {
+        if let Some(found) = find_in_slot(shared, sub_chunk, key, snapshot)? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+/// The value of `key` at `snapshot`.
+pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+    let view = view(shared);
+    for table in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
+        if let Some((_, value)) = table.get(key, snapshot) {
+            return Ok(value);
+        }
+    }
+    for (level, chunks) in view.levels.levels.iter().enumerate() {
+        let chunks = if level == 0 { chunks.as_slice() } else { view.levels.starting_at(level, key) };
+        let candidates = chunks
+            .iter()
+            .take_while(|chunk| level == 0 || chunk.smallest_key.as_slice() <= key)
+            .filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice());
+        if level == 0 {
+            // Level-0 chunks overlap: the newest visible version among them wins.
+            let mut best: Option<Found> = None;
+            for chunk in candidates {
+                if chunk.smallest_seq > snapshot {
+                    continue;
+                }
+                if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    if best.as_ref().is_none_or(|best| found.0 > best.0) {
+                        best = Some(found);
+                    }
+                }
+            }
+            if let Some((_, value)) = best {
+                return Ok(value);
+            }
+        } else {
+            for chunk in candidates {
+                if let Some((_, value)) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    return Ok(value);
+                }
+            }
+        }
+    }
+    Ok(None)
+}

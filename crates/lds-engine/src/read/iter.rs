@@ -1,0 +1,216 @@
+//! Iterators: a k-way merge over memtable cursors and chunk cursors, newest version of each
+//! key first, as of one sequence number.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use lds_format::batch::EntryKind;
+use lds_format::version::{ChunkMeta, SubChunkRef, Version};
+
+use crate::error::Result;
+use crate::memtable::{Entry, InternalKey, MemTable};
+use crate::read::view;
+use crate::state::Shared;
+use crate::table::cache::{Block, Tail};
+
+/// Walks the sub-chunks of a list of chunks block by block, from a start key.
+struct ChunkCursor {
+    slots: VecDeque<SubChunkRef>,
+    index: Option<Arc<Tail>>,
+    slot: u64,
+    next_block: usize,
+    /// The block being read and the next entry in it.
+    block: Option<(Arc<Block>, usize)>,
+    start: Vec<u8>,
+}
+
+impl ChunkCursor {
+    fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
+        let slots = chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect();
+        Self { slots, index: None, slot: 0, next_block: 0, block: None, start: start.to_vec() }
+    }
+
+    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+        loop {
+            if let Some((block, position)) = &mut self.block {
+                if *position < block.entries.len() {
+                    *position += 1;
+                    return Ok(Some(block.owned(*position - 1)));
+                }
+                self.block = None;
+            }
+            let tail = match &self.index {
+                Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
+                _ => {
+                    let Some(sub_chunk) = self.slots.pop_front() else { return Ok(None) };
+                    let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
+                    self.slot = sub_chunk.slot;
+                    self.next_block =
+                        tail.index.partition_point(|entry| entry.last_key.as_slice() < self.start.as_slice());
+                    self.index = Some(Arc::clone(&tail));
+                    continue;
+                }
+            };
+            let entry = &tail.index[self.next_block];
+            self.next_block += 1;
+            let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, self.slot, entry)?;
+            let position = block.seek(&self.start);
+            self.block = Some((block, position));
+        }
+    }
+}
+
+/// Walks a memtable from a start key in growing batches, so that a seek copies a few
+/// entries rather than the whole rest of the table. Entries inserted after the iterator
+/// began carry newer sequence numbers, which the iterator's snapshot filters out.
+struct MemCursor {
+    table: Arc<MemTable>,
+    from: Bound<InternalKey>,
+    end: Option<Vec<u8>>,
+    buffer: std::vec::IntoIter<Entry>,
+    batch: usize,
+    exhausted: bool,
+}
+
+impl MemCursor {
+    const FIRST_BATCH: usize = 8;
+    const LARGEST_BATCH: usize = 1024;
+
+    fn new(table: &Arc<MemTable>, start: &[u8], end: Option<&[u8]>) -> Self {
+        Self {
+            table: Arc::clone(table),
+            from: Bound::Included((start.to_vec(), Reverse(u64::MAX))),
+            end: end.map(<[u8]>::to_vec),
+            buffer: Vec::new().into_iter(),
+            batch: Self::FIRST_BATCH,
+            exhausted: false,
+        }
+    }
+
+    fn next(&mut self) -> Option<Entry> {
+        if let Some(entry) = self.buffer.next() {
+            return Some(entry);
+        }
+        if self.exhausted {
+            return None;
+        }
+        let entries = self.table.batch(&self.from, self.end.as_deref(), self.batch);
+        self.exhausted = entries.len() < self.batch;
+        if let Some((key, sequence, _, _)) = entries.last() {
+            self.from = Bound::Excluded((key.clone(), Reverse(*sequence)));
+        }
+        self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
+        self.buffer = entries.into_iter();
+        self.buffer.next()
+    }
+}
+
+enum Source {
+    Mem(MemCursor),
+    Chunks(ChunkCursor),
+}
+
+impl Source {
+    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+        match self {
+            Self::Mem(cursor) => Ok(cursor.next()),
+            Self::Chunks(cursor) => cursor.next(shared),
+        }
+    }
+}
+
+/// A merge candidate: user key, sequence (newest first), source index, kind, value.
+type HeapItem = Reverse<(Vec<u8>, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
+
+/// An iterator over live keys and values in key order, as of one sequence number. It holds
+/// the version it started on, so the chunks it reads stay in place until it is dropped.
+pub struct DbIterator {
+    shared: Arc<Shared>,
+    _version: Arc<Version>,
+    sources: Vec<Source>,
+    heap: BinaryHeap<HeapItem>,
+    snapshot: u64,
+    end: Option<Vec<u8>>,
+    decided: Option<Vec<u8>>,
+    failed: bool,
+}
+
+impl DbIterator {
+    pub(crate) fn new(shared: &Arc<Shared>, start: &[u8], end: Option<&[u8]>, snapshot: u64) -> Result<Self> {
+        let view = view(shared);
+        let in_range = |chunk: &&ChunkMeta| {
+            chunk.largest_key.as_slice() >= start && end.is_none_or(|end| chunk.smallest_key.as_slice() < end)
+        };
+        let mut sources = vec![Source::Mem(MemCursor::new(&view.mem, start, end))];
+        if let Some(imm) = &view.imm {
+            sources.push(Source::Mem(MemCursor::new(imm, start, end)));
+        }
+        for (level, chunks) in view.levels.levels.iter().enumerate() {
+            if level == 0 {
+                let overlapping = chunks.iter().filter(|chunk| in_range(chunk));
+                sources.extend(overlapping.map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
+                continue;
+            }
+            let chunks: Vec<&ChunkMeta> = view
+                .levels
+                .starting_at(level, start)
+                .iter()
+                .take_while(|chunk| end.is_none_or(|end| chunk.smallest_key.as_slice() < end))
+                .collect();
+            if !chunks.is_empty() {
+                sources.push(Source::Chunks(ChunkCursor::new(&chunks, start)));
+            }
+        }
+        let mut iterator = Self {
+            shared: Arc::clone(shared),
+            _version: view.version,
+            sources,
+            heap: BinaryHeap::new(),
+            snapshot,
+            end: end.map(<[u8]>::to_vec),
+            decided: None,
+            failed: false,
+        };
+        for index in 0..iterator.sources.len() {
+            iterator.refill(index)?;
+        }
+        Ok(iterator)
+    }
+
+    fn refill(&mut self, index: usize) -> Result<()> {
+        if let Some((key, sequence, kind, value)) = self.sources[index].next(&self.shared)? {
+            self.heap.push(Reverse((key, Reverse(sequence), index, kind, value)));
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for DbIterator {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        while let Some(Reverse((key, Reverse(sequence), index, kind, value))) = self.heap.pop() {
+            if let Err(error) = self.refill(index) {
+                self.failed = true;
+                return Some(Err(error));
+            }
+            if self.end.as_ref().is_some_and(|end| &key >= end) {
+                self.heap.clear();
+                return None;
+            }
+            if sequence > self.snapshot || self.decided.as_ref() == Some(&key) {
+                continue;
+            }
+            self.decided = Some(key.clone());
+            if kind == EntryKind::Put {
+                return Some(Ok((key, value)));
+            }
+        }
+        None
+    }
+}

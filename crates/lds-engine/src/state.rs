@@ -1,0 +1,173 @@
+//! The state the store's threads share, and its locks. A leaf of the module graph: it holds
+//! data and the locking and poisoning rules, and calls no other part of the engine.
+//!
+//! Threads and locks: a writer lock serializes backup log appends and sequence numbers; a
+//! state lock guards the memtables, the version, the version log and the online map. Lock
+//! order is writer, then state. One background thread (or the writing thread, inline)
+//! flushes frozen memtables and runs compactions; it is the only one that commits to the
+//! version log, and it never takes the writer lock. Readers take `Arc`s of the memtables and
+//! version and read without locks; slots of deleted chunks are freed only when no reader
+//! holds a version that names them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use lds_format::label::Geometry;
+use lds_format::version::Version;
+use lds_format::writer::LogAppender;
+use lds_volume::{BlockDevice, DeviceError};
+
+use crate::error::{Error, Result};
+use crate::memtable::MemTable;
+use crate::options::Options;
+use crate::table::cache::TableCache;
+use crate::version::levels::Levels;
+
+/// A frozen memtable waiting for its flush.
+pub(crate) struct Frozen {
+    pub(crate) table: Arc<MemTable>,
+    /// The backup start point once it is in chunks (SPEC.md §10.2).
+    pub(crate) backup_start: (u64, u64),
+    /// The largest sequence number it holds.
+    pub(crate) last_sequence: u64,
+}
+
+/// What the writer lock guards.
+pub(crate) struct WriterState {
+    pub(crate) backup_log: LogAppender,
+    pub(crate) last_sequence: u64,
+    /// Appends not yet written to the device, contiguous from `buffer_offset` (area offset).
+    pub(crate) buffer: Vec<u8>,
+    pub(crate) buffer_offset: u64,
+}
+
+impl WriterState {
+    /// Writes the gathered appends to the device.
+    pub(crate) fn drain(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let ofs_area = self.backup_log.context().ofs_area;
+        device.write_at(ofs_area + self.buffer_offset, &self.buffer)?;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Adds an append; a discontiguous one (a WOR or WOL) writes out what was gathered first.
+    pub(crate) fn gather(
+        &mut self,
+        device: &dyn BlockDevice,
+        offset: u64,
+        bytes: &[u8],
+    ) -> std::result::Result<(), DeviceError> {
+        if !self.buffer.is_empty() && offset != self.buffer_offset + self.buffer.len() as u64 {
+            self.drain(device)?;
+        }
+        if self.buffer.is_empty() {
+            self.buffer_offset = offset;
+        }
+        // Appends are contiguous within a gathered write (SPEC.md §10.1).
+        assert_eq!(offset, self.buffer_offset + self.buffer.len() as u64, "a gathered append is not contiguous");
+        self.buffer.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// What the state lock guards.
+pub(crate) struct TreeState {
+    pub(crate) mem: Arc<MemTable>,
+    pub(crate) imm: Option<Frozen>,
+    pub(crate) version: Arc<Version>,
+    /// The current version's chunks by level, rebuilt with each new version.
+    pub(crate) levels: Arc<Levels>,
+    pub(crate) sn: u64,
+    pub(crate) version_log: LogAppender,
+    pub(crate) online: Vec<bool>,
+    pub(crate) allocation_cursor: u64,
+    /// Slots of deleted chunks, freed when no reader holds the version that named them.
+    pub(crate) pending_free: Vec<(Arc<Version>, Vec<u64>)>,
+    /// A backup start the writer applies before its next append.
+    pub(crate) backup_start_update: Option<(u64, u64)>,
+    /// Live snapshots: sequence number and how many hold it.
+    pub(crate) snapshots: BTreeMap<u64, usize>,
+    /// Set by a failed write or flush: no more writes (SPEC.md §2.4). The first failure.
+    pub(crate) poisoned: Option<Arc<Error>>,
+    /// Set when the frozen memtable cannot be flushed for lack of slots.
+    pub(crate) space_full: bool,
+    /// Recovery found valid backup log objects with lsns at or past the head (unsynced
+    /// appends of a crashed session that landed after a gap): the SN is raised before the
+    /// first append (`version::commit::raise_sn`).
+    pub(crate) raise_sn_before_append: bool,
+    /// A compaction found no slots; cleared by the next commit.
+    pub(crate) compaction_stalled: bool,
+    /// `Db::compact_range` runs: the next level it compacts.
+    pub(crate) manual_compaction: Option<u8>,
+    pub(crate) shutting_down: bool,
+    /// Flushes and compactions done, for waiters.
+    pub(crate) commits: u64,
+}
+
+/// Everything the store's threads share.
+pub(crate) struct Shared {
+    pub(crate) device: Arc<dyn BlockDevice>,
+    pub(crate) geometry: Geometry,
+    pub(crate) instance: u32,
+    pub(crate) options: Options,
+    pub(crate) path: PathBuf,
+    /// Opened read-only: nothing is ever written, no background work runs.
+    pub(crate) read_only: bool,
+    pub(crate) writer: Mutex<WriterState>,
+    pub(crate) state: Mutex<TreeState>,
+    /// Wakes the background thread.
+    pub(crate) work: Condvar,
+    /// Wakes writers and callers waiting for the background thread.
+    pub(crate) progress: Condvar,
+    /// The largest sequence number readers may see.
+    pub(crate) published: AtomicU64,
+    /// The largest sequence number known durable (group commit).
+    pub(crate) synced: Mutex<u64>,
+    /// Chunk tails and blocks read so far.
+    pub(crate) cache: TableCache,
+}
+
+impl Shared {
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, TreeState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, WriterState> {
+        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn wait<'a>(&self, guard: MutexGuard<'a, TreeState>) -> MutexGuard<'a, TreeState> {
+        self.progress.wait(guard).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a failure after which nothing may be written (SPEC.md §2.4); returns the
+    /// error to give the caller. The first failure is kept.
+    pub(crate) fn poison(&self, state: &mut TreeState, error: Error) -> Error {
+        let cause = Arc::clone(state.poisoned.get_or_insert_with(|| error.into_cause()));
+        self.progress.notify_all();
+        Error::Poisoned { cause }
+    }
+
+    /// Fails when an earlier failure poisoned the store.
+    pub(crate) fn check_poisoned(state: &TreeState) -> Result<()> {
+        match &state.poisoned {
+            Some(cause) => Err(Error::Poisoned { cause: Arc::clone(cause) }),
+            None => Ok(()),
+        }
+    }
+
+    /// The sequence number every live snapshot sees (the oldest snapshot, else the latest).
+    pub(crate) fn smallest_snapshot(&self) -> u64 {
+        let state = self.lock_state();
+        state.snapshots.keys().next().copied().unwrap_or_else(|| self.published.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn path_string(&self) -> String {
+        self.path.display().to_string()
+    }
+}

@@ -1,0 +1,47 @@
+//! Writing built chunks into newly allocated slots (SPEC.md §10.2 steps 1 and 2). The
+//! caller flushes them before the version that names them.
+
+use lds_format::chunk::BuiltSubChunk;
+use lds_format::version::{ChunkMeta, SubChunkRef};
+
+use crate::error::Result;
+use crate::state::Shared;
+use crate::version::slots::{allocate, release};
+
+/// Allocates a slot for each built chunk and writes it (not yet flushed); returns the
+/// metadata of each at its level with its flags. On failure the slots are released.
+pub(crate) fn write_chunks(
+    shared: &Shared,
+    built: &mut [BuiltSubChunk],
+    placement: &[(u8, u8)],
+) -> Result<Vec<ChunkMeta>> {
+    let slots = allocate(&mut shared.lock_state(), &shared.cache, built.len() as u64)?;
+    let mut metas = Vec::with_capacity(built.len());
+    for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
+        chunk.set_level_and_flags(level, flags);
+        chunk.set_identity(slot, 0, 1);
+        let offset = shared.geometry.slot_offset(slot);
+        let tail = chunk.tail();
+        let result = shared
+            .device
+            .write_at(offset, &chunk.body)
+            .and_then(|()| shared.device.write_at(offset + shared.geometry.slot_size - tail.len() as u64, &tail));
+        if let Err(error) = result {
+            release(&mut shared.lock_state(), &slots);
+            return Err(error.into());
+        }
+        metas.push(ChunkMeta {
+            chunk_id: slot,
+            level,
+            flags,
+            num_entries: chunk.footer.num_entries,
+            smallest_seq: chunk.footer.smallest_seq,
+            largest_seq: chunk.footer.largest_seq,
+            len_data: chunk.len_data(),
+            smallest_key: chunk.first_key.clone(),
+            largest_key: chunk.last_key.clone(),
+            sub_chunks: vec![SubChunkRef { slot, digest: chunk.footer.digest }],
+        });
+    }
+    Ok(metas)
+}

@@ -1,0 +1,16 @@
+//! An LDS volume on a device, below both the engine and the checker: block devices and
+//! pre-allocated image files with their locks and flushes (SPEC.md §2), positioned reads
+//! from devices or memory, the two label copies (SPEC.md §4), and known signatures for mkfs.
+//! It reads and writes bytes and runs the inspection walks (SPEC.md §15) for dump tools; what
+//! the bytes mean is `lds-format`'s.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![deny(unsafe_code)]
+
+pub mod device;
+pub mod inspect;
+pub mod signature;
+pub mod volume;
+
+pub use device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+pub use volume::{read_labels, MemoryImage, ReadAt, Volume, VolumeError};
