@@ -1,44 +1,20 @@
 //! Guards `lds dump` output on the golden images of fixtures/: one insta snapshot per fixture
 //! and view, human-readable and JSON, and that dump never writes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use lds_cli::dump::{run, DumpOptions, DumpWhat};
 
-fn fixtures() -> Vec<(String, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
-    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&root)
-        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        // The golden images; f_ fixtures are corrupt on purpose and belong to fsck's tests.
-        .filter(|path| {
-            path.join("image.gz").exists()
-                && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("d_"))
-        })
-        .map(|path| {
-            (
-                path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
-                path.join("image.gz"),
-            )
-        })
-        .collect();
-    found.sort();
+/// The golden images; f_ fixtures are corrupt on purpose and belong to fsck's tests.
+fn fixtures() -> Vec<String> {
+    let found = lds_fixtures::dump_fixture_names();
     assert!(found.len() >= 5, "expected the golden images in fixtures/, found {}", found.len());
     found
 }
 
 /// Unpacks to a file named after the test too: tests run in parallel in one process.
-fn unpack(name: &str, gz: &Path, test: &str) -> PathBuf {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    let file = std::fs::File::open(gz).unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
-    flate2::read::GzDecoder::new(file)
-        .read_to_end(&mut bytes)
-        .unwrap_or_else(|error| panic!("{}: {error}", gz.display()));
-    let path = std::env::temp_dir().join(format!("lds-dump-test-{}-{test}-{name}.img", std::process::id()));
-    std::fs::write(&path, bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    path
+fn unpack(name: &str, test: &str) -> std::path::PathBuf {
+    lds_fixtures::unpack(name, &format!("dump-{test}"))
 }
 
 fn dump(path: &Path, what: DumpWhat, instance: u32, json: bool) -> String {
@@ -54,8 +30,8 @@ fn dump(path: &Path, what: DumpWhat, instance: u32, json: bool) -> String {
 
 #[test]
 fn dump_views_match_snapshots() {
-    for (name, gz) in fixtures() {
-        let image = unpack(&name, &gz, "views");
+    for name in fixtures() {
+        let image = unpack(&name, "views");
         let before = std::fs::read(&image).unwrap_or_default();
         let views = [
             ("label", DumpWhat::Label),
@@ -76,9 +52,7 @@ fn dump_views_match_snapshots() {
 
 #[test]
 fn chunk_views_match_snapshots() {
-    let (name, gz) =
-        fixtures().into_iter().find(|(name, _)| name == "d_versions").unwrap_or_else(|| panic!("d_versions"));
-    let image = unpack(&name, &gz, "chunk");
+    let image = unpack("d_versions", "chunk");
     insta::assert_snapshot!("d_versions__chunk_9", dump(&image, DumpWhat::Chunk(9), 0, false));
     insta::assert_snapshot!("d_versions__chunk_9_json", dump(&image, DumpWhat::Chunk(9), 0, true));
     let _ = std::fs::remove_file(&image);
@@ -86,9 +60,7 @@ fn chunk_views_match_snapshots() {
 
 #[test]
 fn second_instance_is_dumped() {
-    let (name, gz) =
-        fixtures().into_iter().find(|(name, _)| name == "d_two_instances").unwrap_or_else(|| panic!("fixture"));
-    let image = unpack(&name, &gz, "instance");
+    let image = unpack("d_two_instances", "instance");
     insta::assert_snapshot!("d_two_instances__tree_1", dump(&image, DumpWhat::Tree, 1, false));
     let missing = dump(&image, DumpWhat::Tree, 2, false);
     assert!(missing.starts_with("exit 1"), "{missing}");

@@ -3,9 +3,6 @@
 //! reports a problem or the volume reads exactly as before (the byte was unused). fsck never
 //! panics.
 
-use std::io::Read;
-use std::path::Path;
-
 use lds_check::{check, CheckOptions};
 use lds_format::batch::decode_entries;
 use lds_format::chunk::SubChunkView;
@@ -14,17 +11,6 @@ use lds_format::label::LogKind;
 use lds_format::log::read_object;
 use lds_format::recovery::{recover_backup_log, recover_version_log};
 use lds_volume::volume::{read_labels, MemoryImage, ReadAt};
-
-fn fixture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name).join("image.gz");
-    let mut bytes = Vec::new();
-    flate2::read::GzDecoder::new(
-        std::fs::File::open(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display())),
-    )
-    .read_to_end(&mut bytes)
-    .unwrap_or_else(|error| panic!("{error}"));
-    bytes
-}
 
 /// Everything a reader can observe: each instance's version, the batches recovery replays,
 /// and every referenced chunk's entries.
@@ -113,7 +99,7 @@ fn metadata_sectors(bytes: &[u8]) -> Vec<(u64, u64)> {
 }
 
 fn sweep(name: &str) -> (usize, usize, usize) {
-    let original = fixture(name);
+    let original = lds_fixtures::load(name);
     let reference = observable(&original);
     // The clean image's own findings (info lines); a flip is reported when fsck says more.
     let baseline = check(&MemoryImage(&original), CheckOptions { deep: true }, &mut |_, _| {})

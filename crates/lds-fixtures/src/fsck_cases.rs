@@ -1,29 +1,49 @@
 //! fsck fixtures (`fixtures/f_<case>/`), in the manner of e2fsprogs tests/: a clean image
-//! plus one targeted corruption each, with the problem code and exit code `lds fsck --deep`
-//! must give. Corruptions that must not trip other checks reseal the checksums around them.
+//! plus one targeted corruption each, with the problem code (a [`Code`] of the checker's
+//! problem table) and exit code `lds fsck --deep` must give. Each corruption names what it
+//! damages, a structure and a field of SPEC.md ([`crate::damage`]), or re-encodes a structure
+//! with the format crate's encoders and one field changed. Corruptions that must not trip
+//! other checks reseal the checksums around them.
 
+use lds_check::Code;
 use lds_format::batch::{BatchEntry, EntryKind, WriteBatchRecord};
-use lds_format::chunk::{Footer, FOOTER_LEN};
+use lds_format::chunk::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
 use lds_format::codec::crc32c;
-use lds_format::image::{area_context, ImageBuilder};
-use lds_format::label::{Label, LogKind};
+use lds_format::image::{area_context, label_sector as encode_label_sector, ImageBuilder};
+use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
 use lds_format::recovery::{recover_version_log, VersionLogState};
 use lds_format::version::{ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
 
-use crate::{added, entries, expect, journal_image, label, two_instances_image, versions_image, Fixture};
+use crate::damage::{
+    block, block_index, chunk_footer, filter, flip, label, label_sector, log_area, log_object, swap, write, zero,
+    LabelCopy, Place, BATCH_ENTRY, BLOCK_ENTRY, BLOCK_TRAILER, INDEX_ENTRY, WRITE_BATCH,
+};
+use crate::{added, entries, expect, journal_image, new_label, two_instances_image, versions_image, Fixture};
+
+/// fsck(8)'s exit code when nothing but information was found.
+pub const EXIT_CLEAN: i32 = 0;
+/// fsck(8)'s exit code when errors or warnings are left uncorrected.
+pub const EXIT_UNCORRECTED: i32 = 4;
 
 /// An fsck case: the fixture and what fsck must report.
 pub struct FsckCase {
     /// Folder, image and description.
     pub fixture: Fixture,
-    /// The problem code that must appear.
-    pub code: u16,
+    /// The problem that must appear (`fixtures/f_<case>/expect` holds its number).
+    pub code: Code,
     /// The exit code.
     pub exit_code: i32,
 }
 
-fn case(name: &'static str, description: &'static str, image: Vec<u8>, code: u16, exit_code: i32) -> FsckCase {
+impl FsckCase {
+    /// The `expect` file: `code N` and `exit M`.
+    pub fn expect_file(&self) -> String {
+        format!("code {}\nexit {}\n", self.code.number(), self.exit_code)
+    }
+}
+
+fn case(name: &'static str, description: &'static str, image: Vec<u8>, code: Code, exit_code: i32) -> FsckCase {
     FsckCase { fixture: Fixture { name, description, image }, code, exit_code }
 }
 
@@ -60,31 +80,31 @@ fn rewrite_object(
         volume_uuid: header.volume_uuid,
     };
     let encoded = encode_object(&object, payload);
-    let at = device_offset as usize;
-    bytes[at..at + encoded.len()].copy_from_slice(&encoded);
+    write(
+        bytes,
+        &Place::bytes(format!("{} object", object_type.name()), device_offset, encoded.len() as u64),
+        &encoded,
+    );
 }
 
-fn payload_of(bytes: &[u8], device_offset: u64, header: &ObjectHeader) -> Vec<u8> {
-    let at = device_offset as usize + HEADER_LEN;
-    bytes[at..at + header.len_payload as usize].to_vec()
+/// Recomputes the `crc32c` in the trailer of every block of a slot's chunk after an edit.
+fn reseal_block_checksums(bytes: &mut [u8], geometry: &Geometry, slot: u64) {
+    let num_blocks = chunk_footer(geometry, slot).field("num_blocks").read(bytes);
+    for number in 0..num_blocks as usize {
+        let block = block(bytes, geometry, slot, number);
+        let crc = block.last(BLOCK_TRAILER_LEN, &BLOCK_TRAILER).field("crc32c");
+        let value = crc32c(&bytes[block.offset..crc.offset]);
+        write(bytes, &crc, &value.to_le_bytes());
+    }
 }
 
 /// Recomputes a slot's block checksums, index and filter checksums, digest and footer
 /// checksum after an edit, and returns the new digest.
-fn reseal_slot(bytes: &mut [u8], slot_offset: u64, slot_size: u64) -> [u8; 32] {
-    let at = slot_offset as usize;
-    let slot = &mut bytes[at..at + slot_size as usize];
+fn reseal_slot(bytes: &mut [u8], geometry: &Geometry, slot_number: u64) -> [u8; 32] {
+    reseal_block_checksums(bytes, geometry, slot_number);
+    let slot = &mut bytes[crate::damage::slot(geometry, slot_number).range()];
     let footer_at = slot.len() - FOOTER_LEN;
     let mut footer = Footer::parse_raw(&slot[footer_at..], 0).unwrap_or_else(|error| panic!("{error}"));
-    let index =
-        lds_format::chunk::decode_index(&slot[footer.ofs_index as usize..footer.ofs_filter as usize], 0, &footer)
-            .unwrap_or_else(|error| panic!("{error}"));
-    for entry in &index {
-        let block = &mut slot[entry.ofs_block as usize..(entry.ofs_block + entry.len_block) as usize];
-        let crc_at = block.len() - 4;
-        let crc = crc32c(&block[..crc_at]);
-        block[crc_at..].copy_from_slice(&crc.to_le_bytes());
-    }
     footer.index_crc32c = crc32c(&slot[footer.ofs_index as usize..footer.ofs_filter as usize]);
     footer.filter_crc32c = crc32c(&slot[footer.ofs_filter as usize..footer_at]);
     let mut hasher = blake3::Hasher::new();
@@ -97,13 +117,8 @@ fn reseal_slot(bytes: &mut [u8], slot_offset: u64, slot_size: u64) -> [u8; 32] {
 }
 
 fn footer_of(bytes: &[u8], image: &ImageBuilder, slot: u64) -> Footer {
-    let geometry = &image.label.geometry;
-    let at = (geometry.slot_offset(slot) + geometry.slot_size) as usize - FOOTER_LEN;
-    Footer::parse_raw(&bytes[at..at + FOOTER_LEN], 0).unwrap_or_else(|error| panic!("{error}"))
-}
-
-fn label_sector_bytes(label: &Label) -> Vec<u8> {
-    lds_format::image::label_sector(label)
+    let footer = chunk_footer(&image.label.geometry, slot);
+    Footer::parse_raw(&bytes[footer.range()], 0).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// Every fsck case.
@@ -111,46 +126,67 @@ pub fn all() -> Vec<FsckCase> {
     let mut cases = Vec::new();
     let versions = versions_image();
     let geometry = versions.label.geometry;
-    let sector = geometry.sector() as usize;
-    let backup_label = geometry.ofs_backup_label() as usize;
+    let backup_label_sector = label_sector(&geometry, LabelCopy::Backup);
 
     let mut bytes = versions.bytes.clone();
-    bytes[300] ^= 0x40;
+    // Byte 92 of the reserved bytes (device byte 300): only the label's crc32c sees it.
+    flip(&mut bytes, &label(&geometry, LabelCopy::Primary).field("reserved").byte(92), 0x40);
     cases.push(case(
         "f_primary_label_checksum",
         "a flipped byte in the primary label: its checksum fails and the backup label is used",
         bytes,
-        101,
-        4,
+        Code::PrimaryLabelInvalid,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    bytes[backup_label..backup_label + sector].fill(0);
-    cases.push(case("f_backup_label_missing", "the backup label sector is zeroed", bytes, 102, 4));
+    zero(&mut bytes, &backup_label_sector);
+    cases.push(case(
+        "f_backup_label_missing",
+        "the backup label sector is zeroed",
+        bytes,
+        Code::BackupLabelInvalid,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut bytes = versions.bytes.clone();
     let mut other = versions.label.clone();
     other.volume_name = "renamed".into();
-    bytes[backup_label..backup_label + sector].copy_from_slice(&label_sector_bytes(&other));
-    cases.push(case("f_labels_conflict", "both labels are valid but differ with the same generation", bytes, 103, 4));
+    write(&mut bytes, &backup_label_sector, &encode_label_sector(&other));
+    cases.push(case(
+        "f_labels_conflict",
+        "both labels are valid but differ with the same generation",
+        bytes,
+        Code::LabelsConflict,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut bytes = versions.bytes.clone();
     let mut newer = versions.label.clone();
     newer.generation = 2;
     newer.volume_name = "resized".into();
-    bytes[backup_label..backup_label + sector].copy_from_slice(&label_sector_bytes(&newer));
+    write(&mut bytes, &backup_label_sector, &encode_label_sector(&newer));
     cases.push(case(
         "f_labels_generation",
         "the backup label has a higher generation than the primary: an interrupted label rewrite",
         bytes,
-        104,
-        4,
+        Code::LabelsGenerationsDiffer,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    bytes[100] ^= 1;
-    bytes[backup_label + 100] ^= 1;
-    cases.push(case("f_no_valid_label", "both labels have a flipped byte", bytes, 105, 4));
+    for copy in [LabelCopy::Primary, LabelCopy::Backup] {
+        // Byte 4 of the geometry's len_backup_log (byte 100 of the label).
+        let place = label(&geometry, copy).field("geometry").field("len_backup_log").byte(4);
+        flip(&mut bytes, &place, 0x01);
+    }
+    cases.push(case(
+        "f_no_valid_label",
+        "both labels have a flipped byte",
+        bytes,
+        Code::NoValidLabel,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut bytes = versions.bytes.clone();
     bytes.truncate(bytes.len() - (1 << 20));
@@ -158,18 +194,19 @@ pub fn all() -> Vec<FsckCase> {
         "f_volume_beyond_device",
         "the image is 1 MiB shorter than the volume its label describes",
         bytes,
-        106,
-        4,
+        Code::VolumeBeyondDevice,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    bytes[geometry.ofs_version_log as usize + 40] ^= 0x08;
+    let first_object = log_object(&bytes, geometry.ofs_version_log);
+    flip(&mut bytes, &first_object.field("len_payload").byte(0), 0x08);
     cases.push(case(
         "f_version_log_no_start",
         "a flipped byte in the first version log object: no legal start",
         bytes,
-        201,
-        4,
+        Code::VersionLogNoStart,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
@@ -177,23 +214,28 @@ pub fn all() -> Vec<FsckCase> {
     let delta = DeltaVersion::default().encode();
     let mut fake = header;
     fake.log_offset = 0;
-    let start = geometry.ofs_version_log as usize;
-    bytes[start..start + geometry.len_version_log as usize].fill(0);
+    zero(&mut bytes, &log_area(&geometry, LogKind::Version, 0));
     rewrite_object(&mut bytes, geometry.ofs_version_log, &fake, ObjectType::DeltaVersion, header.sn, &delta);
-    cases.push(case("f_version_log_bad_start", "the version log starts with a delta version", bytes, 202, 4));
+    cases.push(case(
+        "f_version_log_bad_start",
+        "the version log starts with a delta version",
+        bytes,
+        Code::VersionLogBadStart,
+        EXIT_UNCORRECTED,
+    ));
 
     cases.push(bad_wol_pointer());
 
     let mut bytes = versions.bytes.clone();
     let (offset, header) = object_offset(&versions, -1);
-    let payload = payload_of(&bytes, offset, &header);
+    let payload = bytes[log_object(&bytes, offset).field("payload").range()].to_vec();
     rewrite_object(&mut bytes, offset, &header, ObjectType::DeltaVersion, header.sn + 1, &payload);
     cases.push(case(
         "f_version_sn_mismatch",
         "the last delta version carries another SN than its base version",
         bytes,
-        204,
-        4,
+        Code::VersionLogSnMismatch,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -206,20 +248,20 @@ pub fn all() -> Vec<FsckCase> {
         "f_replay_contradiction",
         "a delta version deletes a chunk the version does not hold",
         image.bytes,
-        205,
-        4,
+        Code::VersionLogReplay,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    let (offset, header) = object_offset(&versions, -1);
-    let half = offset as usize + HEADER_LEN + header.len_payload as usize / 2;
-    bytes[half..offset as usize + HEADER_LEN + header.len_payload as usize].fill(0);
+    let (offset, _) = object_offset(&versions, -1);
+    let payload = log_object(&bytes, offset).field("payload");
+    zero(&mut bytes, &payload.after(payload.len / 2));
     cases.push(case(
         "f_torn_last_delta",
         "the last delta version was torn by a crash: recovery ignores it (info only)",
         bytes,
-        206,
-        0,
+        Code::VersionLogTornHead,
+        EXIT_CLEAN,
     ));
 
     let mut more = versions_image();
@@ -227,14 +269,15 @@ pub fn all() -> Vec<FsckCase> {
     expect(more.append_delta(0, &more_delta));
     // Corrupt the live base version of an image that has a delta after it.
     let mut bytes2 = more.bytes.clone();
-    let (offset, header) = object_offset(&more, -2);
-    bytes2[offset as usize + HEADER_LEN + header.len_payload as usize / 2] ^= 0x10;
+    let (offset, _) = object_offset(&more, -2);
+    let payload = log_object(&bytes2, offset).field("payload");
+    flip(&mut bytes2, &payload.byte(payload.len / 2), 0x10);
     cases.push(case(
         "f_corrupt_delta_mid_chain",
         "a flipped byte in a live delta version followed by another: the chain breaks and later versions are lost",
         bytes2,
-        207,
-        4,
+        Code::VersionLogChainBroken,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
@@ -255,8 +298,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_geometry_replica",
         "the live base version's geometry replica has one slot fewer than the label",
         bytes,
-        209,
-        4,
+        Code::GeometryReplicaDiffers,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -271,21 +314,29 @@ pub fn all() -> Vec<FsckCase> {
         let at = (ofs_area + write.offset) as usize;
         image.bytes[at..at + write.bytes.len()].copy_from_slice(&write.bytes);
     }
-    cases.push(case("f_batch_sequence", "a write batch whose sequence numbers go backwards", image.bytes, 302, 4));
+    cases.push(case(
+        "f_batch_sequence",
+        "a write batch whose sequence numbers go backwards",
+        image.bytes,
+        Code::BackupLogSequence,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut image = versions_image();
     for round in 0..4 {
         expect(image.append_batch(0, crate::puts(&[&format!("later-{round}")])));
     }
-    let start = image.instances[0].version.ofs_backup_start;
-    let at = (image.label.geometry.ofs_backup_log + start) as usize + HEADER_LEN + 20;
-    image.bytes[at] ^= 0x04;
+    // The write batch at the backup start point: byte 1 of its first entry's len_value.
+    let start = image.label.geometry.ofs_backup_log + image.instances[0].version.ofs_backup_start;
+    let batch = log_object(&image.bytes, start).field("payload").read_as(&WRITE_BATCH);
+    let first_entry = batch.field("entries").entry(&image.bytes, &BATCH_ENTRY, 0);
+    flip(&mut image.bytes, &first_entry.field("len_value").byte(1), 0x04);
     cases.push(case(
         "f_corrupt_batch_mid_chain",
         "a flipped byte in the first live write batch: later batches are lost to recovery",
         image.bytes,
-        303,
-        4,
+        Code::BackupLogChainBroken,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -301,43 +352,62 @@ pub fn all() -> Vec<FsckCase> {
         "f_reset_sn_mismatch",
         "the backup start point's lsn is one below the object standing there: its writes are not replayed",
         image.bytes,
-        304,
-        4,
+        Code::BackupStartMismatch,
+        EXIT_UNCORRECTED,
     ));
 
+    // Chunk 8 of d_versions (level 1, key00030 to key00054, one block).
     let chunk_slot = 8u64;
-    let slot_offset = geometry.slot_offset(chunk_slot);
-    let footer_at = (slot_offset + geometry.slot_size) as usize - FOOTER_LEN;
 
     let mut bytes = versions.bytes.clone();
-    bytes[footer_at + 20] ^= 0x01;
-    cases.push(case("f_footer_checksum", "a flipped byte in a chunk footer", bytes, 401, 4));
+    flip(&mut bytes, &chunk_footer(&geometry, chunk_slot).field("chunk_id").byte(4), 0x01);
+    cases.push(case(
+        "f_footer_checksum",
+        "a flipped byte in a chunk footer",
+        bytes,
+        Code::FooterInvalid,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut bytes = versions.bytes.clone();
     let mut footer = footer_of(&bytes, &versions, chunk_slot);
     footer.chunk_id = 9;
-    bytes[footer_at..footer_at + FOOTER_LEN].copy_from_slice(&footer.encode());
+    write(&mut bytes, &chunk_footer(&geometry, chunk_slot), &footer.encode());
     cases.push(case(
         "f_footer_mismatch",
         "a chunk footer names another chunk id than its slot (checksum valid)",
         bytes,
-        402,
-        4,
+        Code::FooterMismatch,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    let footer = footer_of(&bytes, &versions, chunk_slot);
-    bytes[slot_offset as usize + footer.ofs_index as usize + 3] ^= 0x01;
-    cases.push(case("f_index_checksum", "a flipped byte in a block index", bytes, 403, 4));
+    let first_index_entry = block_index(&bytes, &geometry, chunk_slot).entry(&bytes, &INDEX_ENTRY, 0);
+    flip(&mut bytes, &first_index_entry.field("ofs_block").byte(3), 0x01);
+    cases.push(case(
+        "f_index_checksum",
+        "a flipped byte in a block index",
+        bytes,
+        Code::IndexInvalid,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut bytes = versions.bytes.clone();
-    let footer = footer_of(&bytes, &versions, chunk_slot);
-    bytes[slot_offset as usize + footer.ofs_filter as usize + 9] ^= 0x01;
-    cases.push(case("f_filter_checksum", "a flipped byte in a filter", bytes, 404, 4));
+    let bits = filter(&bytes, &geometry, chunk_slot).field("bits");
+    flip(&mut bytes, &bits.byte(1), 0x01);
+    cases.push(case("f_filter_checksum", "a flipped byte in a filter", bytes, Code::FilterInvalid, EXIT_UNCORRECTED));
 
     let mut bytes = versions.bytes.clone();
-    bytes[slot_offset as usize + 30] ^= 0x20;
-    cases.push(case("f_block_checksum", "a flipped byte in a chunk block", bytes, 405, 4));
+    // The second entry of block 0: byte 0 of its little-endian seq_kind is the kind.
+    let second_entry = block(&bytes, &geometry, chunk_slot, 0).entry(&bytes, &BLOCK_ENTRY, 1);
+    flip(&mut bytes, &second_entry.field("seq_kind").byte(0), 0x20);
+    cases.push(case(
+        "f_block_checksum",
+        "a flipped byte in a chunk block",
+        bytes,
+        Code::BlockChecksum,
+        EXIT_UNCORRECTED,
+    ));
 
     cases.push(unsorted_keys());
 
@@ -351,32 +421,21 @@ pub fn all() -> Vec<FsckCase> {
         "f_key_range_mismatch",
         "a chunk's metadata states a smaller first key than the chunk holds",
         image.bytes,
-        407,
-        4,
+        Code::KeyRangeMismatch,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    bytes[slot_offset as usize + 40] ^= 0x02;
+    let second_entry = block(&bytes, &geometry, chunk_slot, 0).entry(&bytes, &BLOCK_ENTRY, 1);
+    flip(&mut bytes, &second_entry.field("len_value").byte(0), 0x02);
     // Reseal the block checksums only: the digest still covers the old byte.
-    let footer = footer_of(&bytes, &versions, chunk_slot);
-    let index = lds_format::chunk::decode_index(
-        &bytes[slot_offset as usize + footer.ofs_index as usize..slot_offset as usize + footer.ofs_filter as usize],
-        0,
-        &footer,
-    )
-    .unwrap_or_else(|error| panic!("{error}"));
-    for entry in &index {
-        let start = slot_offset as usize + entry.ofs_block as usize;
-        let end = start + entry.len_block as usize;
-        let crc = crc32c(&bytes[start..end - 4]);
-        bytes[end - 4..end].copy_from_slice(&crc.to_le_bytes());
-    }
+    reseal_block_checksums(&mut bytes, &geometry, chunk_slot);
     cases.push(case(
         "f_digest_mismatch",
         "a changed byte in a block whose checksum was recomputed: only the blake3 digest (--deep) sees it",
         bytes,
-        408,
-        4,
+        Code::DigestMismatch,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -384,7 +443,13 @@ pub fn all() -> Vec<FsckCase> {
     let overlapping = image.write_chunk(0, 21, 1, 0, &entries(40, 10, last_sequence - 30));
     let delta = added(&image, 0, vec![overlapping], last_sequence);
     append_raw_delta(&mut image, &delta);
-    cases.push(case("f_level_overlap", "two chunks of level 1 overlap", image.bytes, 409, 4));
+    cases.push(case(
+        "f_level_overlap",
+        "two chunks of level 1 overlap",
+        image.bytes,
+        Code::LevelOverlap,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut image = versions_image();
     let last_sequence = image.last_sequence(0);
@@ -395,16 +460,14 @@ pub fn all() -> Vec<FsckCase> {
         "f_sequence_implausible",
         "a chunk holds sequence numbers above the version's last sequence",
         image.bytes,
-        410,
-        4,
+        Code::SequenceImplausible,
+        EXIT_UNCORRECTED,
     ));
 
     let mut bytes = versions.bytes.clone();
-    let footer = footer_of(&bytes, &versions, chunk_slot);
-    let bits_start = slot_offset as usize + footer.ofs_filter as usize + 8;
-    let bits_end = slot_offset as usize + footer.ofs_filter as usize + footer.len_filter as usize;
-    bytes[bits_start..bits_end].fill(0);
-    let digest = reseal_slot(&mut bytes, slot_offset, geometry.slot_size);
+    let bits = filter(&bytes, &geometry, chunk_slot).field("bits");
+    zero(&mut bytes, &bits);
+    let digest = reseal_slot(&mut bytes, &geometry, chunk_slot);
     let mut image = ImageBuilder { bytes, ..versions_image() };
     // The version names the resealed digest, so only the filter is wrong.
     let mut meta = image.instances[0].version.chunks.get(&chunk_slot).cloned().unwrap_or_else(|| panic!("chunk 8"));
@@ -418,8 +481,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_filter_false_negative",
         "a filter with every bit cleared (checksums valid): --deep finds keys it rejects",
         image.bytes,
-        411,
-        4,
+        Code::FilterFalseNegative,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -428,7 +491,13 @@ pub fn all() -> Vec<FsckCase> {
     let odd_b = image.write_chunk(0, 24, 1, CHUNK_FLAG_ODD, &entries(800, 3, last_sequence - 5));
     let delta = added(&image, 0, vec![odd_a, odd_b], last_sequence);
     append_raw_delta(&mut image, &delta);
-    cases.push(case("f_two_odd_chunks", "level 1 holds two odd chunks", image.bytes, 412, 4));
+    cases.push(case(
+        "f_two_odd_chunks",
+        "level 1 holds two odd chunks",
+        image.bytes,
+        Code::OddChunksInLevel,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut image = two_instances_image();
     let shared_slot =
@@ -436,7 +505,13 @@ pub fn all() -> Vec<FsckCase> {
     let stolen = image.instances[0].version.chunks.get(&shared_slot).cloned().unwrap_or_else(|| panic!("meta"));
     let delta = added(&image, 1, vec![stolen], image.last_sequence(1).max(15));
     append_raw_delta_instance(&mut image, 1, &delta);
-    cases.push(case("f_slot_referenced_twice", "instance 1 references a slot instance 0 uses", image.bytes, 501, 4));
+    cases.push(case(
+        "f_slot_referenced_twice",
+        "instance 1 references a slot instance 0 uses",
+        image.bytes,
+        Code::SlotReferencedTwice,
+        EXIT_UNCORRECTED,
+    ));
 
     let mut image = versions_image();
     let mut beyond = image.instances[0].version.chunks.get(&chunk_slot).cloned().unwrap_or_else(|| panic!("chunk"));
@@ -448,8 +523,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_slot_out_of_range",
         "a delta version adds a chunk in a slot beyond the slot area",
         image.bytes,
-        502,
-        4,
+        Code::SlotOutOfRange,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = versions_image();
@@ -458,8 +533,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_leaked_slot",
         "a valid chunk of this volume in a slot no version references (info only)",
         image.bytes,
-        503,
-        0,
+        Code::StaleChunksInFreeSlots,
+        EXIT_CLEAN,
     ));
 
     let mut image = journal_image();
@@ -477,8 +552,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_journal_inputs_missing",
         "an unfinished compaction names an input chunk the version does not hold",
         image.bytes,
-        601,
-        4,
+        Code::JournalInputsMissing,
+        EXIT_UNCORRECTED,
     ));
 
     let mut image = journal_image();
@@ -497,8 +572,8 @@ pub fn all() -> Vec<FsckCase> {
         "f_journal_outputs_conflict",
         "an unfinished compaction's output uses a slot the version uses",
         image.bytes,
-        602,
-        4,
+        Code::JournalOutputsConflict,
+        EXIT_UNCORRECTED,
     ));
 
     cases
@@ -524,7 +599,7 @@ fn append_raw_delta_instance(image: &mut ImageBuilder, instance: u32, delta: &De
 /// pointing elsewhere.
 fn bad_wol_pointer() -> FsckCase {
     let request = crate::tiny_logs();
-    let mut image = ImageBuilder::format(label(request, 0x66, "bad wol"));
+    let mut image = ImageBuilder::format(new_label(request, 0x66, "bad wol"));
     for round in 0..400u64 {
         let slot = 4 + round % 8;
         let chunk = image.write_chunk(0, slot, 0, 0, &entries(round as u32, 1, round + 1));
@@ -552,8 +627,8 @@ fn bad_wol_pointer() -> FsckCase {
                 "f_bad_wol_pointer",
                 "the WOL points 8 bytes past the live base version in the right portion",
                 image.bytes,
-                203,
-                4,
+                Code::VersionLogBadWrapLeft,
+                EXIT_UNCORRECTED,
             );
         }
     }
@@ -564,24 +639,26 @@ fn bad_wol_pointer() -> FsckCase {
 fn unsorted_keys() -> FsckCase {
     let mut image = versions_image();
     let geometry = image.label.geometry;
-    let slot = 7u64;
-    let slot_offset = geometry.slot_offset(slot) as usize;
+    let chunk_slot = 7u64;
     // Entries of chunk 7 are key00000.. with values value-0..: entries 1 and 2 (key00001,
     // key00002, values "value-1", "value-2") have equal sizes.
-    let entry_len = 14 + 8 + 7;
-    let first = slot_offset + entry_len;
-    let second = first + entry_len;
-    let one = image.bytes[first..first + entry_len].to_vec();
-    let two = image.bytes[second..second + entry_len].to_vec();
-    image.bytes[first..first + entry_len].copy_from_slice(&two);
-    image.bytes[second..second + entry_len].copy_from_slice(&one);
-    let digest = reseal_slot(&mut image.bytes, slot_offset as u64, geometry.slot_size);
-    let mut meta = image.instances[0].version.chunks.get(&slot).cloned().unwrap_or_else(|| panic!("chunk 7"));
+    let first_block = block(&image.bytes, &geometry, chunk_slot, 0);
+    let second_entry = first_block.entry(&image.bytes, &BLOCK_ENTRY, 1);
+    let third_entry = first_block.entry(&image.bytes, &BLOCK_ENTRY, 2);
+    swap(&mut image.bytes, &second_entry, &third_entry);
+    let digest = reseal_slot(&mut image.bytes, &geometry, chunk_slot);
+    let mut meta = image.instances[0].version.chunks.get(&chunk_slot).cloned().unwrap_or_else(|| panic!("chunk 7"));
     meta.sub_chunks[0].digest = digest;
     let delta = DeltaVersion {
-        deleted: vec![DeletedChunk { chunk_id: slot, level: meta.level }],
+        deleted: vec![DeletedChunk { chunk_id: chunk_slot, level: meta.level }],
         ..added(&image, 0, vec![meta], image.last_sequence(0))
     };
     append_raw_delta(&mut image, &delta);
-    case("f_unsorted_keys", "two entries of a block swapped, checksums and digest resealed", image.bytes, 406, 4)
+    case(
+        "f_unsorted_keys",
+        "two entries of a block swapped, checksums and digest resealed",
+        image.bytes,
+        Code::KeysUnsorted,
+        EXIT_UNCORRECTED,
+    )
 }

@@ -1,9 +1,28 @@
 //! Golden images for fixtures/, built in memory from the format crate's own encoders and
-//! append planner (never edited by hand). The same inputs give the same bytes (RELIABILITY.md
+//! append planner (never edited by hand). The same inputs give the same bytes (docs/reliability.md
 //! I8): the uuids are fixed and nothing depends on time or randomness.
+//!
+//! What lives in fixtures/ and who writes it:
+//! - `d_<name>/image.gz`, `description`: the golden images of [`all`], written by
+//!   `cargo run -p lds-fixtures`;
+//! - `f_<case>/image.gz`, `description`, `expect` (`code N` and `exit M`: the problem code
+//!   the case is about and fsck(8)'s exit code): the fsck cases of [`fsck_cases::all`],
+//!   written by `cargo run -p lds-fixtures` too;
+//! - `f_<case>/expect.1`: the whole text output of `lds fsck --deep` on the image, the image
+//!   path replaced by `IMAGE` and the seconds by `(time)` (e2fsprogs' `expect.1`). It is not
+//!   written here: the CLI test compares it and rewrites it when asked,
+//!   `LDS_BLESS=1 cargo test -p lds-cli --test fsck_fixtures`, after a regeneration or a
+//!   change of fsck's wording (review the diff).
+//!
+//! Tests read the images through [`load`] (or [`unpack`] for a file path), and list them
+//! with [`fsck_case_names`] and [`dump_fixture_names`]. The corruptions of the fsck cases
+//! are spelled with [`damage`]: a structure and a field of SPEC.md, never a bare offset.
 #![deny(clippy::unwrap_used)]
 
+pub mod damage;
 pub mod fsck_cases;
+
+use std::path::{Path, PathBuf};
 
 use lds_format::batch::{BatchEntry, EntryKind};
 use lds_format::image::ImageBuilder;
@@ -20,10 +39,14 @@ pub struct Fixture {
     pub image: Vec<u8>,
 }
 
-pub(crate) fn label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
+/// A label for a fixture volume: the layout mkfs plans for `request`, and a fixed uuid made of
+/// `uuid_byte` (an RFC 9562 version 4 uuid: version nibble 4, variant bits 10).
+pub(crate) fn new_label(request: LayoutRequest, uuid_byte: u8, name: &str) -> Label {
+    const VERSION_BYTE: usize = 6;
+    const VARIANT_BYTE: usize = 8;
     let mut uuid = [uuid_byte; 16];
-    uuid[6] = 0x40 | (uuid_byte & 0x0f);
-    uuid[8] = 0x80 | (uuid_byte & 0x3f);
+    uuid[VERSION_BYTE] = 0x40 | (uuid_byte & 0x0f);
+    uuid[VARIANT_BYTE] = 0x80 | (uuid_byte & 0x3f);
     Label::new(plan_layout(&request, uuid).unwrap_or_else(|error| panic!("fixture layout: {error}")), name)
 }
 
@@ -75,12 +98,13 @@ pub(crate) fn small(sector_size: u32) -> LayoutRequest {
 
 /// An empty, freshly formatted volume.
 fn empty() -> Vec<u8> {
-    ImageBuilder::format(label(small(4096), 0x11, "empty")).bytes
+    ImageBuilder::format(new_label(small(4096), 0x11, "empty")).bytes
 }
 
-/// Base and delta versions, chunks in three levels with an odd chunk, a trim, batches.
-pub(crate) fn versions_image() -> ImageBuilder {
-    let mut image = ImageBuilder::format(label(small(4096), 0x22, "versions"));
+/// Base and delta versions, chunks in three levels with an odd chunk, a trim, batches: the
+/// `d_versions` golden image, and the clean base of most fsck cases.
+pub fn versions_image() -> ImageBuilder {
+    let mut image = ImageBuilder::format(new_label(small(4096), 0x22, "versions"));
     // Two memtable flushes to L0.
     expect(image.append_batch(0, puts(&["apple", "banana"])));
     let sequence = image.reserve_sequences(0, 40);
@@ -170,7 +194,7 @@ pub(crate) fn tiny_logs() -> LayoutRequest {
 /// Both logs wrapped: the version log holds a WOL, the backup log a WOR and a WOL.
 pub(crate) fn wrapped_image() -> ImageBuilder {
     let request = tiny_logs();
-    let mut image = ImageBuilder::format(label(request, 0x33, "wrapped"));
+    let mut image = ImageBuilder::format(new_label(request, 0x33, "wrapped"));
     for round in 0..120u32 {
         // Five batches of two entries, then a flush of ten entries into a level-0 chunk.
         let first_sequence = image.last_sequence(0) + 1;
@@ -200,7 +224,7 @@ pub(crate) fn wrapped_image() -> ImageBuilder {
 
 /// An unfinished compaction recorded in the compaction journal (SifrDB §4.2).
 pub(crate) fn journal_image() -> ImageBuilder {
-    let mut image = ImageBuilder::format(label(small(4096), 0x44, "journal"));
+    let mut image = ImageBuilder::format(new_label(small(4096), 0x44, "journal"));
     let inputs: Vec<ChunkMeta> = (0..3u32)
         .map(|index| {
             let sequence = image.reserve_sequences(0, 20);
@@ -231,7 +255,7 @@ pub(crate) fn journal_image() -> ImageBuilder {
 /// Two instances sharing the slot area.
 pub(crate) fn two_instances_image() -> ImageBuilder {
     let request = LayoutRequest { volume_len: 4 << 20, instance_count: Some(2), ..LayoutRequest::default() };
-    let mut image = ImageBuilder::format(label(request, 0x55, "two instances"));
+    let mut image = ImageBuilder::format(new_label(request, 0x55, "two instances"));
     for instance in 0..2u32 {
         let slot = 2 + u64::from(instance) * 5;
         let sequence = image.reserve_sequences(instance, 15);
@@ -289,4 +313,51 @@ pub fn decompress(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut decoded = Vec::new();
     flate2::read::GzDecoder::new(bytes).read_to_end(&mut decoded)?;
     Ok(decoded)
+}
+
+/// The fixtures/ folder of the workspace.
+pub fn fixtures_root() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // crates/lds-fixtures -> the workspace root.
+    crate_dir.parent().and_then(Path::parent).unwrap_or(crate_dir).join("fixtures")
+}
+
+/// The volume image of `fixtures/<name>/`, unpacked (panics with the path when it cannot:
+/// for tests).
+pub fn load(name: &str) -> Vec<u8> {
+    let path = fixtures_root().join(name).join("image.gz");
+    let packed = std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    decompress(&packed).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// Unpacks `fixtures/<name>/image.gz` to a file of its own in the temporary directory and
+/// returns its path: `tag` keeps apart the tests of one process that unpack the same
+/// fixture. The caller removes the file.
+pub fn unpack(name: &str, tag: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("lds-fixture-{}-{tag}-{name}.img", std::process::id()));
+    std::fs::write(&path, load(name)).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    path
+}
+
+fn folder_names(prefix: &str) -> Vec<String> {
+    let root = fixtures_root();
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().join("image.gz").is_file())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The fsck case folders `fixtures/f_*` that hold an image, sorted.
+pub fn fsck_case_names() -> Vec<String> {
+    folder_names("f_")
+}
+
+/// The golden image folders `fixtures/d_*` that hold an image, sorted.
+pub fn dump_fixture_names() -> Vec<String> {
+    folder_names("d_")
 }

@@ -1,17 +1,13 @@
-//! Guards I8 for the fixtures: regenerating them gives exactly the committed images.
+//! Guards I8 for the fixtures: regenerating them gives exactly the committed images, `expect`
+//! files and folders, and each fsck case gives the problem code and exit code it is about.
 
 #[test]
 fn committed_fixtures_match_the_generator() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
     for fixture in lds_fixtures::all() {
-        let path = root.join(fixture.name).join("image.gz");
-        let committed = std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-        let decoded =
-            lds_fixtures::decompress(&committed).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
         assert!(
-            decoded == fixture.image,
-            "{} differs from the generator: run `cargo run -p lds-fixtures`",
-            path.display()
+            lds_fixtures::load(fixture.name) == fixture.image,
+            "fixtures/{}/image.gz differs from the generator: run `cargo run -p lds-fixtures`",
+            fixture.name
         );
     }
 }
@@ -25,21 +21,46 @@ fn generation_is_deterministic() {
 
 #[test]
 fn committed_fsck_fixtures_match_the_generator() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
     let cases = lds_fixtures::fsck_cases::all();
     assert!(cases.len() >= 20, "issue 4 asks for at least 20 fsck cases");
     for case in cases {
-        let folder = root.join(case.fixture.name);
-        let committed =
-            std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{}: {error}", folder.display()));
-        let decoded =
-            lds_fixtures::decompress(&committed).unwrap_or_else(|error| panic!("{}: {error}", folder.display()));
+        let name = case.fixture.name;
         assert!(
-            decoded == case.fixture.image,
-            "{} differs from the generator: run `cargo run -p lds-fixtures`",
-            folder.display()
+            lds_fixtures::load(name) == case.fixture.image,
+            "fixtures/{name}/image.gz differs from the generator: run `cargo run -p lds-fixtures`"
         );
-        let expect = std::fs::read_to_string(folder.join("expect")).unwrap_or_default();
-        assert_eq!(expect, format!("code {}\nexit {}\n", case.code, case.exit_code), "{}", folder.display());
+        let path = lds_fixtures::fixtures_root().join(name).join("expect");
+        let expect = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        assert_eq!(expect, case.expect_file(), "{}: run `cargo run -p lds-fixtures`", path.display());
+    }
+}
+
+#[test]
+fn every_fixture_folder_comes_from_the_generator() {
+    let mut generated: Vec<String> = lds_fixtures::all().into_iter().map(|fixture| fixture.name.to_string()).collect();
+    generated.sort();
+    assert_eq!(lds_fixtures::dump_fixture_names(), generated, "d_* folders");
+    let mut cases: Vec<String> =
+        lds_fixtures::fsck_cases::all().into_iter().map(|case| case.fixture.name.to_string()).collect();
+    cases.sort();
+    assert_eq!(lds_fixtures::fsck_case_names(), cases, "f_* folders");
+}
+
+#[test]
+fn every_fsck_case_gives_its_code_and_exit_code() {
+    for case in lds_fixtures::fsck_cases::all() {
+        let name = case.fixture.name;
+        let image = lds_volume::volume::MemoryImage(&case.fixture.image);
+        let report = lds_check::check(&image, lds_check::CheckOptions { deep: true }, &mut |_, _| {})
+            .unwrap_or_else(|error| panic!("{name}: {error}"));
+        let lines: Vec<String> = report.problems.iter().map(|problem| problem.line()).collect();
+        assert!(
+            report.problems.iter().any(|problem| problem.code == case.code),
+            "{name}: no {:?} ({})\n{}",
+            case.code,
+            case.code.number(),
+            lines.join("\n")
+        );
+        assert_eq!(report.exit_code(), case.exit_code, "{name}\n{}", lines.join("\n"));
     }
 }
