@@ -6,6 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use indicatif::{ProgressBar, ProgressStyle};
+
 use lds_check::{check, CheckOptions, Report, Severity};
 use lds_volume::device::{Device, DeviceError, OpenMode};
 use serde_json::json;
@@ -94,30 +96,29 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
         }
     };
     let started = Instant::now();
+    // Progress: a bar on a terminal, a line per quarter otherwise; only when the chunks are
+    // large enough for it to matter.
     let terminal = std::io::stderr().is_terminal() && !options.json;
-    let mut last_percent = 0u64;
+    let bar = if terminal { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("checking chunks [{bar:20}] {percent:>3}% {bytes}/{total_bytes} {bytes_per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut last_quarter = 0u64;
     let mut progress = |done: u64, total: u64| {
         if total < (64 << 20) {
             return;
         }
-        let percent = done * 100 / total.max(1);
-        if terminal && percent != last_percent {
-            let filled = (percent / 5) as usize;
-            let _ = write!(
-                std::io::stderr(),
-                "\rchecking chunks [{}{}] {percent:3}%",
-                "#".repeat(filled),
-                " ".repeat(20 - filled)
-            );
-        } else if !terminal && percent / 25 != last_percent / 25 {
-            let _ = writeln!(std::io::stderr(), "lds fsck: checked {percent}% of the chunks");
+        bar.set_length(total);
+        bar.set_position(done);
+        let quarter = done * 4 / total.max(1);
+        if !terminal && !options.json && quarter != last_quarter {
+            let _ = writeln!(std::io::stderr(), "lds fsck: checked {}% of the chunks", quarter * 25);
+            last_quarter = quarter;
         }
-        last_percent = percent;
     };
     let result = check(&device, CheckOptions { deep: options.deep }, &mut progress);
-    if terminal && last_percent > 0 {
-        let _ = writeln!(std::io::stderr());
-    }
+    bar.finish_and_clear();
     let report = match result {
         Ok(report) => report,
         Err(error) => {

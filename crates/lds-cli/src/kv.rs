@@ -333,7 +333,7 @@ pub fn load(
         Err(message) => return fail(err, "load", &message),
     };
     let started = Instant::now();
-    match load_into(&db, target.hex, format, sync, input, err) {
+    match load_into(&db, target.hex, format, sync, input) {
         Ok(loaded) => {
             if let Err(message) = close(db) {
                 return fail(err, "load", &format!("after {loaded} entries: {message}"));
@@ -356,12 +356,18 @@ pub fn load_into(
     format: Option<LoadFormat>,
     sync: bool,
     input: &mut dyn BufRead,
-    err: &mut dyn Write,
 ) -> Result<u64, String> {
     // Leave room for one more entry of the largest size the volume takes.
     let batch_len_limit = db.batch_len_max() / 2;
-    let progress = std::io::stderr().is_terminal();
-    let started = Instant::now();
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new_spinner()
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} loaded {pos} entries ({per_sec}) {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
     let mut format = format;
     let mut batch = WriteBatch::new();
     let mut loaded = 0u64;
@@ -388,17 +394,12 @@ pub fn load_into(
             db.write(&batch, options).map_err(|error| format!("after {loaded} entries: {error}"))?;
             loaded += batch.len() as u64;
             batch = WriteBatch::new();
-            if progress && loaded % 100_000 == 0 {
-                let _ =
-                    write!(err, "\rloaded {loaded} entries ({:.0}/s)", loaded as f64 / started.elapsed().as_secs_f64());
-            }
+            bar.set_position(loaded);
         }
     }
     db.write(&batch, options).and_then(|()| db.flush()).map_err(|error| format!("after {loaded} entries: {error}"))?;
     loaded += batch.len() as u64;
-    if progress {
-        let _ = writeln!(err);
-    }
+    bar.finish_and_clear();
     Ok(loaded)
 }
 

@@ -150,3 +150,21 @@ fn recover_replays_the_backup_log_and_reports() {
     assert_eq!(again["chunks"], 1);
     assert_eq!(get(&target, &["k7"]).1, "v\n");
 }
+
+#[test]
+fn load_detects_ndjson_or_tsv_from_the_first_non_blank_line() {
+    let volume = Volume::new("detect");
+    let target = volume.target(false);
+    let ndjson = "\n  \n  {\"key\": \"json-key\", \"value\": \"from ndjson\"}\n{\"key\": \"b\", \"value\": \"c\"}\n";
+    let mut err = Vec::new();
+    assert_eq!(kv::load(&target, None, false, &mut ndjson.as_bytes(), &mut Vec::new(), &mut err), EXIT_OK);
+    assert_eq!(get(&target, &["json-key"]).1, "from ndjson\n", "{}", text(&err));
+    let tsv = "\ntsv-key\t{\"looks\": \"like json\"}\n";
+    assert_eq!(kv::load(&target, None, false, &mut tsv.as_bytes(), &mut Vec::new(), &mut Vec::new()), EXIT_OK);
+    assert_eq!(get(&target, &["tsv-key"]).1, "{\"looks\": \"like json\"}\n");
+    // The first line decides for the whole input: a TSV line in NDJSON input is an error.
+    let mixed = "{\"key\": \"x\", \"value\": \"y\"}\nplain\tline\n";
+    let mut err = Vec::new();
+    assert_eq!(kv::load(&target, None, false, &mut mixed.as_bytes(), &mut Vec::new(), &mut err), EXIT_ERROR);
+    assert!(text(&err).contains("line 2: not JSON"), "{}", text(&err));
+}

@@ -121,7 +121,7 @@ pub enum RecoveryError {
     #[error(transparent)]
     VersionLog(#[from] VersionLogError),
     /// Damage no crash explains (SPEC.md §9.6): opening would serve an older state silently.
-    #[error("{damage} (fsck reports {}: damage, not a crash; opening would lose it silently)", damage.fsck_number())]
+    #[error("{damage} (problem {} of the checker: damage, not a crash; opening would lose it silently)", damage.problem_number())]
     Damage {
         /// What damage.
         #[from]
@@ -135,7 +135,7 @@ pub enum RecoveryError {
         /// The instances.
         instances: (u32, u32),
     },
-    /// Two chunks of one level from 1 down overlap: reads would miss keys (fsck 409).
+    /// Two chunks of one level from 1 down overlap: reads would miss keys (problem 409 of the checker).
     #[error("chunks {} and {} of level {level} overlap", chunks.0, chunks.1)]
     LevelOverlap {
         /// The level.

@@ -33,7 +33,7 @@ pub struct Options {
     pub log_buffer_bytes: usize,
     /// Flushes and compactions run in a background thread (default). When false they run
     /// in the writing thread, so that the same operations always issue the same device
-    /// writes and flushes (the crash simulator, RELIABILITY.md I8).
+    /// writes and flushes (the crash simulator, docs/reliability.md I8).
     pub background: bool,
 }
 

@@ -84,6 +84,9 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
 
 /// Runs every step there is to do, in the calling thread (`Options::background` false).
 pub(crate) fn run_inline<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>) -> MutexGuard<'a, TreeState> {
+    // Bounded by the work there is: each step flushes the frozen memtable or commits one
+    // compaction, and compactions stop once every level is within its limits (a failed step
+    // poisons the store or stalls compaction, and ends the loop).
     loop {
         let (guard, worked) = step(shared, state);
         state = guard;
@@ -95,6 +98,8 @@ pub(crate) fn run_inline<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeS
 
 fn run(shared: &Shared) {
     let mut state = shared.lock_state();
+    // Runs until the store closes or is poisoned; an idle round waits at most
+    // LOG_BUFFER_AGE_MAX.
     loop {
         if state.poisoned.is_some() {
             return;

@@ -176,7 +176,7 @@ pub enum LogDamage {
 
 impl LogDamage {
     /// The checker's stable problem number for this damage (SPEC.md §9.6 names both).
-    pub fn fsck_number(&self) -> u16 {
+    pub fn problem_number(&self) -> u16 {
         match self {
             Self::VersionLogChainBroken { .. } => 207,
             Self::BackupLogChainBroken { .. } => 303,

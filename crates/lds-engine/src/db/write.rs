@@ -82,6 +82,8 @@ impl Db {
         }
         let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone() }.encode();
         let mut force_freeze = false;
+        // Two rounds at most: a full log forces a freeze (and its flush moves the backup
+        // start); a log still full after that fails the write.
         let (pending, mem) = loop {
             let mem = self.make_room(&mut writer, force_freeze)?;
             let sn = shared.lock_state().sn;

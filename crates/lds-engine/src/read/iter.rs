@@ -33,6 +33,7 @@ impl ChunkCursor {
     }
 
     fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+        // Bounded by the blocks of the cursor's sub-chunks: each round consumes one.
         loop {
             if let Some((block, position)) = &mut self.block {
                 if *position < block.entries.len() {
