@@ -22,7 +22,7 @@ step "cargo test (format, engine, cli, fixtures; loop-device test needs root)"
 cargo test --quiet --workspace 2>&1 | tee /tmp/lds-cargo-test.log
 grep -q "test result: ok" /tmp/lds-cargo-test.log
 
-step "oracle self-check (RELIABILITY.md L6): deliberately broken builds must fail the crash enumeration"
+step "oracle self-check (docs/reliability.md L6): deliberately broken builds must fail the crash enumeration"
 for fault in fault-drop-chunk-flush fault-skip-payload-checksum; do
   cargo test --quiet -p lds-sim --features "$fault" --test oracle_self_check
 done

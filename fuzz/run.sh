@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the afl targets of fuzz/afl (RELIABILITY.md L1, L3).
+# Runs the afl targets of fuzz/afl (docs/reliability.md L1, L3).
 #
 #   fuzz/run.sh TARGET [SECONDS]   fuzz one target (default 600 s)
 #   fuzz/run.sh all SECONDS        fuzz every target, SECONDS divided among them

@@ -1,4 +1,4 @@
-//! One target per decoder of the format crate (RELIABILITY.md L1). Each decodes its input as
+//! One target per decoder of the format crate (docs/reliability.md L1). Each decodes its input as
 //! given and again with its checksums repaired (`fixup`), and checks what a successful decode
 //! promises: the encoder gives the same bytes back, the invariants the decoder claims to
 //! check hold, and the functions that consume the result neither panic nor disagree with it.

@@ -1,4 +1,4 @@
-//! The `image` target (RELIABILITY.md L1, F9, I6): the input is a whole volume image (or a
+//! The `image` target (docs/reliability.md L1, F9, I6): the input is a whole volume image (or a
 //! gzip of one). It goes through everything that reads a volume: both labels, recovery of
 //! both logs of every instance, `fsck --deep`, every `lds dump` view, and the engine (open,
 //! get, scan). It runs as given and again with every checksum repaired, so that mutations

@@ -1,4 +1,4 @@
-//! The afl targets of RELIABILITY.md L1 (every decoder, whole images) and L3 (the crash
+//! The afl targets of docs/reliability.md L1 (every decoder, whole images) and L3 (the crash
 //! simulator) as plain functions, shared by the afl wrapper in fuzz/afl, the replay test and
 //! the corpus generator. Every target takes any bytes and returns; it panics only when an
 //! oracle fails, with a message that names the target and the oracle. fuzz/README.md says how

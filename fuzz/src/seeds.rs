@@ -1,4 +1,4 @@
-//! The seed corpora in fuzz/corpus/, built deterministically (RELIABILITY.md I8): small volume
+//! The seed corpora in fuzz/corpus/, built deterministically (docs/reliability.md I8): small volume
 //! images written by the real engine on the simulated device (and one by the format crate's
 //! image builder, for a compaction journal, which the engine does not write yet), the
 //! structures the decoder targets read, cut out of those images, and a few simulator runs.

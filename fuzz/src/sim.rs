@@ -1,4 +1,4 @@
-//! The `sim` target (RELIABILITY.md L3): the input chooses a short workload, an optional EIO
+//! The `sim` target (docs/reliability.md L3): the input chooses a short workload, an optional EIO
 //! on one write or flush (F7), a crash point in the device's history, the unflushed writes
 //! that reach the media (F2) and one torn write (F3). The crash image is recovered with the
 //! real engine and checked against I1, I2, I3 and I5 by the enumerator's own oracle; after an

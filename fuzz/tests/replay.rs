@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md I6 with every input the fuzzers have: each file of fuzz/corpus/T/ and
+//! Guards docs/reliability.md I6 with every input the fuzzers have: each file of fuzz/corpus/T/ and
 //! fuzz/regressions/T/ goes through target T and must not panic (a panic is a failed oracle or
 //! a crash); every folder names a target; and the committed corpus is what the generator in
 //! `lds_fuzz::seeds` builds (I8).

@@ -1,4 +1,4 @@
-//! Sizes with units (`64MiB`, `1G`, `4096`), as mkfs tools accept them (TOOLS.md).
+//! Sizes with units (`64MiB`, `1G`, `4096`), as mkfs tools accept them (docs/tools.md).
 
 /// Parses a size: a whole number with an optional unit. `K`, `M`, `G`, `T` and `KiB` ...
 /// `TiB` are powers of 1024; `kB`, `MB`, `GB`, `TB` are powers of 1000; `B` or none is bytes.

@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md F1 with oracles I1 and I2: a child process writing (synced, or
+//! Guards docs/reliability.md F1 with oracles I1 and I2: a child process writing (synced, or
 //! buffered) is killed with SIGKILL at random moments; after each kill the volume reopens
 //! with every acknowledged write present and the recovered keys form a prefix of the writes
 //! issued (no holes).

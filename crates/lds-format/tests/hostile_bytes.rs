@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md I6 for the format crate: every decoder and recovery function, fed
+//! Guards docs/reliability.md I6 for the format crate: every decoder and recovery function, fed
 //! random bytes and mutations (flips, truncations, extensions) of valid encodings, returns
 //! without panicking, and no single allocation exceeds what the input can justify (16 bytes
 //! of memory per input byte, plus 64 KiB).

@@ -1,4 +1,4 @@
-//! Writes docs/media-matrix.md: the single-fault media matrix (RELIABILITY.md L4) over every
+//! Writes docs/media-matrix.md: the single-fault media matrix (docs/reliability.md L4) over every
 //! metadata sector and every block sector of the matrix's volume, eight flips per sector.
 //! `cargo run -p lds-sim --example media_matrix [-- OUTPUT]`.
 

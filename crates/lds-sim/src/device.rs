@@ -1,4 +1,4 @@
-//! A simulated block device (RELIABILITY.md F2 to F7): reads see every write; only flushed
+//! A simulated block device (docs/reliability.md F2 to F7): reads see every write; only flushed
 //! writes are durable. It records the order of writes and flushes so that crash states can
 //! be built afterwards, and it injects media faults: errors on reads, writes and flushes
 //! (EIO, ENOSPC, short writes), lost and misdirected writes, misdirected reads, and damage to

@@ -1,4 +1,4 @@
-//! The crash-state enumerator (RELIABILITY.md L2): at every point between two device events,
+//! The crash-state enumerator (docs/reliability.md L2): at every point between two device events,
 //! the durable image plus every subset of the writes not yet flushed (all subsets up to a
 //! bound, sampled with a seed past it), and every write torn at each sector boundary (with
 //! the earlier unflushed writes landed, and again with the later ones landed too). Each
@@ -199,7 +199,7 @@ fn walk(
 }
 
 /// Checks one crash image of `run`, taken after `crash_point` of its device events, against
-/// the oracles as `enumerate` checks each image it builds (RELIABILITY.md L3: a fuzzer
+/// the oracles as `enumerate` checks each image it builds (docs/reliability.md L3: a fuzzer
 /// chooses the image); `Err((oracle, message))` on a failure.
 pub fn check_crash_image(
     run: &Run,

@@ -1,4 +1,4 @@
-//! Crash-consistency validation (RELIABILITY.md): a simulated device that records every
+//! Crash-consistency validation (docs/reliability.md): a simulated device that records every
 //! write and flush, workloads run on the real engine over it, and an enumerator that builds
 //! crash images (any subset of unflushed writes, torn writes) and checks each against the
 //! oracles I1 (synced writes present), I2 (a prefix of the operations, batches atomic),

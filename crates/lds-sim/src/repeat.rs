@@ -1,4 +1,4 @@
-//! Repeated crashes (RELIABILITY.md I4, and F8's crash after recovery): a first crash image
+//! Repeated crashes (docs/reliability.md I4, and F8's crash after recovery): a first crash image
 //! of a run is recovered, more operations run on the recovered store over a recording
 //! device, and the crash states of that second run are enumerated. Each second crash image
 //! must satisfy I1, I2, I3 and I5 against the combined history (the state the first recovery

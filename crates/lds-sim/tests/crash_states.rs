@@ -1,4 +1,4 @@
-//! Guards crash consistency (RELIABILITY.md L2, oracles I1, I2, I3, I5): bounded
+//! Guards crash consistency (docs/reliability.md L2, oracles I1, I2, I3, I5): bounded
 //! enumerations of the crash states of named and random workloads, each recovered with the
 //! real engine, with zero failures.
 

@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md F7 (and F5's read errors) with I7: an EIO on one write, one flush or
+//! Guards docs/reliability.md F7 (and F5's read errors) with I7: an EIO on one write, one flush or
 //! one read, an ENOSPC on one write, a short write, or a range of unreadable sectors, injected
 //! at many points of a workload. Reads after every operation give the model's state or an
 //! explicit error, never anything else; a failed write or flush makes the failing operation

@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md L4 and I7: one fault (a flipped bit, a zeroed sector, EIO, a stale
+//! Guards docs/reliability.md L4 and I7: one fault (a flipped bit, a zeroed sector, EIO, a stale
 //! sector, a misdirected read) in every metadata sector and a sample of block sectors of an
 //! engine-written volume. No case may read wrong data with fsck clean, the engine may never
 //! serve wrong or rolled-back data when fsck sees the fault, and opening and reading never

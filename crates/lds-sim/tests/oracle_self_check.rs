@@ -1,4 +1,4 @@
-//! Guards the oracles themselves (RELIABILITY.md L6): a build that drops the flush between
+//! Guards the oracles themselves (docs/reliability.md L6): a build that drops the flush between
 //! chunk writes and their delta version, and a build that skips the log payload checksum,
 //! must each make the crash-state enumeration report failures; and the reproducer minimizer
 //! of `lds crashtest` must shrink such a failing workload to a few operations that still fail

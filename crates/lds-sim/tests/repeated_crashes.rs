@@ -1,4 +1,4 @@
-//! Guards RELIABILITY.md I4 (and F8's crash after recovery): a crash, recovery, more
+//! Guards docs/reliability.md I4 (and F8's crash after recovery): a crash, recovery, more
 //! operations, a second crash. Every second crash image recovers to a prefix of the combined
 //! history (I1, I2), fsck is clean (I3), recovery writes nothing and is idempotent (I5), and
 //! the recovered sequence number never goes below the first recovery's or the last synced

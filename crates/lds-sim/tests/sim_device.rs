@@ -1,4 +1,4 @@
-//! Guards the simulated device's media faults (RELIABILITY.md F4 to F7): each one does to
+//! Guards the simulated device's media faults (docs/reliability.md F4 to F7): each one does to
 //! reads, writes and the durable image exactly what its documentation says, so that the tests
 //! built on them inject what they claim to.
 

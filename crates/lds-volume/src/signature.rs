@@ -1,4 +1,4 @@
-//! Known on-disk signatures, so that mkfs refuses to format over data (TOOLS.md).
+//! Known on-disk signatures, so that mkfs refuses to format over data (docs/tools.md).
 
 use crate::device::{Device, DeviceError};
 
