@@ -23,7 +23,7 @@ cargo test --quiet --workspace 2>&1 | tee /tmp/lds-cargo-test.log
 grep -q "test result: ok" /tmp/lds-cargo-test.log
 
 step "oracle self-check (docs/reliability.md L6): deliberately broken builds must fail the crash enumeration"
-for fault in fault-drop-chunk-flush fault-skip-payload-checksum; do
+for fault in fault-drop-chunk-flush fault-skip-payload-checksum fault-clean-before-journal; do
   cargo test --quiet -p lds-sim --features "$fault" --test oracle_self_check
 done
 

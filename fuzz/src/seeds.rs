@@ -157,6 +157,39 @@ fn journal_image() -> Vec<u8> {
     image.bytes
 }
 
+/// The simulator's journal workload, as durable when a crash interrupted a journaled
+/// compaction that had cleaned inputs already (the engine's own journal records).
+fn engine_journal_crash() -> Vec<u8> {
+    use lds_sim::device::{apply, Event};
+    let workload = lds_sim::workload::named("journal").unwrap_or_else(|| panic!("seed: the journal workload"));
+    let image = lds_sim::workload::formatted_image().unwrap_or_else(|error| panic!("seed: {error}"));
+    let run = lds_sim::workload::run(&workload, image, true).unwrap_or_else(|error| panic!("seed: {error}"));
+    let mut durable = run.history.initial.as_ref().clone();
+    let mut pending = Vec::new();
+    for event in &run.history.events {
+        match event {
+            Event::Write(index) => pending.push(*index),
+            Event::Flush(made) => {
+                for &index in pending.iter().filter(|index| made.contains(index)) {
+                    apply(&mut durable, &run.history.writes[index], run.sector_size, None);
+                }
+                pending.retain(|index| !made.contains(index));
+                let Ok((_, Ok(recovery))) = lds_volume::inspect::recover(
+                    &lds_volume::MemoryImage(&durable),
+                    &lds_sim::workload::formatted_geometry(),
+                    0,
+                ) else {
+                    continue;
+                };
+                if recovery.version_log.unfinished_compactions.values().any(|journal| journal.cleaned.len() >= 2) {
+                    return durable;
+                }
+            }
+        }
+    }
+    panic!("seed: the journal workload never cleaned two inputs")
+}
+
 /// The seed images, by name.
 fn images() -> Vec<(&'static str, Vec<u8>)> {
     let few: Vec<Op> =
@@ -188,6 +221,7 @@ fn images() -> Vec<(&'static str, Vec<u8>)> {
         ("crashed", engine_image(1, 0, &crashed, true)),
         ("two-instances", engine_image(2, 1, &two, false)),
         ("journal", journal_image()),
+        ("journal-engine-crashed", engine_journal_crash()),
     ]
 }
 
@@ -381,7 +415,33 @@ fn sim_seeds(corpus: &mut Corpus) {
             SimInput { flags: 8, ops: basic, crash_point: 7, subset_mask: 0b10, written_len: 6, ..SimInput::default() },
         ),
     ];
-    for (name, input) in runs {
+    // Large values (bit 7: 12-byte units) through several flushes and a compaction: merges
+    // of several outputs that journal, clean inputs early and, after the crash, resume.
+    let large = |key: u8, units: u8, sync: bool| vec![0x80 | if sync { 8 } else { 0 }, key, units, key];
+    let mut journaled = Vec::new();
+    for round in 0..12u8 {
+        journaled.extend((0..4).map(|n| large(round * 4 + n, 250, n == 3)));
+        journaled.push(flush.clone());
+    }
+    journaled.extend([compact.clone(), large(30, 10, true)]);
+    let journal_runs = [
+        (
+            "journal-crash-mid-compaction",
+            SimInput { flags: 1, ops: journaled.clone(), crash_point: 60, subset_mask: 0b1011, ..SimInput::default() },
+        ),
+        (
+            "journal-write-after-recovery",
+            SimInput {
+                flags: 1 | 8,
+                ops: journaled,
+                crash_point: 58,
+                subset_mask: 1,
+                written_len: 20,
+                ..SimInput::default()
+            },
+        ),
+    ];
+    for (name, input) in runs.into_iter().chain(journal_runs) {
         corpus.add("sim", name.to_string(), input.encode());
     }
 }

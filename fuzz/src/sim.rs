@@ -17,7 +17,7 @@ use lds_sim::workload::{apply_op, apply_to_model, formatted_image, layout, optio
 use crate::input::Input;
 
 /// Most operations a sim input chooses.
-pub(crate) const OPS_MAX: usize = 24;
+pub(crate) const OPS_MAX: usize = 64;
 /// Keys are `key-00` to `key-31`: few enough that operations meet.
 const KEYS_COUNT: u8 = 32;
 /// Entries of a batch: 1 to this many.
@@ -58,16 +58,19 @@ fn key(input: &mut Input<'_>) -> Vec<u8> {
     format!("key-{:02}", input.u8() % KEYS_COUNT).into_bytes()
 }
 
-/// One operation: a code (kind in bits 0-2, sync in bit 3), then its arguments: put `key,
-/// value length, fill`; delete `key`; batch `count`, then `key, value length` each (length 0
-/// deletes); flush, compact and reopen none.
+/// One operation: a code (kind in bits 0-2, sync in bit 3, and for a put bit 7: the value
+/// length counts 12-byte units, up to 3,060 bytes (a batch stays under the simulator's limit,
+/// half its backup log's largest object), so that merges write several outputs and
+/// journal, SPEC.md §12), then its arguments: put `key, value length, fill`; delete `key`;
+/// batch `count`, then `key, value length` each (length 0 deletes); flush, compact and reopen
+/// none.
 fn read_op(input: &mut Input<'_>) -> Op {
     let code = input.u8();
     let sync = code & 8 != 0;
     match code % 8 {
         0..=2 => {
             let key = key(input);
-            let len = usize::from(input.u8());
+            let len = usize::from(input.u8()) * if code & 0x80 != 0 { 12 } else { 1 };
             let fill = b'a' + input.u8() % 26;
             Op::Put { key, value: vec![fill; len], sync }
         }

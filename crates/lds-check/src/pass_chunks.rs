@@ -70,11 +70,21 @@ fn check_tree(
             );
         }
     }
+    // The chunks reads can reach: the version's, except inputs an unfinished compaction
+    // cleaned (their slots are free and may hold anything by now, SPEC.md §12), and the
+    // outputs its last journal record lists.
+    let cleaned: std::collections::BTreeSet<u64> =
+        state.unfinished_compactions.values().flat_map(|journal| journal.cleaned.iter().copied()).collect();
+    let chunks: Vec<&ChunkMeta> = version
+        .chunks
+        .values()
+        .filter(|chunk| !cleaned.contains(&chunk.chunk_id))
+        .chain(state.unfinished_compactions.values().flat_map(|journal| journal.outputs.iter()))
+        .collect();
     // A reader thread fetches whole slots in slot order, at most two chunks ahead, so that
     // reading overlaps checking and the device sees one sequential read per slot. A small
     // tree is read inline: a thread costs more than it saves there (the crash simulator
     // checks thousands of tiny volumes).
-    let chunks: Vec<&ChunkMeta> = version.chunks.values().collect();
     let read_chunk = |chunk: &ChunkMeta| -> Vec<Result<Vec<u8>, DeviceError>> {
         chunk
             .slots()

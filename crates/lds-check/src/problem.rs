@@ -208,8 +208,17 @@ problems! {
     JournalOutputsConflict = 602, Error, "an unfinished compaction's outputs use slots the version uses",
         Fix("abort the compaction: append a record that ends it, its outputs become free slots");
     /// 603.
-    JournalUnfinished = 603, Info, "an unfinished compaction is recorded (the engine resumes it)",
+    JournalUnfinished = 603, Info, "an unfinished journaled compaction is recorded: reads of keys up to its resume key go to its outputs, others to its remaining inputs, and the engine resumes it at its next open for writing (or `lds compaction resume`)",
         Nothing;
+    /// 604.
+    JournalCleanedTooSoon = 604, Error, "an unfinished compaction lists as cleaned an input that is not one of its inputs or holds keys above its resume key: those keys are in no output",
+        Fix("abort the compaction when no input was reused; else rebuild the lost range from the slots (salvage)");
+    /// 605.
+    JournalOutputsDisorder = 605, Error, "an unfinished compaction's outputs overlap each other, or hold keys above its resume key",
+        Fix("abort the compaction: append a record that ends it, its outputs become free slots");
+    /// 606.
+    JournalLevelsShared = 606, Error, "two unfinished compactions of one instance share a level (the engine runs one at a time)",
+        Fix("keep the newer compaction, abort the older");
 }
 
 impl Code {
@@ -233,6 +242,22 @@ impl Code {
     pub fn from_number(number: u16) -> Option<Self> {
         PROBLEMS.iter().find(|kind| kind.number == number).map(|kind| kind.code)
     }
+}
+
+/// The problem table as Markdown, as docs/fsck-json.md holds it: number, severity letter,
+/// meaning, and what repair does.
+pub fn markdown_table() -> String {
+    let mut table = String::from("| code | sev. | problem | repair |\n|---|---|---|---|\n");
+    for kind in PROBLEMS {
+        let repair = match kind.repair {
+            Repair::Nothing => "-".to_string(),
+            Repair::Preen(what) => format!("preen: {what}"),
+            Repair::Fix(what) => format!("fix: {what}"),
+            Repair::Salvage(what) => format!("salvage: {what}"),
+        };
+        table.push_str(&format!("| {} | {} | {} | {repair} |\n", kind.number, kind.severity.letter(), kind.summary));
+    }
+    table
 }
 
 /// One problem found.

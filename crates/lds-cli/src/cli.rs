@@ -182,6 +182,15 @@ pub enum Command {
         #[arg(long)]
         sync: bool,
     },
+    /// Unfinished journaled compactions: show them, resume one, or abort one.
+    ///
+    /// A journaled compaction that a crash interrupted is resumed by the next open for
+    /// writing; until then reads are redirected by its journal record (SPEC.md §12).
+    /// Examples:
+    ///   lds compaction show volume.img
+    ///   lds compaction resume volume.img
+    #[command(subcommand, verbatim_doc_comment)]
+    Compaction(crate::compaction::CompactionCommand),
     /// Recover the volume (SPEC.md §9), write replayed entries to chunks, and report.
     ///
     /// Example: lds recover volume.img --json
@@ -216,6 +225,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
         }
         Command::Recover { target, json } => crate::kv::recover(&target, json, out, err),
+        Command::Compaction(command) => crate::compaction::run(&command, out, err),
         Command::Dump { path, what, id, instance, entries, json, wait } => {
             let what = match (what.as_str(), id) {
                 ("label", None) => DumpWhat::Label,

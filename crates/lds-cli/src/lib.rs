@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod compaction;
 pub mod crashtest;
 pub mod dump;
 pub mod fsck;

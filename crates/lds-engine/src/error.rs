@@ -93,6 +93,14 @@ pub enum Error {
         #[source]
         cause: Arc<Error>,
     },
+    /// A journaled compaction cleaned inputs already: it can only be resumed, not aborted.
+    #[error("compaction {compaction_id} cleaned {cleaned} inputs already: their slots may hold its outputs, so only resuming it is safe (lds compaction resume)")]
+    CompactionCleaned {
+        /// The compaction.
+        compaction_id: u64,
+        /// Inputs cleaned.
+        cleaned: usize,
+    },
     /// A key, value or batch is outside the limits of SPEC.md §16.
     #[error("invalid argument: {reason}")]
     InvalidArgument {
@@ -143,11 +151,20 @@ pub enum RecoveryError {
         /// The chunks.
         chunks: (u64, u64),
     },
-    /// The volume holds an unfinished journaled compaction this build cannot resume.
-    #[error("an unfinished journaled compaction ({compaction_id}): this build cannot resume it yet")]
-    UnfinishedCompaction {
-        /// Its id.
+    /// More than one unfinished journaled compaction: the engine runs one at a time.
+    #[error("unfinished journaled compactions {ids:?}: the engine runs one at a time, so this is damage")]
+    UnfinishedCompactions {
+        /// Their ids.
+        ids: Vec<u64>,
+    },
+    /// An unfinished compaction names an input the version does not hold (problem 601 of the
+    /// checker).
+    #[error("compaction {compaction_id}: input chunk {chunk_id} is not in the version (problem 601 of the checker)")]
+    JournalInputMissing {
+        /// The compaction.
         compaction_id: u64,
+        /// The input.
+        chunk_id: u64,
     },
 }
 

@@ -32,12 +32,12 @@ pub(crate) fn flush_frozen(
     let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
     let mut built = build_chunks(&format, kept);
     let placement = vec![(0u8, 0u8); built.len()];
-    let added = write_chunks(shared, &mut built, &placement)?;
+    let added = write_chunks(shared, &mut built, &placement, false)?;
     // The chunks must be durable before the delta version that names them.
     #[cfg(not(feature = "fault-drop-chunk-flush"))]
     flush_device(shared)?;
     let mut state = shared.lock_state();
-    let version = Arc::clone(&state.version);
+    let version = Arc::clone(state.version());
     let delta = DeltaVersion {
         last_sequence: last_sequence.max(version.last_sequence),
         ofs_backup_start: backup_start.0,

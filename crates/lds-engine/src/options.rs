@@ -35,6 +35,20 @@ pub struct Options {
     /// in the writing thread, so that the same operations always issue the same device
     /// writes and flushes (the crash simulator, docs/reliability.md I8).
     pub background: bool,
+    /// Merges whose inputs span at least `journal_min_input_slots` slots are journaled
+    /// (SPEC.md §12): they clean their inputs early, so that they need little free space
+    /// beyond their inputs, and a crash resumes them instead of losing their work (default
+    /// true).
+    pub compaction_journal: bool,
+    /// The smallest merge, in input slots, that is journaled (default 16: 64 MiB with the
+    /// default 4 MiB slots). Below it a merge costs a few seconds at most, redoing it after a
+    /// crash costs as little, and it needs at most twice its inputs' slots; a journal record
+    /// costs a flush and a version log append per step.
+    pub journal_min_input_slots: u64,
+    /// Outputs a journaled merge writes between two journal records (default 8): each step
+    /// makes its outputs durable with one flush, then one record. Fewer means less free space
+    /// needed and less work lost to a crash, more flushes and version log appends.
+    pub journal_every_outputs: usize,
 }
 
 impl Default for Options {
@@ -51,6 +65,9 @@ impl Default for Options {
             block_cache_bytes: 8 << 20,
             log_buffer_bytes: 64 << 10,
             background: true,
+            compaction_journal: true,
+            journal_min_input_slots: 16,
+            journal_every_outputs: 8,
         }
     }
 }

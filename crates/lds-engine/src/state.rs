@@ -15,15 +15,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use lds_format::label::Geometry;
-use lds_format::version::Version;
+use lds_format::version::{CompactionJournal, Version};
 use lds_format::writer::LogAppender;
 use lds_volume::{BlockDevice, DeviceError};
 
+use crate::compaction::merge::Merger;
 use crate::error::{Error, Result};
 use crate::memtable::MemTable;
 use crate::options::Options;
 use crate::table::cache::TableCache;
-use crate::version::levels::Levels;
+use crate::version::published::Published;
+
+/// Where slots waiting for readers go once no reader holds the published version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Free for any allocation.
+    Free,
+    /// To the pool of the compaction that cleaned them.
+    CompactionPool,
+}
 
 /// A frozen memtable waiting for its flush.
 pub(crate) struct Frozen {
@@ -79,15 +89,31 @@ impl WriterState {
 pub(crate) struct TreeState {
     pub(crate) mem: Arc<MemTable>,
     pub(crate) imm: Option<Frozen>,
-    pub(crate) version: Arc<Version>,
-    /// The current version's chunks by level, rebuilt with each new version.
-    pub(crate) levels: Arc<Levels>,
+    /// The current version as readers see it (its levels, and the redirection of an
+    /// unfinished compaction).
+    pub(crate) published: Arc<Published>,
     pub(crate) sn: u64,
     pub(crate) version_log: LogAppender,
     pub(crate) online: Vec<bool>,
     pub(crate) allocation_cursor: u64,
-    /// Slots of deleted chunks, freed when no reader holds the version that named them.
-    pub(crate) pending_free: Vec<(Arc<Version>, Vec<u64>)>,
+    /// Slots of deleted or cleaned chunks, released when no reader holds the published
+    /// version that may read them.
+    pub(crate) pending_free: Vec<(Arc<Published>, Vec<u64>, Release)>,
+    /// Slots of inputs the running journaled compaction cleaned, no longer read by anyone:
+    /// marked in use, reused only by that compaction's outputs (SPEC.md §12).
+    pub(crate) compaction_pool: Vec<u64>,
+    /// The largest compaction id this instance used (SPEC.md §6.3: ids increase).
+    pub(crate) compaction_id_max: u64,
+    /// The last durable journal record of the running compaction, appended again after a
+    /// base version so that it stays live (SPEC.md §10.3).
+    pub(crate) last_journal: Option<CompactionJournal>,
+    /// An unfinished compaction found at open, for the worker to resume.
+    pub(crate) resume: Option<CompactionJournal>,
+    /// A merge is in progress (`Shared::merger` holds it): no other compaction starts.
+    pub(crate) merging: bool,
+    /// Version log bytes the final delta version of the unfinished journaled compaction may
+    /// take: no other append may use them (a trim cannot happen before it finishes).
+    pub(crate) merge_delta_reserve: usize,
     /// A backup start the writer applies before its next append.
     pub(crate) backup_start_update: Option<(u64, u64)>,
     /// Live snapshots: sequence number and how many hold it.
@@ -130,6 +156,16 @@ pub(crate) struct Shared {
     pub(crate) synced: Mutex<u64>,
     /// Chunk tails and blocks read so far.
     pub(crate) cache: TableCache,
+    /// The merge in progress between worker steps. Only the worker touches it, never while
+    /// holding the state lock.
+    pub(crate) merger: Mutex<Option<Merger>>,
+}
+
+impl TreeState {
+    /// The current version.
+    pub(crate) fn version(&self) -> &Arc<Version> {
+        &self.published.version
+    }
 }
 
 impl Shared {

@@ -5,9 +5,13 @@
 use std::sync::{Arc, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::compaction::pick::{choose, Choice, Limits};
-use crate::error::Error;
+use lds_format::version::CompactionJournal;
+
+use crate::compaction::merge::Merger;
+use crate::compaction::pick::{choose, Choice, Limits, Plan};
+use crate::error::{Error, Result};
 use crate::state::{Shared, TreeState};
+use crate::table::build::ChunkFormat;
 
 /// Starts the thread.
 pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
@@ -16,7 +20,8 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
 
 /// True when a compaction should run now.
 pub(crate) fn compaction_wanted(shared: &Shared, state: &TreeState) -> bool {
-    next_choice(shared, state) != Choice::DoNothing
+    !state.compaction_stalled
+        && (state.merging || state.resume.is_some() || next_choice(shared, state) != Choice::DoNothing)
 }
 
 /// The next compaction: a step of a manual compaction first, then whatever is over its
@@ -26,16 +31,76 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
         return Choice::DoNothing;
     }
     let limits = Limits::new(&shared.options, shared.geometry.slot_size);
-    choose(&state.version, &limits, state.manual_compaction, shared.geometry.slot_size)
+    choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size)
 }
 
-/// One unit of background work: flush the frozen memtable, or run one compaction. Returns
-/// the state lock again and whether anything was done.
+/// An upper bound of the delta version a flush of the frozen memtable commits.
+fn flush_delta_estimate(shared: &Shared, state: &TreeState) -> usize {
+    let bytes = state.imm.as_ref().map_or(0, |frozen| frozen.table.approximate_bytes()) as u64;
+    let chunks = (bytes / shared.geometry.slot_size + 2) as usize;
+    48 + chunks * (48 + 40 + 2 * (2 + usize::from(u16::MAX).min(1024)))
+}
+
+/// Runs the unfinished merge (in progress, or left by a crash) to its end: a base version may
+/// follow, which cannot happen while it is unfinished. Bounded by the merge's inputs.
+pub(crate) fn finish_merge(shared: &Shared) -> Result<()> {
+    loop {
+        let resume = {
+            let mut state = shared.lock_state();
+            if !state.merging && state.resume.is_none() {
+                return Ok(());
+            }
+            state.resume.take()
+        };
+        if merge_step(shared, None, resume)?.is_some() {
+            return Ok(());
+        }
+    }
+}
+
+/// What a finished merge was, for a manual compaction to go on from.
+struct Finished {
+    manual: bool,
+    source_level: u8,
+}
+
+/// Runs one step of the merge in progress, starting it from `plan` or from the journal record
+/// of an unfinished compaction first when there is none; `Some` when the merge finished.
+fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJournal>) -> Result<Option<Finished>> {
+    let mut slot = shared.merger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if slot.is_none() {
+        if let Some(plan) = plan {
+            *slot = Some(crate::compaction::start(shared, plan)?);
+        } else if let Some(journal) = resume {
+            let version = Arc::clone(shared.lock_state().version());
+            let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
+            *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format)?);
+            shared.lock_state().merging = true;
+        }
+    }
+    let Some(merger) = slot.as_mut() else { return Ok(None) };
+    if !crate::compaction::step(shared, merger)? {
+        return Ok(None);
+    }
+    let finished = Finished { manual: merger.manual, source_level: merger.source_level };
+    *slot = None;
+    Ok(Some(finished))
+}
+
+/// One unit of background work: flush the frozen memtable, or run one compaction step (a
+/// trivial move, a whole unjournaled merge, or one journaled step). Returns the state lock
+/// again and whether anything was done.
 pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>) -> (MutexGuard<'a, TreeState>, bool) {
     if state.poisoned.is_some() {
         return (state, false);
     }
-    if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full) {
+    // While a journaled compaction is unfinished no trim may happen (SPEC.md §10.3): a flush
+    // whose delta version would leave too little room waits for the compaction to finish.
+    let flush_waits = state.last_journal.is_some() && {
+        let estimate = flush_delta_estimate(shared, &state);
+        !crate::version::commit::room_for(shared, &state, &[estimate, state.merge_delta_reserve])
+    };
+    if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full && !flush_waits) {
         let table = Arc::clone(&frozen.table);
         let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
         drop(state);
@@ -54,32 +119,40 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         shared.progress.notify_all();
         return (state, true);
     }
-    if state.shutting_down {
+    if state.shutting_down || state.compaction_stalled {
         return (state, false);
     }
-    let choice = next_choice(shared, &state);
-    if let Choice::Move(plan) | Choice::Merge(plan) = &choice {
-        drop(state);
-        let result = crate::compaction::run(shared, &choice);
-        state = shared.lock_state();
-        match result {
-            Ok(()) if plan.manual => state.manual_compaction = Some(plan.source_level + 1),
-            Ok(()) => {}
-            Err(Error::SpaceFull { .. }) => {
-                state.compaction_stalled = true;
-                state.manual_compaction = None;
-            }
-            Err(error) => {
-                shared.poison(&mut state, error);
-            }
+    // A merge in progress, or one to resume, goes on before anything new starts.
+    let choice = if state.merging || state.resume.is_some() { Choice::DoNothing } else { next_choice(shared, &state) };
+    let resume = state.resume.take();
+    let working = state.merging || resume.is_some() || choice != Choice::DoNothing;
+    if !working {
+        if state.manual_compaction.take().is_some() {
+            shared.progress.notify_all();
         }
-        shared.progress.notify_all();
-        return (state, true);
+        return (state, false);
     }
-    if state.manual_compaction.take().is_some() {
-        shared.progress.notify_all();
+    drop(state);
+    let result = match &choice {
+        Choice::Move(plan) => crate::compaction::trivial_move(shared, plan)
+            .map(|()| Some(Finished { manual: plan.manual, source_level: plan.source_level })),
+        Choice::Merge(plan) => merge_step(shared, Some(plan), None),
+        Choice::DoNothing => merge_step(shared, None, resume),
+    };
+    state = shared.lock_state();
+    match result {
+        Ok(Some(finished)) if finished.manual => state.manual_compaction = Some(finished.source_level + 1),
+        Ok(_) => {}
+        Err(Error::SpaceFull { .. }) => {
+            state.compaction_stalled = true;
+            state.manual_compaction = None;
+        }
+        Err(error) => {
+            shared.poison(&mut state, error);
+        }
     }
-    (state, false)
+    shared.progress.notify_all();
+    (state, true)
 }
 
 /// Runs every step there is to do, in the calling thread (`Options::background` false).

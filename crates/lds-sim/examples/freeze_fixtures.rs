@@ -18,12 +18,15 @@ use lds_format::label::{plan_layout, Label};
 use lds_sim::device::SimDevice;
 use lds_sim::workload::{apply_op, formatted_image, layout, named, random_wrap, Op, Workload};
 
+/// The key/value pairs of each instance.
+type States = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
+
 struct Frozen {
     name: &'static str,
     description: &'static str,
     image: Vec<u8>,
     /// Per instance, the key/value pairs reads return.
-    states: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+    states: States,
 }
 
 fn options() -> Options {
@@ -31,7 +34,7 @@ fn options() -> Options {
 }
 
 /// Runs `workloads[i]` on instance i of `image`, then reads every instance back.
-fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, Vec<Vec<(Vec<u8>, Vec<u8>)>>) {
+fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
     let device = SimDevice::new(image);
     let mut states = Vec::new();
     for (instance, workload) in workloads.iter().enumerate() {

@@ -120,6 +120,11 @@ pub fn layout() -> LayoutRequest {
     }
 }
 
+/// The geometry of `layout()` with the simulator's volume uuid.
+pub fn formatted_geometry() -> lds_format::label::Geometry {
+    plan_layout(&layout(), [0x51; 16]).unwrap_or_else(|error| panic!("the simulator's layout: {error}"))
+}
+
 /// A formatted image of `layout()`, as mkfs writes it.
 pub fn formatted_image() -> Result<Vec<u8>, String> {
     let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
@@ -134,6 +139,10 @@ pub fn options(unbuffered: bool) -> Options {
         level1_max_bytes: 2 * (64 << 10),
         level_size_multiplier: 4,
         log_buffer_bytes: if unbuffered { 0 } else { Options::default().log_buffer_bytes },
+        // Merges of two slots or more are journaled, with a record after every output, so
+        // that random workloads journal, clean early and resume too (SPEC.md §12).
+        journal_min_input_slots: 2,
+        journal_every_outputs: 1,
         ..Options::default()
     }
 }
@@ -319,18 +328,64 @@ pub fn random_wrap(seed: u64, len: usize) -> Workload {
     Workload { name: format!("random-wrap-{seed}"), ops }
 }
 
-/// The seeded workload generators of `lds crashtest --workload`: `random` and `random-wrap`.
+/// A random workload whose merges are large enough to be journaled, write several outputs and
+/// clean inputs early (SPEC.md §12): 400 keys, values of 200 to 1,600 bytes, flushes, manual
+/// compactions and reopens, a tenth of the writes synced.
+pub fn random_journal(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let key = |random: &mut Random| format!("key-{:03}", random.below(400)).into_bytes();
+    let text = |random: &mut Random, len: usize| {
+        (0..len).map(|index| b'a' + ((random.next_u64() as usize + index) % 26) as u8).collect::<Vec<u8>>()
+    };
+    let value = |random: &mut Random| {
+        let len = 200 + random.below(1400) as usize;
+        text(random, len)
+    };
+    for _ in 0..len {
+        let sync = random.below(10) == 0;
+        let op = match random.below(100) {
+            0..=69 => Op::Put { key: key(&mut random), value: value(&mut random), sync },
+            70..=79 => Op::Delete { key: key(&mut random), sync },
+            80..=89 => {
+                // Batches stay under the simulator's batch limit (half the backup log's
+                // largest object, about 3 KiB): short values.
+                let entries = (0..2 + random.below(3))
+                    .map(|_| {
+                        let key = key(&mut random);
+                        let value = (random.below(5) > 0).then(|| {
+                            let len = 100 + random.below(400) as usize;
+                            text(&mut random, len)
+                        });
+                        (key, value)
+                    })
+                    .collect();
+                Op::Batch { entries, sync }
+            }
+            90..=94 => Op::Flush,
+            95..=97 => Op::Compact,
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-journal-{seed}"), ops }
+}
+
+/// The seeded workload generators of `lds crashtest --workload`: `random`, `random-wrap` and
+/// `random-journal`.
 pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
     match name {
         "random" => Some(random(seed, len)),
         "random-wrap" => Some(random_wrap(seed, len)),
+        "random-journal" => Some(random_journal(seed, len)),
         _ => None,
     }
 }
 
 /// The named workloads: `basic` (a few synced and buffered writes and a flush), `wrap`
 /// (enough writes to wrap both logs and trim the version log), `compaction` (flushes and
-/// compactions down the levels).
+/// compactions down the levels), `journal` (a tree of about ten slots compacted whole: large
+/// journaled merges that clean their inputs early, SPEC.md §12).
 pub fn named(name: &str) -> Option<Workload> {
     let put = |number: u32, sync: bool| Op::Put {
         key: format!("key-{:03}", number % 97).into_bytes(),
@@ -357,7 +412,39 @@ pub fn named(name: &str) -> Option<Workload> {
                 _ => put(number, number % 5 == 0),
             })
             .collect(),
+        "journal" => {
+            let mut ops = Vec::new();
+            for round in 0..24u32 {
+                for number in 0..40u32 {
+                    let key = format!("journal-{:02}-{number:03}", (number * 7 + round) % 24).into_bytes();
+                    let value = format!("{round}-{}", "j".repeat(400 + (number as usize * 13) % 200)).into_bytes();
+                    ops.push(Op::Put { key, value, sync: number == 39 });
+                }
+                ops.push(Op::Flush);
+            }
+            ops.push(Op::Compact);
+            ops.push(Op::Put { key: b"journal-after".to_vec(), value: b"done".to_vec(), sync: true });
+            ops
+        }
         _ => return None,
     };
     Some(Workload { name: name.to_string(), ops })
+}
+
+/// Journal records (SPEC.md §6.3) a run appended: the compaction journal objects its writes
+/// to the version log carry.
+pub fn journal_records(run: &Run) -> usize {
+    let Ok(geometry) = plan_layout(&layout(), [0; 16]) else { return 0 };
+    let (ofs_area, len_area) = geometry.log_area(lds_format::label::LogKind::Version, 0);
+    let journal = lds_format::log::ObjectType::CompactionJournal.code();
+    run.history
+        .writes
+        .iter()
+        .filter(|write| write.offset >= ofs_area && write.offset < ofs_area + len_area)
+        .filter(|write| {
+            write.bytes.len() >= lds_format::log::HEADER_LEN
+                && write.bytes[..4] == lds_format::log::OBJECT_MAGIC
+                && write.bytes[8] == journal
+        })
+        .count()
 }

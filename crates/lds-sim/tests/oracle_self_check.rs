@@ -1,10 +1,11 @@
 //! Guards the oracles themselves (docs/reliability.md L6): a build that drops the flush between
-//! chunk writes and their delta version, and a build that skips the log payload checksum,
-//! must each make the crash-state enumeration report failures; and the reproducer minimizer
-//! of `lds crashtest` must shrink such a failing workload to a few operations that still fail
-//! the same oracle. Run with `--features fault-drop-chunk-flush` or `--features
-//! fault-skip-payload-checksum`; the normal build compiles this file to nothing (the other
-//! crash tests assert zero failures).
+//! chunk writes and their delta version, a build that skips the log payload checksum, and a
+//! build that reuses the inputs a compaction journal record cleans before the record is
+//! durable, must each make the crash-state enumeration report failures; and the reproducer
+//! minimizer of `lds crashtest` must shrink such a failing workload to a few operations that
+//! still fail the same oracle. Run with `--features fault-drop-chunk-flush`, `--features
+//! fault-skip-payload-checksum` or `--features fault-clean-before-journal`; the normal build
+//! compiles this file to nothing (the other crash tests assert zero failures).
 
 #[cfg(any(feature = "fault-drop-chunk-flush", feature = "fault-skip-payload-checksum"))]
 #[test]
@@ -44,7 +45,8 @@ fn the_minimizer_shrinks_a_failing_workload_to_a_few_operations() {
     let recorded = run(&workload, image, true).unwrap_or_else(|error| panic!("{error}"));
     let failure = first_failure(&recorded, &bounds, true, &|_| true)
         .unwrap_or_else(|| panic!("the broken build passes the wrap workload"));
-    let (shrunk, minimized) = minimize_failure(&workload, failure.oracle, &bounds, true, 200);
+    let budget = lds_sim::minimize::Budget::tries(200);
+    let (shrunk, minimized) = minimize_failure(&workload, failure.oracle, &bounds, true, budget, &mut |_| {});
     eprintln!(
         "{} failed {}: {} operations minimized to {} in {} tries",
         workload.name,
@@ -60,5 +62,22 @@ fn the_minimizer_shrinks_a_failing_workload_to_a_few_operations() {
         "{} operations minimized only to {}",
         workload.ops.len(),
         shrunk.workload.ops.len()
+    );
+}
+
+#[cfg(feature = "fault-clean-before-journal")]
+#[test]
+fn the_enumerator_catches_inputs_reused_before_their_journal_record_is_durable() {
+    use lds_sim::enumerate::{first_failure, Bounds};
+    use lds_sim::workload::{formatted_image, named, run};
+
+    let workload = named("journal").unwrap_or_else(|| panic!("journal"));
+    let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
+    let recorded = run(&workload, image, true).unwrap_or_else(|error| panic!("{error}"));
+    let failure = first_failure(&recorded, &Bounds::default(), true, &|_| true)
+        .unwrap_or_else(|| panic!("the enumerator did not catch inputs reused before their journal record"));
+    eprintln!(
+        "caught at crash point {} ({}): {} {}",
+        failure.crash_point, failure.state, failure.oracle, failure.message
     );
 }

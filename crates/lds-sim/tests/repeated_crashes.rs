@@ -39,6 +39,28 @@ fn a_crash_after_recovery_never_goes_back() {
     assert!(total.second_images > 500, "{total:?}");
 }
 
+/// Crashes inside journaled compactions, then a second run whose first write resumes the
+/// unfinished compaction, crashed again anywhere in the resume (SPEC.md §12, docs/reliability.md
+/// F8): every second image recovers, is fsck-clean and never goes back.
+#[test]
+fn a_crash_while_resuming_a_journaled_compaction_never_goes_back() {
+    let workload = named("journal").unwrap_or_else(|| panic!("journal"));
+    let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));
+    let first = run(&workload, image, true).unwrap_or_else(|error| panic!("{error}"));
+    assert!(lds_sim::workload::journal_records(&first) >= 4, "the journal workload journals");
+    let bounds = RepeatBounds { first_points: 24, ..RepeatBounds::default() };
+    let mut failures = Vec::new();
+    let counts = enumerate_repeated(&first, &second_workload(4), &bounds, true, &mut |failure| {
+        if failures.len() < 3 {
+            failures
+                .push(format!("{} ({}): {} {}", failure.crash_point, failure.state, failure.oracle, failure.message));
+        }
+    });
+    eprintln!("journal then second-4: {counts:?}");
+    assert!(failures.is_empty(), "{} failures, first: {failures:#?}", counts.failures);
+    assert!(counts.second_images > 500, "{counts:?}");
+}
+
 /// The first crash image of `random(5, 80)` (unbuffered) at event 198 where the unflushed
 /// backup log writes 130, 132 and 133 landed and 131 did not: a gap with later batches of the
 /// crashed session standing after it.

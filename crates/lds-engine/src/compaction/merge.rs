@@ -1,102 +1,438 @@
-//! One merge (SPEC.md §10.2, §11): read every input sub-chunk whole and verify its digest,
-//! merge the entries newest first, keep what a snapshot or a deeper level still needs, pack
-//! the rest into chunks, and decide whether the last one stays behind as the source level's
-//! odd chunk. It reads the device and builds chunks in memory; it allocates, writes and
-//! commits nothing (the caller does, with `table::write` and `version::commit`).
+//! A merge, streamed (SPEC.md §10.2, §11, §12):
+//! 1. The inputs form sorted runs: each level-0 victim alone (they overlap), the victims of a
+//!    deeper level together, the overlapping chunks of the target level together. A run
+//!    holds one sub-chunk in memory at a time; each is verified whole (its digest) when read,
+//!    lest a stale or misdirected block be copied into a new chunk with a fresh checksum.
+//! 2. Entries leave the runs in internal-key order (user key ascending, newest first); the
+//!    versions a snapshot or a deeper level still needs are kept (`Retention`) and packed
+//!    into chunks (`ChunkPacker`).
+//! 3. `produce` stops after a given number of chunks at a key boundary, so that a journaled
+//!    merge can make them durable and record its state (a compaction journal record) before it
+//!    goes on; or at the end of the inputs, when the last chunk may stay behind as the source
+//!    level's odd chunk.
+//! 4. A merge resumed from a journal record skips, in every run, the keys at or below the
+//!    record's resume key, and never reads an input the record lists as cleaned.
+//!
+//! It reads the device and builds chunks in memory; it allocates, writes and commits nothing
+//! (the caller does, with `table::write` and `version::commit`).
 
-use lds_format::chunk::{BuiltSubChunk, SubChunkView};
+use std::collections::{BTreeSet, VecDeque};
+
+use lds_format::batch::EntryKind;
+use lds_format::chunk::{visit_block, SubChunkView, FOOTER_LEN};
 use lds_format::label::Geometry;
-use lds_format::version::{ChunkMeta, Version, CHUNK_FLAG_ODD};
+use lds_format::version::{ChunkMeta, CompactPointer, CompactionJournal, SubChunkRef, Version, CHUNK_FLAG_ODD};
 use lds_volume::BlockDevice;
 
 use crate::compaction::pick::{key_range, overlaps, Plan};
 use crate::error::{Error, Result};
 use crate::retention::Retention;
-use crate::table::build::{build_chunks, ChunkFormat};
+use crate::table::build::{ChunkFormat, ChunkPacker, Packed};
 use crate::table::cache::footer_not_the_versions;
 
-/// What a merge needs: where its inputs are, how to build its outputs, and what readers
-/// still see.
+/// What a merge reads through: the device holding its inputs and where slots are.
 pub(crate) struct MergeContext<'a> {
     /// The device holding the inputs.
     pub(crate) device: &'a dyn BlockDevice,
     /// Where slots are.
     pub(crate) geometry: &'a Geometry,
-    /// How outputs are built.
-    pub(crate) format: ChunkFormat,
-    /// The version the plan was made from.
-    pub(crate) version: &'a Version,
-    /// The sequence number every live snapshot sees (older versions hidden from it go).
-    pub(crate) smallest_snapshot: u64,
 }
 
-/// The outputs of a merge, built and not yet written, each with its level and flags.
-pub(crate) struct MergeOutput {
-    /// The chunks, in key order.
-    pub(crate) built: Vec<BuiltSubChunk>,
-    /// `(level, flags)` of each.
-    pub(crate) placement: Vec<(u8, u8)>,
-    /// Every input chunk (victims and overlapping ones), deleted by the commit.
-    pub(crate) inputs: Vec<ChunkMeta>,
+/// An upper bound of the payload of the final delta version of a merge of `inputs` (chunk
+/// ids of `version`): it deletes them all and adds at most one output per input slot, plus
+/// one, with keys as long as the inputs' longest bound.
+pub(crate) fn delta_estimate(version: &Version, inputs: &[u64]) -> usize {
+    let chunks: Vec<&ChunkMeta> = inputs.iter().filter_map(|id| version.chunks.get(id)).collect();
+    let slots: usize = chunks.iter().map(|chunk| chunk.sub_chunks.len()).sum();
+    let key_max = chunks.iter().map(|chunk| chunk.smallest_key.len().max(chunk.largest_key.len())).max().unwrap_or(0);
+    let output = 48 + 2 * (2 + key_max) + 40;
+    48 + 16 * chunks.len() + (slots + 1) * output
 }
 
-/// Merges the plan's victims with the chunks they overlap.
-pub(crate) fn merge(context: &MergeContext<'_>, plan: &Plan) -> Result<MergeOutput> {
-    let (geometry, version) = (context.geometry, context.version);
-    let target_level = plan.target_level;
-    let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
-    let (smallest, largest) = key_range(&inputs);
-    let mut images = Vec::new();
-    for chunk in &inputs {
-        for sub_chunk in &chunk.sub_chunks {
-            let offset = geometry.slot_offset(sub_chunk.slot);
-            images.push((sub_chunk, offset, context.device.read_vec(offset, geometry.slot_size)?));
-        }
+/// An entry's place in a sub-chunk image.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    key: (u32, u32),
+    sequence: u64,
+    kind: EntryKind,
+    value: (u32, u32),
+}
+
+/// One sub-chunk read whole, with its entries' positions.
+struct Loaded {
+    image: Vec<u8>,
+    entries: Vec<Position>,
+    next: usize,
+}
+
+impl Loaded {
+    fn slice(&self, (start, len): (u32, u32)) -> &[u8] {
+        &self.image[start as usize..(start + len) as usize]
     }
-    let corrupt = |source| Error::Corrupt { path: context.device.name().display().to_string(), source };
-    let mut entries = Vec::new();
-    for (sub_chunk, offset, image) in &images {
-        let view = SubChunkView::open(image, *offset).map_err(corrupt)?;
-        // Reads verify only the blocks they touch; a compaction rewrites everything it reads,
-        // so it verifies everything, lest a stale or misdirected block be copied into a new
-        // chunk with a fresh checksum (SPEC.md §8.3).
-        if view.footer.digest != sub_chunk.digest {
-            let footer_offset = offset + geometry.slot_size - lds_format::chunk::FOOTER_LEN as u64;
-            return Err(corrupt(footer_not_the_versions(footer_offset, sub_chunk.slot)));
-        }
-        view.verify_digest(*offset).map_err(corrupt)?;
-        entries.extend(view.entries(*offset).map_err(corrupt)?);
+
+    fn current(&self) -> Option<&Position> {
+        self.entries.get(self.next)
     }
-    entries.sort_by(|a, b| a.key.cmp(b.key).then(b.sequence.cmp(&a.sequence)));
-    // Deeper levels that overlap the range decide whether a tombstone may be dropped.
-    let deeper: Vec<(Vec<u8>, Vec<u8>)> = version
-        .chunks
-        .values()
-        .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
-        .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-        .collect();
-    let mut retention = Retention::new(context.smallest_snapshot);
-    let merged = entries.iter().filter(|entry| {
-        retention.keep(entry.key, entry.sequence, entry.kind, |key| {
-            !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
+}
+
+/// A sorted run of input sub-chunks.
+struct Run {
+    pending: VecDeque<SubChunkRef>,
+    loaded: Option<Loaded>,
+}
+
+fn corrupt(device: &dyn BlockDevice, source: lds_format::FormatError) -> Error {
+    Error::Corrupt { path: device.name().display().to_string(), source }
+}
+
+/// Reads a sub-chunk whole, verifies it is the one the version names and its digest, and
+/// returns the positions of its entries after `skip_to_after` (all when `None`).
+fn load(context: &MergeContext<'_>, sub_chunk: &SubChunkRef, skip_to_after: Option<&[u8]>) -> Result<Loaded> {
+    let geometry = context.geometry;
+    let offset = geometry.slot_offset(sub_chunk.slot);
+    let image = context.device.read_vec(offset, geometry.slot_size)?;
+    let view = SubChunkView::open(&image, offset).map_err(|error| corrupt(context.device, error))?;
+    if view.footer.digest != sub_chunk.digest {
+        let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
+        return Err(corrupt(context.device, footer_not_the_versions(footer_offset, sub_chunk.slot)));
+    }
+    view.verify_digest(offset).map_err(|error| corrupt(context.device, error))?;
+    let base = image.as_ptr() as usize;
+    let at = |part: &[u8]| match part.len() {
+        0 => (0, 0),
+        len => ((part.as_ptr() as usize - base) as u32, len as u32),
+    };
+    let mut entries = Vec::with_capacity(view.footer.num_entries.min(1 << 20) as usize);
+    for (number, index_entry) in view.index.iter().enumerate() {
+        let block = view.block(number);
+        visit_block(block, offset + u64::from(index_entry.ofs_block), |entry| {
+            if skip_to_after.is_none_or(|resume| entry.key > resume) {
+                entries.push(Position {
+                    key: at(entry.key),
+                    sequence: entry.sequence,
+                    kind: entry.kind,
+                    value: at(entry.value),
+                });
+            }
         })
-    });
-    let built = build_chunks(&context.format, merged.map(|entry| (entry.key, entry.sequence, entry.kind, entry.value)));
-    let mut placement = vec![(target_level, 0u8); built.len()];
-    if let Some(last) = built.last() {
-        let odd_fits = !plan.manual
-            && plan.source_level > 0
-            && built.len() > 1
-            && last.len_data() < geometry.slot_size / 2
-            && !version.level(plan.source_level).iter().any(|chunk| {
-                !plan.victims.contains(chunk) && (chunk.is_odd() || overlaps(chunk, &last.first_key, &last.last_key))
-            });
-        if odd_fits {
-            // SPEC.md §11: the odd chunk stays in the source level.
-            if let Some(place) = placement.last_mut() {
-                *place = (plan.source_level, CHUNK_FLAG_ODD);
+        .map_err(|error| corrupt(context.device, error))?;
+    }
+    drop(view);
+    Ok(Loaded { image, entries, next: 0 })
+}
+
+impl Run {
+    /// Makes the run's current entry available (loading the next sub-chunk as needed);
+    /// false when the run is done.
+    fn fill(&mut self, context: &MergeContext<'_>, skip_to_after: Option<&[u8]>) -> Result<bool> {
+        // Bounded by the run's sub-chunks: each round loads one.
+        loop {
+            if self.loaded.as_ref().is_some_and(|loaded| loaded.current().is_some()) {
+                return Ok(true);
+            }
+            let Some(next) = self.pending.pop_front() else {
+                self.loaded = None;
+                return Ok(false);
+            };
+            self.loaded = Some(load(context, &next, skip_to_after)?);
+        }
+    }
+}
+
+/// Chunks a call of `produce` finished.
+pub(crate) struct Produced {
+    /// The chunks, in key order.
+    pub(crate) chunks: Vec<Packed>,
+    /// The inputs are exhausted: these are the last outputs.
+    pub(crate) complete: bool,
+}
+
+/// A merge in progress.
+pub(crate) struct Merger {
+    /// The id of the journaled compaction (SPEC.md §6.3), or 0 for an unjournaled merge.
+    pub(crate) compaction_id: u64,
+    pub(crate) source_level: u8,
+    pub(crate) target_level: u8,
+    /// A manual compaction: no odd chunk stays behind.
+    pub(crate) manual: bool,
+    /// The victims of the source level.
+    pub(crate) victims: Vec<ChunkMeta>,
+    /// Every input: victims and the overlapping chunks of the target level.
+    pub(crate) inputs: Vec<ChunkMeta>,
+    /// Outputs a durable journal record names.
+    pub(crate) persisted: Vec<ChunkMeta>,
+    /// Keys at or below it are in `persisted`.
+    pub(crate) resume_key: Option<Vec<u8>>,
+    /// Inputs a durable journal record lists as cleaned.
+    pub(crate) cleaned: BTreeSet<u64>,
+    /// Where the round-robin choice of the source level resumes afterwards.
+    pub(crate) pointer: Option<CompactPointer>,
+    /// Journal records are still written (a journaled merge stops writing them when the
+    /// version log has no room left for more; its final delta still names its id).
+    pub(crate) journaling: bool,
+    runs: Vec<Run>,
+    packer: Option<ChunkPacker>,
+    retention: Retention,
+    /// Key ranges of the levels below the target: a tombstone may go where none overlaps.
+    deeper: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Merger {
+    /// A merge of `plan` over `version`.
+    pub(crate) fn new(
+        plan: &Plan,
+        version: &Version,
+        compaction_id: u64,
+        smallest_snapshot: u64,
+        format: ChunkFormat,
+    ) -> Self {
+        let inputs: Vec<ChunkMeta> = plan.victims.iter().chain(&plan.overlapping).cloned().collect();
+        let (_, victims_largest) = key_range(&plan.victims);
+        let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level)
+            .then_some(CompactPointer { level: plan.source_level, key: victims_largest });
+        Self::build(
+            plan.source_level,
+            plan.target_level,
+            plan.manual,
+            plan.victims.clone(),
+            inputs,
+            version,
+            compaction_id,
+            smallest_snapshot,
+            format,
+            pointer,
+        )
+    }
+
+    /// The merge an unfinished journaled compaction left (SPEC.md §12): the inputs the last
+    /// record names, from after its resume key, with the outputs it lists already persisted.
+    pub(crate) fn resume(
+        journal: &CompactionJournal,
+        version: &Version,
+        smallest_snapshot: u64,
+        format: ChunkFormat,
+    ) -> Result<Self> {
+        let mut inputs = Vec::new();
+        for id in &journal.inputs {
+            let chunk = version.chunks.get(id).ok_or_else(|| Error::Invariant {
+                what: format!("compaction {}: input chunk {id} is not in the version", journal.compaction_id),
+            })?;
+            inputs.push(chunk.clone());
+        }
+        let victims: Vec<ChunkMeta> =
+            inputs.iter().filter(|chunk| chunk.level == journal.source_level).cloned().collect();
+        let (_, victims_largest) = key_range(&victims);
+        let pointer = (journal.source_level > 0 && journal.target_level > journal.source_level)
+            .then_some(CompactPointer { level: journal.source_level, key: victims_largest });
+        let mut merger = Self::build(
+            journal.source_level,
+            journal.target_level,
+            false,
+            victims,
+            inputs,
+            version,
+            journal.compaction_id,
+            smallest_snapshot,
+            format,
+            pointer,
+        );
+        merger.persisted = journal.outputs.clone();
+        merger.resume_key = Some(journal.resume_key.clone());
+        merger.cleaned = journal.cleaned.iter().copied().collect();
+        Ok(merger)
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "the private constructor of both entry points")]
+    fn build(
+        source_level: u8,
+        target_level: u8,
+        manual: bool,
+        victims: Vec<ChunkMeta>,
+        inputs: Vec<ChunkMeta>,
+        version: &Version,
+        compaction_id: u64,
+        smallest_snapshot: u64,
+        format: ChunkFormat,
+        pointer: Option<CompactPointer>,
+    ) -> Self {
+        let (smallest, largest) = key_range(&inputs);
+        let deeper = version
+            .chunks
+            .values()
+            .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
+            .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+            .collect();
+        // Level-0 victims overlap: a run each. A deeper level's victims are disjoint and
+        // sorted: one run, as are the overlapping chunks of the target level.
+        let mut runs: Vec<Vec<&ChunkMeta>> = Vec::new();
+        let (from_source, from_target): (Vec<&ChunkMeta>, Vec<&ChunkMeta>) =
+            inputs.iter().partition(|chunk| chunk.level == source_level || source_level == target_level);
+        if source_level == 0 {
+            runs.extend(from_source.into_iter().map(|chunk| vec![chunk]));
+        } else {
+            runs.push(from_source);
+        }
+        runs.push(from_target);
+        let runs = runs
+            .into_iter()
+            .filter(|run| !run.is_empty())
+            .map(|mut run| {
+                run.sort_by(|a, b| a.smallest_key.cmp(&b.smallest_key));
+                Run { pending: run.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect(), loaded: None }
+            })
+            .collect();
+        Self {
+            compaction_id,
+            source_level,
+            target_level,
+            manual,
+            victims,
+            inputs,
+            persisted: Vec::new(),
+            resume_key: None,
+            cleaned: BTreeSet::new(),
+            pointer,
+            journaling: compaction_id != 0,
+            runs,
+            packer: Some(ChunkPacker::new(format)),
+            retention: Retention::new(smallest_snapshot),
+            deeper,
+        }
+    }
+
+    /// True for a journaled merge (whose outputs may reuse the slots it cleaned).
+    pub(crate) fn journaled(&self) -> bool {
+        self.compaction_id != 0
+    }
+
+    /// Before the first entry of a resumed merge: drops, from every run, the sub-chunks of
+    /// inputs entirely at or below the resume key (never reading them: a cleaned input's slot
+    /// may hold another chunk by now).
+    fn skip_done(&mut self) {
+        let Some(resume) = &self.resume_key else { return };
+        let done: BTreeSet<[u8; 32]> = self
+            .inputs
+            .iter()
+            .filter(|chunk| chunk.largest_key.as_slice() <= resume.as_slice())
+            .flat_map(|chunk| chunk.sub_chunks.iter().map(|sub_chunk| sub_chunk.digest))
+            .collect();
+        for run in &mut self.runs {
+            if run.loaded.is_none() {
+                run.pending.retain(|sub_chunk| !done.contains(&sub_chunk.digest));
             }
         }
     }
-    Ok(MergeOutput { built, placement, inputs })
+
+    /// Merges until `chunks_max` chunks are finished at a key boundary (the last one ends a
+    /// key), or to the end of the inputs.
+    pub(crate) fn produce(&mut self, context: &MergeContext<'_>, chunks_max: usize) -> Result<Produced> {
+        self.skip_done();
+        let resume = self.resume_key.clone();
+        let mut chunks: Vec<Packed> = Vec::new();
+        // Bounded by the entries of the inputs: each round consumes one.
+        loop {
+            let Some(packer) = self.packer.as_mut() else {
+                return Ok(Produced { chunks, complete: true });
+            };
+            while let Some(packed) = packer.pop() {
+                chunks.push(packed);
+            }
+            if chunks.len() >= chunks_max && chunks.last().is_some_and(|packed| packed.key_boundary) {
+                return Ok(Produced { chunks, complete: false });
+            }
+            // The run whose current entry comes first in internal-key order.
+            let mut best: Option<usize> = None;
+            for index in 0..self.runs.len() {
+                if !self.runs[index].fill(context, resume.as_deref())? {
+                    continue;
+                }
+                let better = match best {
+                    None => true,
+                    Some(best) => {
+                        let (candidate, current) = (&self.runs[index], &self.runs[best]);
+                        let (Some(a), Some(b)) = (candidate.loaded.as_ref(), current.loaded.as_ref()) else { continue };
+                        let (Some(entry_a), Some(entry_b)) = (a.current(), b.current()) else { continue };
+                        (a.slice(entry_a.key), std::cmp::Reverse(entry_a.sequence))
+                            < (b.slice(entry_b.key), std::cmp::Reverse(entry_b.sequence))
+                    }
+                };
+                if better {
+                    best = Some(index);
+                }
+            }
+            let Some(best) = best else {
+                let packer = self.packer.take().unwrap_or_else(|| unreachable!("the packer is there"));
+                chunks.extend(packer.finish());
+                return Ok(Produced { chunks, complete: true });
+            };
+            let Some(loaded) = self.runs[best].loaded.as_mut() else { continue };
+            let Some(&entry) = loaded.current() else { continue };
+            loaded.next += 1;
+            let loaded = &*loaded;
+            let key = loaded.slice(entry.key);
+            let deeper = &self.deeper;
+            let keep = self.retention.keep(key, entry.sequence, entry.kind, |key| {
+                !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
+            });
+            if keep {
+                packer.push(key, entry.sequence, entry.kind, loaded.slice(entry.value));
+            }
+        }
+    }
+
+    /// The `(level, flags)` of the last outputs of a merge, given how many outputs it makes
+    /// in all: the target level, except that the last one may stay behind as the source
+    /// level's odd chunk (SPEC.md §11) when it is small and nothing in the source level
+    /// outside the victims is odd or overlaps it.
+    pub(crate) fn placement(
+        &self,
+        last: &[Packed],
+        outputs_total: usize,
+        version: &Version,
+        slot_size: u64,
+    ) -> Vec<(u8, u8)> {
+        let mut placement = vec![(self.target_level, 0u8); last.len()];
+        if let Some(packed) = last.last() {
+            let chunk = &packed.chunk;
+            let odd_fits = !self.manual
+                && self.source_level > 0
+                && self.source_level != self.target_level
+                && outputs_total > 1
+                && chunk.len_data() < slot_size / 2
+                && !version.level(self.source_level).iter().any(|candidate| {
+                    !self.victims.contains(candidate)
+                        && (candidate.is_odd() || overlaps(candidate, &chunk.first_key, &chunk.last_key))
+                });
+            if odd_fits {
+                if let Some(place) = placement.last_mut() {
+                    *place = (self.source_level, CHUNK_FLAG_ODD);
+                }
+            }
+        }
+        placement
+    }
+
+    /// The journal record once `outputs` are persisted too (SPEC.md §6.3): every input, all
+    /// outputs so far, the resume key (the largest key of the last output) and the inputs
+    /// cleaned (those entirely at or below it).
+    pub(crate) fn record(&self, outputs: &[ChunkMeta]) -> Option<CompactionJournal> {
+        let mut all = self.persisted.clone();
+        all.extend_from_slice(outputs);
+        let resume_key = all.last()?.largest_key.clone();
+        let cleaned = self
+            .inputs
+            .iter()
+            .filter(|chunk| chunk.largest_key.as_slice() <= resume_key.as_slice())
+            .map(|chunk| chunk.chunk_id)
+            .collect();
+        Some(CompactionJournal {
+            compaction_id: self.compaction_id,
+            source_level: self.source_level,
+            target_level: self.target_level,
+            resume_key,
+            inputs: self.inputs.iter().map(|chunk| chunk.chunk_id).collect(),
+            cleaned,
+            outputs: all,
+        })
+    }
 }

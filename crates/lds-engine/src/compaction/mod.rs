@@ -1,88 +1,166 @@
-//! Leveled compaction (LevelDB's, on LDS slots): `pick` chooses, `merge` builds the outputs,
-//! and `run` writes them and commits one delta version after which the input slots are freed
-//! (once no reader holds them).
+//! Compaction (LevelDB's leveled strategy, on LDS slots): `pick` chooses, `merge` streams the
+//! outputs, and `step` writes them and commits. A trivial move is one delta version. A merge
+//! whose inputs span at least `Options::journal_min_input_slots` slots is journaled (SifrDB
+//! §4.2, SPEC.md §12): it runs in steps of `Options::journal_every_outputs` outputs; after
+//! each, one flush makes the step's outputs durable (NobLSM: no flush per output), a journal
+//! record names them with the resume key, and the inputs entirely at or below it are cleaned
+//! early, their slots reused by the merge's later outputs. A crash leaves the record; the
+//! next open redirects reads by it and resumes the merge from the resume key. The final
+//! delta version deletes every input and adds every output.
 
 pub(crate) mod merge;
 pub(crate) mod pick;
 
 use std::sync::Arc;
 
-use lds_format::version::{CompactPointer, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
+use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
 
-use crate::compaction::merge::{merge, MergeContext};
-use crate::compaction::pick::{key_range, Choice, Plan};
+use crate::compaction::merge::{delta_estimate, MergeContext, Merger};
+use crate::compaction::pick::Plan;
 use crate::error::Result;
 use crate::state::Shared;
 use crate::table::build::ChunkFormat;
 use crate::table::write::write_chunks;
-use crate::version::commit::{commit, flush_device};
+use crate::version::commit::{commit, commit_merge, flush_device, journal, room_for, trim};
 
-fn deleted_of(chunks: &[lds_format::version::ChunkMeta]) -> Vec<DeletedChunk> {
+fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
     chunks.iter().map(|chunk| DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }).collect()
 }
 
-/// Where the round-robin choice of the source level resumes after this compaction.
-fn compact_pointer(plan: &Plan) -> Option<CompactPointer> {
-    let (_, victims_largest) = key_range(&plan.victims);
-    (plan.source_level > 0 && plan.target_level > plan.source_level)
-        .then_some(CompactPointer { level: plan.source_level, key: victims_largest })
+/// Commits a trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
+pub(crate) fn trivial_move(shared: &Shared, plan: &Plan) -> Result<()> {
+    let moved = plan
+        .victims
+        .iter()
+        .map(|victim| {
+            let mut moved = victim.clone();
+            moved.level = plan.target_level;
+            moved.flags &= !CHUNK_FLAG_ODD;
+            moved
+        })
+        .collect();
+    let (_, largest) = pick::key_range(&plan.victims);
+    let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level)
+        .then_some(lds_format::version::CompactPointer { level: plan.source_level, key: largest });
+    let mut state = shared.lock_state();
+    let version = Arc::clone(state.version());
+    let delta = DeltaVersion {
+        last_sequence: version.last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        compaction_id: 0,
+        deleted: deleted_of(&plan.victims),
+        compact_pointers: pointer.into_iter().collect(),
+        added: moved,
+    };
+    commit(shared, &mut state, &delta, &[])
 }
 
-/// Runs one compaction: a trivial move, or a merge committed by one delta version.
-pub(crate) fn run(shared: &Shared, choice: &Choice) -> Result<()> {
-    match choice {
-        Choice::DoNothing => Ok(()),
-        Choice::Move(plan) => {
-            // Trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
-            let moved = plan
-                .victims
-                .iter()
-                .map(|victim| {
-                    let mut moved = victim.clone();
-                    moved.level = plan.target_level;
-                    moved.flags &= !CHUNK_FLAG_ODD;
-                    moved
-                })
-                .collect();
-            let mut state = shared.lock_state();
-            let version = Arc::clone(&state.version);
-            let delta = DeltaVersion {
-                last_sequence: version.last_sequence,
-                ofs_backup_start: version.ofs_backup_start,
-                lsn_backup_start: version.lsn_backup_start,
-                compaction_id: 0,
-                deleted: deleted_of(&plan.victims),
-                compact_pointers: compact_pointer(plan).into_iter().collect(),
-                added: moved,
-            };
-            commit(shared, &mut state, &delta, &[])
-        }
-        Choice::Merge(plan) => {
-            let version = Arc::clone(&shared.lock_state().version);
-            let context = MergeContext {
-                device: shared.device.as_ref(),
-                geometry: &shared.geometry,
-                format: ChunkFormat::new(&shared.geometry, shared.instance, &shared.options),
-                version: &version,
-                smallest_snapshot: shared.smallest_snapshot(),
-            };
-            let mut output = merge(&context, plan)?;
-            let added = write_chunks(shared, &mut output.built, &output.placement)?;
-            // The outputs must be durable before the delta version that names them.
-            flush_device(shared)?;
-            let mut state = shared.lock_state();
-            // A flush may have committed since `version` was taken; the delta applies to the
-            // current version, which still holds every input (only this thread deletes chunks).
-            let delta = DeltaVersion {
-                last_sequence: state.version.last_sequence,
-                ofs_backup_start: state.version.ofs_backup_start,
-                lsn_backup_start: state.version.lsn_backup_start,
-                compaction_id: 0,
-                deleted: deleted_of(&output.inputs),
-                compact_pointers: compact_pointer(plan).into_iter().collect(),
-                added,
-            };
-            commit(shared, &mut state, &delta, &output.inputs)
+/// A merge for `plan`: journaled (with a new compaction id) when its inputs span enough slots
+/// and the version log has room for its final delta version and its records without a trim
+/// (none may happen until it finishes, SPEC.md §10.3): a trim first makes the room when it
+/// can, else the merge runs unjournaled.
+pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
+    let mut state = shared.lock_state();
+    let inputs: Vec<u64> = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.chunk_id).collect();
+    let input_slots: usize = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.sub_chunks.len()).sum();
+    let mut journaled =
+        shared.options.compaction_journal && input_slots as u64 >= shared.options.journal_min_input_slots;
+    let delta_reserve = delta_estimate(state.version(), &inputs);
+    if journaled {
+        // Room for the final delta and a few records, or a trim now.
+        let wanted = [delta_reserve, delta_reserve, delta_reserve];
+        if !room_for(shared, &state, &wanted) {
+            trim(shared, &mut state)?;
+            journaled = room_for(shared, &state, &wanted);
         }
     }
+    let compaction_id = if journaled {
+        state.compaction_id_max += 1;
+        state.merge_delta_reserve = delta_reserve;
+        state.compaction_id_max
+    } else {
+        0
+    };
+    let version = Arc::clone(state.version());
+    state.merging = true;
+    drop(state);
+    let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
+    Ok(Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format))
+}
+
+/// Runs one step of a merge: up to `journal_every_outputs` outputs and a journal record, or
+/// (unjournaled, or at the end of the inputs) the rest and the final commit. Returns true when
+/// the merge is finished.
+pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
+    let context = MergeContext { device: shared.device.as_ref(), geometry: &shared.geometry };
+    let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
+    let produced = merger.produce(&context, chunks_max)?;
+    let built = produced.chunks;
+    let version = Arc::clone(shared.lock_state().version());
+    let placement = if produced.complete {
+        merger.placement(&built, merger.persisted.len() + built.len(), &version, shared.geometry.slot_size)
+    } else {
+        vec![(merger.target_level, 0u8); built.len()]
+    };
+    #[cfg(feature = "fault-clean-before-journal")]
+    if !produced.complete && merger.journaling {
+        // The broken order the oracle self-check must catch: inputs cleaned by the record
+        // about to be written are reused before the record is durable.
+        if let Some(last) = built.last() {
+            let resume = last.chunk.last_key.clone();
+            let mut state = shared.lock_state();
+            for chunk in &merger.inputs {
+                if chunk.largest_key <= resume && !merger.cleaned.contains(&chunk.chunk_id) {
+                    state.compaction_pool.extend(chunk.slots());
+                }
+            }
+        }
+    }
+    let mut chunks: Vec<_> = built.into_iter().map(|packed| packed.chunk).collect();
+    let added = write_chunks(shared, &mut chunks, &placement, merger.journaled())?;
+    // The outputs must be durable before the record or delta version that names them; the
+    // inputs stay in place until that record is durable (NobLSM's shadows).
+    flush_device(shared)?;
+    if produced.complete {
+        let mut state = shared.lock_state();
+        let mut outputs = std::mem::take(&mut merger.persisted);
+        outputs.extend(added);
+        // A flush may have committed since the merge began; the delta applies to the current
+        // version, which still holds every input (only the merge deletes chunks).
+        let current = Arc::clone(state.version());
+        let delta = DeltaVersion {
+            last_sequence: current.last_sequence,
+            ofs_backup_start: current.ofs_backup_start,
+            lsn_backup_start: current.lsn_backup_start,
+            compaction_id: merger.compaction_id,
+            deleted: deleted_of(&merger.inputs),
+            compact_pointers: merger.pointer.clone().into_iter().collect(),
+            added: outputs,
+        };
+        commit_merge(shared, &mut state, &delta, &merger.inputs)?;
+        state.merging = false;
+        state.merge_delta_reserve = 0;
+        return Ok(true);
+    }
+    let Some(record) = merger.record(&added) else { return Ok(false) };
+    let mut state = shared.lock_state();
+    if !room_for(shared, &state, &[record.encode().len(), state.merge_delta_reserve]) {
+        // No room for another record before the final delta: the merge goes on to its end
+        // unjournaled from here (the last durable record still covers what it cleaned).
+        merger.journaling = false;
+        merger.persisted.extend(added);
+        return Ok(false);
+    }
+    let newly_cleaned: Vec<u64> = merger
+        .inputs
+        .iter()
+        .filter(|chunk| record.cleaned.contains(&chunk.chunk_id) && !merger.cleaned.contains(&chunk.chunk_id))
+        .flat_map(ChunkMeta::slots)
+        .collect();
+    journal(shared, &mut state, &record, newly_cleaned)?;
+    merger.persisted = record.outputs;
+    merger.cleaned = record.cleaned.into_iter().collect();
+    merger.resume_key = Some(record.resume_key);
+    Ok(false)
 }

@@ -172,13 +172,13 @@ impl Db {
 
     /// Chunks per level (level 0 first).
     pub fn level_chunk_counts(&self) -> Vec<usize> {
-        let version = Arc::clone(&self.shared.lock_state().version);
+        let version = Arc::clone(self.shared.lock_state().version());
         (0..version.num_levels as u8).map(|level| version.level(level).len()).collect()
     }
 
     /// Every chunk of the current version, by id.
     pub fn chunks(&self) -> Vec<ChunkMeta> {
-        self.shared.lock_state().version.chunks.values().cloned().collect()
+        self.shared.lock_state().version().chunks.values().cloned().collect()
     }
 
     /// Slots in use in the online map (all instances), counting slots that wait for readers
@@ -187,6 +187,76 @@ impl Db {
         let mut state = self.shared.lock_state();
         crate::version::slots::reclaim(&mut state, &self.shared.cache);
         state.online.iter().filter(|&&used| used).count() as u64
+    }
+
+    /// The id of the journaled compaction in progress or left unfinished by a crash, if any
+    /// (SPEC.md §12; reads are redirected by its last journal record until it finishes).
+    pub fn unfinished_compaction(&self) -> Option<u64> {
+        let state = self.shared.lock_state();
+        state.last_journal.as_ref().map(|journal| journal.compaction_id)
+    }
+
+    /// Runs the unfinished journaled compaction (in progress, or left by a crash) to its end
+    /// now (SPEC.md §12); returns its id, or `None` when there was none.
+    pub fn finish_compaction(&self) -> Result<Option<u64>> {
+        if self.shared.read_only {
+            return Err(Error::ReadOnly { path: self.shared.path_string() });
+        }
+        let Some(id) = self.unfinished_compaction() else { return Ok(None) };
+        crate::worker::finish_merge(&self.shared)?;
+        Ok(Some(id))
+    }
+
+    /// Ends the unfinished journaled compaction left by a crash without finishing it: one
+    /// delta version with its id that deletes and adds nothing, so that its outputs become
+    /// free slots and its inputs stay. Refused once it has cleaned an input, whose slot may
+    /// hold one of its outputs by now (only resuming it is safe then). Returns its id, or
+    /// `None` when there was none.
+    pub fn abort_compaction(&self) -> Result<Option<u64>> {
+        if self.shared.read_only {
+            return Err(Error::ReadOnly { path: self.shared.path_string() });
+        }
+        let mut state = self.shared.lock_state();
+        let Some(journal) = state.last_journal.clone() else { return Ok(None) };
+        if state.merging {
+            return Err(Error::InvalidArgument {
+                reason: format!(
+                    "compaction {} is running in this process: it cannot be aborted",
+                    journal.compaction_id
+                ),
+            });
+        }
+        if !journal.cleaned.is_empty() {
+            return Err(Error::CompactionCleaned {
+                compaction_id: journal.compaction_id,
+                cleaned: journal.cleaned.len(),
+            });
+        }
+        let version = Arc::clone(state.version());
+        let delta = lds_format::version::DeltaVersion {
+            last_sequence: version.last_sequence,
+            ofs_backup_start: version.ofs_backup_start,
+            lsn_backup_start: version.lsn_backup_start,
+            compaction_id: journal.compaction_id,
+            deleted: Vec::new(),
+            compact_pointers: Vec::new(),
+            added: Vec::new(),
+        };
+        // The outputs' slots are in use in the online map (SPEC.md §9.4); they are freed once
+        // the delta is durable and no reader holds the redirected version.
+        let outputs: Vec<u64> = journal.outputs.iter().flat_map(ChunkMeta::slots).collect();
+        state.last_journal = None;
+        state.resume = None;
+        state.merge_delta_reserve = 0;
+        if let Err(error) = crate::version::commit::commit_slots(&self.shared, &mut state, &delta, outputs) {
+            return Err(self.shared.poison(&mut state, error));
+        }
+        Ok(Some(journal.compaction_id))
+    }
+
+    /// The last journal record of the unfinished journaled compaction, if any.
+    pub fn compaction_journal(&self) -> Option<lds_format::version::CompactionJournal> {
+        self.shared.lock_state().last_journal.clone()
     }
 
     /// The largest sequence number written.

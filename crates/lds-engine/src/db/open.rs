@@ -13,6 +13,7 @@ use lds_format::image::area_context;
 use lds_format::instance::recover_instance;
 use lds_format::label::LogKind;
 use lds_format::recovery::{online_map, recover_version_log};
+use lds_format::version::ChunkMeta;
 use lds_format::writer::LogAppender;
 use lds_volume::volume::choose_label;
 use lds_volume::{BlockDevice, Device, OpenMode};
@@ -23,7 +24,7 @@ use crate::memtable::MemTable;
 use crate::options::Options;
 use crate::state::{Shared, TreeState, WriterState};
 use crate::table::cache::TableCache;
-use crate::version::levels::Levels;
+use crate::version::published::{Published, Redirect};
 
 /// What open found and did, for `lds recover`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,14 +121,23 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             .map_err(|error| recovery_error(other, error.into()))?;
         others.push((other, state));
     }
-    for (owner, state) in
-        std::iter::once((instance, &recovery.version_log)).chain(others.iter().map(|(other, state)| (*other, state)))
-    {
-        if let Some(&compaction_id) = state.unfinished_compactions.keys().next() {
-            return Err(recovery_error(owner, RecoveryError::UnfinishedCompaction { compaction_id }));
+    // At most one unfinished compaction (the engine runs one at a time), whose inputs the
+    // version holds: anything else is damage (problem 601 of the checker).
+    let unfinished = &recovery.version_log.unfinished_compactions;
+    if unfinished.len() > 1 {
+        let ids = unfinished.keys().copied().collect();
+        return Err(recovery_error(instance, RecoveryError::UnfinishedCompactions { ids }));
+    }
+    let journal = unfinished.values().next().cloned();
+    if let Some(journal) = &journal {
+        if let Some(&missing) = journal.inputs.iter().find(|id| !recovery.version_log.version.chunks.contains_key(id)) {
+            return Err(recovery_error(
+                instance,
+                RecoveryError::JournalInputMissing { compaction_id: journal.compaction_id, chunk_id: missing },
+            ));
         }
     }
-    let online = online_map(
+    let mut online = online_map(
         geometry.num_slots,
         std::iter::once((instance, &recovery.version_log.version, &recovery.version_log.unfinished_compactions))
             .chain(others.iter().map(|(other, state)| (*other, &state.version, &state.unfinished_compactions))),
@@ -145,8 +155,8 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     }
     let state = &recovery.version_log;
     let version = state.version.clone();
-    let levels = Levels::of(&version);
-    if let Some((first, second)) = levels.overlap() {
+    let published = Published::new(Arc::new(version.clone()), journal.as_ref().map(Redirect::of));
+    if let Some((first, second)) = published.levels.overlap() {
         return Err(recovery_error(
             instance,
             RecoveryError::LevelOverlap { level: first.level, chunks: (first.chunk_id, second.chunk_id) },
@@ -188,6 +198,21 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     let mut options = options;
     options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
     let cache = TableCache::new(options.block_cache_bytes);
+    // The cleaned inputs of an unfinished compaction are free on the media (SPEC.md §12), but
+    // the version names them until the compaction's final delta: only its own outputs reuse
+    // them (a flush adding a chunk there would contradict the version). Another instance
+    // may have taken one since; that one stays its.
+    let mut compaction_pool = Vec::new();
+    if let (Some(journal), false) = (&journal, read_only) {
+        for &cleaned in &journal.cleaned {
+            for slot in version.chunks.get(&cleaned).into_iter().flat_map(ChunkMeta::slots) {
+                if let Some(used) = online.get_mut(slot as usize).filter(|used| !**used) {
+                    *used = true;
+                    compaction_pool.push(slot);
+                }
+            }
+        }
+    }
     let background = options.background && !read_only;
     let shared = Arc::new(Shared {
         device,
@@ -200,13 +225,20 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         state: Mutex::new(TreeState {
             mem: Arc::new(memtable),
             imm: None,
-            levels: Arc::new(levels),
-            version: Arc::new(version),
+            published: Arc::new(published),
             sn: state.sn,
             version_log,
             online,
             allocation_cursor: 0,
             pending_free: Vec::new(),
+            compaction_pool,
+            compaction_id_max: state.compaction_id_max,
+            last_journal: journal.clone(),
+            resume: if read_only { None } else { journal.clone() },
+            merging: false,
+            merge_delta_reserve: journal
+                .as_ref()
+                .map_or(0, |journal| crate::compaction::merge::delta_estimate(&version, &journal.inputs)),
             backup_start_update: None,
             snapshots: BTreeMap::new(),
             poisoned: None,
@@ -222,6 +254,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         published: AtomicU64::new(last_sequence),
         synced: Mutex::new(last_sequence),
         cache,
+        merger: Mutex::new(None),
     });
     let background = if background {
         Some(crate::worker::spawn(Arc::clone(&shared)).map_err(|source| Error::Thread { source })?)

@@ -128,6 +128,16 @@ impl Db {
             return Ok(());
         }
         Shared::check_poisoned(&state)?;
+        // The base version that raises the SN cannot be written while a journaled compaction
+        // is unfinished (SPEC.md §10.3): it finishes first.
+        if state.last_journal.is_some() {
+            drop(state);
+            if let Err(error) = crate::worker::finish_merge(shared) {
+                let mut state = shared.lock_state();
+                return Err(shared.poison(&mut state, error));
+            }
+            state = shared.lock_state();
+        }
         if let Err(error) = crate::version::commit::raise_sn(shared, &mut state) {
             return Err(shared.poison(&mut state, error));
         }
@@ -172,7 +182,7 @@ impl Db {
             }
             Shared::check_poisoned(&state)?;
             let full = state.mem.approximate_bytes() >= shared.options.write_buffer_size;
-            let level0 = state.version.chunks.values().filter(|chunk| chunk.level == 0).count();
+            let level0 = state.version().chunks.values().filter(|chunk| chunk.level == 0).count();
             // Inline, compactions already ran: level 0 cannot be waited down.
             let level0_stop = background && level0 >= shared.options.level0_stop_writes_trigger;
             if !force && !full && !level0_stop {

@@ -55,12 +55,9 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
             return Ok(value);
         }
     }
-    for (level, chunks) in view.levels.levels.iter().enumerate() {
-        let chunks = if level == 0 { chunks.as_slice() } else { view.levels.starting_at(level, key) };
-        let candidates = chunks
-            .iter()
-            .take_while(|chunk| level == 0 || chunk.smallest_key.as_slice() <= key)
-            .filter(|chunk| chunk.smallest_key.as_slice() <= key && key <= chunk.largest_key.as_slice());
+    let published = &view.published;
+    for level in 0..published.levels.levels.len() {
+        let candidates = published.candidates(level, key);
         if level == 0 {
             // Level-0 chunks overlap: the newest visible version among them wins.
             let mut best: Option<Found> = None;
@@ -78,6 +75,8 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
                 return Ok(value);
             }
         } else {
+            // One chunk of the level holds the key (an output of an unfinished compaction
+            // and the remaining chunks of its target level are disjoint too).
             for chunk in candidates {
                 if let Some((_, value)) = find_in_chunk(shared, chunk, key, snapshot)? {
                     return Ok(value);

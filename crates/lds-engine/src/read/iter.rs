@@ -7,13 +7,14 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use lds_format::batch::EntryKind;
-use lds_format::version::{ChunkMeta, SubChunkRef, Version};
+use lds_format::version::{ChunkMeta, SubChunkRef};
 
 use crate::error::Result;
 use crate::memtable::{Entry, InternalKey, MemTable};
 use crate::read::view;
 use crate::state::Shared;
 use crate::table::cache::{Block, Tail};
+use crate::version::published::Published;
 
 /// Walks the sub-chunks of a list of chunks block by block, from a start key.
 struct ChunkCursor {
@@ -24,12 +25,26 @@ struct ChunkCursor {
     /// The block being read and the next entry in it.
     block: Option<(Arc<Block>, usize)>,
     start: Vec<u8>,
+    /// Skip keys at or below this (the inputs of an unfinished compaction, past its resume
+    /// key).
+    after: Option<Vec<u8>>,
+    /// Stop after this key (its outputs, up to its resume key).
+    through: Option<Vec<u8>>,
 }
 
 impl ChunkCursor {
     fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
         let slots = chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect();
-        Self { slots, index: None, slot: 0, next_block: 0, block: None, start: start.to_vec() }
+        Self {
+            slots,
+            index: None,
+            slot: 0,
+            next_block: 0,
+            block: None,
+            start: start.to_vec(),
+            after: None,
+            through: None,
+        }
     }
 
     fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
@@ -38,6 +53,16 @@ impl ChunkCursor {
             if let Some((block, position)) = &mut self.block {
                 if *position < block.entries.len() {
                     *position += 1;
+                    let key = block.slice(block.entries[*position - 1].key);
+                    if self.through.as_deref().is_some_and(|through| key > through) {
+                        self.slots.clear();
+                        self.index = None;
+                        self.block = None;
+                        return Ok(None);
+                    }
+                    if self.after.as_deref().is_some_and(|after| key <= after) {
+                        continue;
+                    }
                     return Ok(Some(block.owned(*position - 1)));
                 }
                 self.block = None;
@@ -129,7 +154,8 @@ type HeapItem = Reverse<(Vec<u8>, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
 /// the version it started on, so the chunks it reads stay in place until it is dropped.
 pub struct DbIterator {
     shared: Arc<Shared>,
-    _version: Arc<Version>,
+    /// Holds the version it started on, so that the chunks it reads stay in place.
+    _published: Arc<Published>,
     sources: Vec<Source>,
     heap: BinaryHeap<HeapItem>,
     snapshot: u64,
@@ -148,25 +174,47 @@ impl DbIterator {
         if let Some(imm) = &view.imm {
             sources.push(Source::Mem(MemCursor::new(imm, start, end)));
         }
-        for (level, chunks) in view.levels.levels.iter().enumerate() {
+        let published = &view.published;
+        let redirect = published.redirect.as_ref();
+        // An unfinished compaction's inputs are read past its resume key only (cleaned ones
+        // not at all), its outputs up to it (SPEC.md §12).
+        let is_input = |chunk: &ChunkMeta| redirect.is_some_and(|redirect| redirect.inputs.contains(&chunk.chunk_id));
+        for (level, chunks) in published.levels.levels.iter().enumerate() {
+            let in_level: Vec<&ChunkMeta> = if level == 0 {
+                chunks.iter().filter(|chunk| in_range(chunk)).collect()
+            } else {
+                published
+                    .levels
+                    .starting_at(level, start)
+                    .iter()
+                    .take_while(|chunk| end.is_none_or(|end| chunk.smallest_key.as_slice() < end))
+                    .collect()
+            };
+            let (inputs, others): (Vec<&ChunkMeta>, Vec<&ChunkMeta>) =
+                in_level.into_iter().partition(|chunk| is_input(chunk));
             if level == 0 {
-                let overlapping = chunks.iter().filter(|chunk| in_range(chunk));
-                sources.extend(overlapping.map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
-                continue;
+                sources.extend(others.iter().map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
+            } else if !others.is_empty() {
+                sources.push(Source::Chunks(ChunkCursor::new(&others, start)));
             }
-            let chunks: Vec<&ChunkMeta> = view
-                .levels
-                .starting_at(level, start)
-                .iter()
-                .take_while(|chunk| end.is_none_or(|end| chunk.smallest_key.as_slice() < end))
-                .collect();
-            if !chunks.is_empty() {
-                sources.push(Source::Chunks(ChunkCursor::new(&chunks, start)));
+            let Some(redirect) = redirect else { continue };
+            for input in inputs.into_iter().filter(|chunk| !redirect.cleaned.contains(&chunk.chunk_id)) {
+                let mut cursor = ChunkCursor::new(&[input], start.max(redirect.resume_key.as_slice()));
+                cursor.after = Some(redirect.resume_key.clone());
+                sources.push(Source::Chunks(cursor));
+            }
+            if level == usize::from(redirect.target_level) && start <= redirect.resume_key.as_slice() {
+                let outputs: Vec<&ChunkMeta> = redirect.outputs.iter().filter(|chunk| in_range(chunk)).collect();
+                if !outputs.is_empty() {
+                    let mut cursor = ChunkCursor::new(&outputs, start);
+                    cursor.through = Some(redirect.resume_key.clone());
+                    sources.push(Source::Chunks(cursor));
+                }
             }
         }
         let mut iterator = Self {
             shared: Arc::clone(shared),
-            _version: view.version,
+            _published: view.published,
             sources,
             heap: BinaryHeap::new(),
             snapshot,

@@ -5,18 +5,16 @@ pub(crate) mod iter;
 
 use std::sync::Arc;
 
-use lds_format::version::Version;
-
 use crate::memtable::MemTable;
 use crate::state::Shared;
-use crate::version::levels::Levels;
+use crate::version::published::Published;
 
 /// What a reader works from: the memtables and version at one moment.
 pub(crate) struct View {
     pub(crate) mem: Arc<MemTable>,
     pub(crate) imm: Option<Arc<MemTable>>,
-    pub(crate) version: Arc<Version>,
-    pub(crate) levels: Arc<Levels>,
+    /// The version and, while a compaction is unfinished, its redirection of reads.
+    pub(crate) published: Arc<Published>,
 }
 
 pub(crate) fn view(shared: &Shared) -> View {
@@ -24,7 +22,6 @@ pub(crate) fn view(shared: &Shared) -> View {
     View {
         mem: Arc::clone(&state.mem),
         imm: state.imm.as_ref().map(|frozen| Arc::clone(&frozen.table)),
-        version: Arc::clone(&state.version),
-        levels: Arc::clone(&state.levels),
+        published: Arc::clone(&state.published),
     }
 }

@@ -47,45 +47,100 @@ fn group_len(key: &[u8], value_lens: &[usize], block_size: usize, bloom_bits_per
         + 1
 }
 
-/// Packs sorted entries into chunks, each filling at most one slot, never cutting between two
-/// versions of one key unless they alone exceed a slot (SPEC.md §8.1 keeps a level's chunks
-/// disjoint).
+/// A chunk the packer finished.
+pub(crate) struct Packed {
+    /// The chunk, not yet placed (identity and level are set when it is written).
+    pub(crate) chunk: BuiltSubChunk,
+    /// Every version of its last key is in it: the next chunk starts with a greater key. Only
+    /// a key whose versions alone exceed a slot ends a chunk without a boundary.
+    pub(crate) key_boundary: bool,
+}
+
+/// Packs sorted entries (user key ascending, newest version first) into chunks of at most
+/// one slot each, one entry at a time, never cutting between two versions of one key unless
+/// they alone exceed a slot (SPEC.md §8.1 keeps a level's chunks disjoint).
+pub(crate) struct ChunkPacker {
+    format: ChunkFormat,
+    builder: ChunkBuilder,
+    /// The versions of the key being gathered: `(sequence, kind, value)`.
+    group_key: Vec<u8>,
+    group: Vec<(u64, EntryKind, Vec<u8>)>,
+    finished: std::collections::VecDeque<Packed>,
+}
+
+impl ChunkPacker {
+    pub(crate) fn new(format: ChunkFormat) -> Self {
+        Self {
+            builder: ChunkBuilder::new(format.options),
+            format,
+            group_key: Vec::new(),
+            group: Vec::new(),
+            finished: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Adds the next entry.
+    pub(crate) fn push(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+        if !self.group.is_empty() && self.group_key != key {
+            self.flush_group();
+        }
+        if self.group.is_empty() {
+            self.group_key.clear();
+            self.group_key.extend_from_slice(key);
+        }
+        self.group.push((sequence, kind, value.to_vec()));
+    }
+
+    /// A finished chunk, if any.
+    pub(crate) fn pop(&mut self) -> Option<Packed> {
+        self.finished.pop_front()
+    }
+
+    /// Finishes the last chunk; returns every chunk not popped yet.
+    pub(crate) fn finish(mut self) -> Vec<Packed> {
+        self.flush_group();
+        let last = std::mem::replace(&mut self.builder, ChunkBuilder::new(self.format.options));
+        self.finished.extend(last.finish(self.format.identity).map(|chunk| Packed { chunk, key_boundary: true }));
+        self.finished.into_iter().collect()
+    }
+
+    fn seal(&mut self, key_boundary: bool) {
+        let full = std::mem::replace(&mut self.builder, ChunkBuilder::new(self.format.options));
+        self.finished.extend(full.finish(self.format.identity).map(|chunk| Packed { chunk, key_boundary }));
+    }
+
+    fn flush_group(&mut self) {
+        if self.group.is_empty() {
+            return;
+        }
+        let options = self.format.options;
+        let lens: Vec<usize> = self.group.iter().map(|entry| entry.2.len()).collect();
+        let needed = group_len(&self.group_key, &lens, options.block_size, options.bloom_bits_per_key);
+        if !self.builder.is_empty() && self.builder.estimated_len() + needed > options.slot_size as usize {
+            self.seal(true);
+        }
+        let group = std::mem::take(&mut self.group);
+        for (sequence, kind, value) in &group {
+            if !self.builder.add(&self.group_key, *sequence, *kind, value) {
+                // One key's versions exceed a slot: the only case that splits a key.
+                self.seal(false);
+                let added = self.builder.add(&self.group_key, *sequence, *kind, value);
+                assert!(added, "an entry within the value limit always fits an empty slot");
+            }
+        }
+        self.group = group;
+        self.group.clear();
+    }
+}
+
+/// Packs sorted entries into chunks (all at once, for a memtable flush).
 pub(crate) fn build_chunks<'a>(
     format: &ChunkFormat,
     entries: impl Iterator<Item = (&'a [u8], u64, EntryKind, &'a [u8])>,
 ) -> Vec<BuiltSubChunk> {
-    let (options, identity) = (format.options, format.identity);
-    let mut built = Vec::new();
-    let mut builder = ChunkBuilder::new(options);
-    let mut group: Vec<(&[u8], u64, EntryKind, &[u8])> = Vec::new();
-    let flush_group = |builder: &mut ChunkBuilder,
-                       group: &mut Vec<(&[u8], u64, EntryKind, &[u8])>,
-                       built: &mut Vec<BuiltSubChunk>| {
-        let Some(&(key, ..)) = group.first() else { return };
-        let lens: Vec<usize> = group.iter().map(|entry| entry.3.len()).collect();
-        let needed = group_len(key, &lens, options.block_size, options.bloom_bits_per_key);
-        if !builder.is_empty() && builder.estimated_len() + needed > options.slot_size as usize {
-            let full = std::mem::replace(builder, ChunkBuilder::new(options));
-            built.extend(full.finish(identity));
-        }
-        for &(key, sequence, kind, value) in group.iter() {
-            if !builder.add(key, sequence, kind, value) {
-                // One key's versions exceed a slot: the only case that splits a key.
-                let full = std::mem::replace(builder, ChunkBuilder::new(options));
-                built.extend(full.finish(identity));
-                let added = builder.add(key, sequence, kind, value);
-                assert!(added, "an entry within the value limit always fits an empty slot");
-            }
-        }
-        group.clear();
-    };
-    for entry in entries {
-        if group.first().is_some_and(|first| first.0 != entry.0) {
-            flush_group(&mut builder, &mut group, &mut built);
-        }
-        group.push(entry);
+    let mut packer = ChunkPacker::new(*format);
+    for (key, sequence, kind, value) in entries {
+        packer.push(key, sequence, kind, value);
     }
-    flush_group(&mut builder, &mut group, &mut built);
-    built.extend(builder.finish(identity));
-    built
+    packer.finish().into_iter().map(|packed| packed.chunk).collect()
 }

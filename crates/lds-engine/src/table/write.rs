@@ -8,14 +8,16 @@ use crate::error::Result;
 use crate::state::Shared;
 use crate::version::slots::{allocate, release};
 
-/// Allocates a slot for each built chunk and writes it (not yet flushed); returns the
-/// metadata of each at its level with its flags. On failure the slots are released.
+/// Allocates a slot for each built chunk (from the running compaction's pool first, with
+/// `pool`) and writes it (not yet flushed); returns the metadata of each at its level with
+/// its flags. On failure the slots are released.
 pub(crate) fn write_chunks(
     shared: &Shared,
     built: &mut [BuiltSubChunk],
     placement: &[(u8, u8)],
+    pool: bool,
 ) -> Result<Vec<ChunkMeta>> {
-    let slots = allocate(&mut shared.lock_state(), &shared.cache, built.len() as u64)?;
+    let slots = allocate(&mut shared.lock_state(), &shared.cache, built.len() as u64, pool)?;
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
         chunk.set_level_and_flags(level, flags);

@@ -1,18 +1,20 @@
 //! Committing a change to the tree (SPEC.md §10.2): one delta version appended to the version
 //! log and flushed is the commit point; a base version replaces it when the log needs a trim
-//! (§10.3). Then the new version is installed and the deleted chunks' slots wait for their
-//! readers to finish.
+//! (§10.3). Then the new version is published and the deleted chunks' slots wait for their
+//! readers to finish. A journaled compaction also appends its journal records here (§12):
+//! each flushed before the inputs it cleans are reused, and appended again after any base
+//! version written while the compaction is unfinished.
 
 use std::sync::{Arc, MutexGuard};
 
 use lds_format::log::ObjectType;
-use lds_format::version::{ChunkMeta, DeltaVersion};
+use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion};
 use lds_format::writer::AppendError;
 
 use crate::error::{Error, Result};
-use crate::state::{Shared, TreeState};
-use crate::version::levels::Levels;
-use crate::version::slots::reclaim;
+use crate::state::{Release, Shared, TreeState};
+use crate::version::published::{Published, Redirect};
+use crate::version::slots::{reclaim, release_after};
 
 /// Makes every completed write durable (SPEC.md §2.5).
 pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
@@ -20,7 +22,7 @@ pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
 }
 
 /// Appends the delta version, or a new base version holding it when the version log needs a
-/// trim (SPEC.md §10.3), makes it durable (the commit point), installs the new version, and
+/// trim (SPEC.md §10.3), makes it durable (the commit point), publishes the new version, and
 /// queues the deleted chunks' slots for freeing.
 pub(crate) fn commit(
     shared: &Shared,
@@ -28,7 +30,48 @@ pub(crate) fn commit(
     delta: &DeltaVersion,
     deleted: &[ChunkMeta],
 ) -> Result<()> {
-    commit_as(shared, state, delta, deleted, false)
+    let slots = deleted.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).collect();
+    commit_as(shared, state, delta, slots, false)
+}
+
+/// Commits a delta version and frees the given slots once it is durable and no reader holds
+/// the version before it.
+pub(crate) fn commit_slots(
+    shared: &Shared,
+    state: &mut MutexGuard<'_, TreeState>,
+    delta: &DeltaVersion,
+    freed: Vec<u64>,
+) -> Result<()> {
+    commit_as(shared, state, delta, freed, false)
+}
+
+/// Commits the final delta version of a merge: it deletes every input and adds every output
+/// (with `delta.compaction_id` for a journaled one), ends the redirection of reads, and frees
+/// the inputs' slots that no output reuses.
+pub(crate) fn commit_merge(
+    shared: &Shared,
+    state: &mut MutexGuard<'_, TreeState>,
+    delta: &DeltaVersion,
+    inputs: &[ChunkMeta],
+) -> Result<()> {
+    let outputs: std::collections::BTreeSet<u64> = delta.added.iter().flat_map(ChunkMeta::slots).collect();
+    // Cleaned slots still waiting for readers would go to a pool nobody uses any more: they
+    // are freed instead, when their readers finish.
+    let mut waiting = std::collections::BTreeSet::new();
+    for (_, slots, release) in &mut state.pending_free {
+        if *release == Release::CompactionPool {
+            *release = Release::Free;
+            waiting.extend(slots.iter().copied());
+        }
+    }
+    state.compaction_pool.clear();
+    let slots = inputs
+        .iter()
+        .flat_map(ChunkMeta::slots)
+        .filter(|slot| !outputs.contains(slot) && !waiting.contains(slot))
+        .collect();
+    state.last_journal = None;
+    commit_as(shared, state, delta, slots, false)
 }
 
 /// Raises the SN with a new base version of the current version (a trim, SPEC.md §10.3), so
@@ -38,7 +81,7 @@ pub(crate) fn commit(
 /// an unsynced batch that a crash cut from the chain came back once a new append of the same
 /// length filled the gap before it (found by the repeated-crash enumeration).
 pub(crate) fn raise_sn(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -> Result<()> {
-    let version = Arc::clone(&state.version);
+    let version = Arc::clone(state.version());
     let delta = DeltaVersion {
         last_sequence: version.last_sequence,
         ofs_backup_start: version.ofs_backup_start,
@@ -48,7 +91,7 @@ pub(crate) fn raise_sn(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -
         compact_pointers: Vec::new(),
         added: Vec::new(),
     };
-    commit_as(shared, state, &delta, &[], true)
+    commit_as(shared, state, &delta, Vec::new(), true)
 }
 
 fn version_log_full(shared: &Shared, error: &AppendError) -> Error {
@@ -58,19 +101,72 @@ fn version_log_full(shared: &Shared, error: &AppendError) -> Error {
     }
 }
 
+/// Appends objects to the version log in order, each written and flushed before the next
+/// (SPEC.md §10.1: the wrap order, and no two unflushed version log objects); returns the
+/// position (offset, lsn) of the last.
+fn append(shared: &Shared, state: &mut TreeState, objects: &[(ObjectType, u64, Vec<u8>)]) -> Result<(u64, u64)> {
+    assert!(!shared.read_only, "a version log append on a read-only store");
+    let ofs_area = state.version_log.context().ofs_area;
+    let mut last = (0, 0);
+    for (object_type, sn, payload) in objects {
+        let pending =
+            state.version_log.append(*object_type, *sn, payload).map_err(|error| version_log_full(shared, &error))?;
+        for write in &pending {
+            shared.device.write_at(ofs_area + write.offset, &write.bytes)?;
+            // Recovery reaches the live base version through offset 0 (SPEC.md §9.2): when
+            // the log wraps, the WOR must be durable before the WOL, and the WOL before
+            // anything overwrites the start of the old chain (SPEC.md §10.1).
+            if write.object_type.is_wrap() {
+                flush_device(shared)?;
+            }
+        }
+        flush_device(shared)?;
+        if let Some(write) = pending.last() {
+            last = (write.offset, write.lsn);
+        }
+        if *object_type == ObjectType::BaseVersion {
+            state.version_log.set_live_start(last.0, last.1);
+            state.version_log.set_sn(*sn);
+            state.sn = *sn;
+        }
+    }
+    Ok(last)
+}
+
+/// Bytes to keep free in front of the live region for a base version of the current
+/// version, with room to grow and for the wrap objects (SPEC.md §10.3).
+fn base_reserve(shared: &Shared, state: &TreeState) -> usize {
+    let base_len = state.version().to_base(shared.geometry, shared.instance).encode().len();
+    base_len + base_len / 4 + shared.geometry.sector_size as usize * 2
+}
+
+/// True when appends of these payload lengths leave room for a base version after them.
+pub(crate) fn room_for(shared: &Shared, state: &TreeState, payloads: &[usize]) -> bool {
+    let mut lens = payloads.to_vec();
+    lens.push(base_reserve(shared, state));
+    state.version_log.fits(&lens)
+}
+
+/// Writes a base version of the current version now (a trim, SPEC.md §10.3), to make room
+/// before a journaled compaction starts.
+pub(crate) fn trim(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -> Result<()> {
+    raise_sn(shared, state)
+}
+
 fn commit_as(
     shared: &Shared,
     state: &mut MutexGuard<'_, TreeState>,
     delta: &DeltaVersion,
-    deleted: &[ChunkMeta],
+    freed: Vec<u64>,
     force_base: bool,
 ) -> Result<()> {
-    assert!(!shared.read_only, "a commit on a read-only store");
-    let mut next = (*state.version).clone();
+    let mut next = (**state.version()).clone();
     next.apply(delta)
         .map_err(|error| Error::Invariant { what: format!("a new delta version contradicts the version: {error}") })?;
-    let levels = Levels::of(&next);
-    if let Some((first, second)) = levels.overlap() {
+    // A journaled compaction's final delta ends its redirection; any other keeps it.
+    let redirect = if delta.compaction_id != 0 { None } else { state.published.redirect.clone() };
+    let published = Published::new(Arc::new(next), redirect);
+    if let Some((first, second)) = published.levels.overlap() {
         return Err(Error::Invariant {
             what: format!(
                 "a commit would make chunks {} and {} of level {} overlap",
@@ -79,40 +175,53 @@ fn commit_as(
         });
     }
     let delta_payload = delta.encode();
-    let base_len = next.to_base(shared.geometry, shared.instance).encode().len();
-    let ofs_area = state.version_log.context().ofs_area;
     // Trim while a base version still fits after this delta with room to grow: the next
     // commit's base is larger by what its delta adds.
-    let base_reserve = base_len + base_len / 4 + delta_payload.len() + shared.geometry.sector_size as usize;
-    let (object_type, sn, payload) = if !force_base && state.version_log.fits(&[delta_payload.len(), base_reserve]) {
+    let base_len = published.version.to_base(shared.geometry, shared.instance).encode().len();
+    let reserve = base_len + base_len / 4 + delta_payload.len() + shared.geometry.sector_size as usize * 2;
+    let object = if !force_base && state.version_log.fits(&[delta_payload.len(), reserve]) {
         (ObjectType::DeltaVersion, state.sn, delta_payload)
     } else {
-        (ObjectType::BaseVersion, state.sn + 1, next.to_base(shared.geometry, shared.instance).encode())
-    };
-    let pending =
-        state.version_log.append(object_type, sn, &payload).map_err(|error| version_log_full(shared, &error))?;
-    // Recovery reaches the live base version through offset 0 (SPEC.md §9.2): when the log
-    // wraps, the WOR must be durable before the WOL, and the WOL before anything overwrites
-    // the start of the old chain (SPEC.md §10.1).
-    for write in &pending {
-        shared.device.write_at(ofs_area + write.offset, &write.bytes)?;
-        if write.object_type.is_wrap() {
-            flush_device(shared)?;
+        // A base version while a journaled compaction is unfinished would end its journal
+        // record's liveness; a crash before the record is appended again would leave a
+        // version naming inputs whose slots hold its outputs (SPEC.md §10.3). The compaction
+        // reserves room before it starts and finishes before any trim.
+        if state.last_journal.is_some() {
+            return Err(Error::Invariant {
+                what: "a base version was due while a journaled compaction is unfinished".into(),
+            });
         }
-    }
-    flush_device(shared)?;
-    if object_type == ObjectType::BaseVersion {
-        let last = pending.last().map(|write| (write.offset, write.lsn)).unwrap_or_default();
-        state.version_log.set_live_start(last.0, last.1);
-        state.version_log.set_sn(sn);
-        state.sn = sn;
-    }
-    state.levels = Arc::new(levels);
-    let previous = std::mem::replace(&mut state.version, Arc::new(next));
-    let slots = deleted.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).collect();
-    state.pending_free.push((previous, slots));
+        (ObjectType::BaseVersion, state.sn + 1, published.version.to_base(shared.geometry, shared.instance).encode())
+    };
+    append(shared, state, &[object])?;
+    let previous = std::mem::replace(&mut state.published, Arc::new(published));
+    release_after(state, previous, freed, Release::Free);
     state.compaction_stalled = false;
     state.commits += 1;
+    reclaim(state, &shared.cache);
+    Ok(())
+}
+
+/// Appends a journal record of the running compaction and flushes it (SPEC.md §12): its
+/// outputs are durable already. Then reads of keys up to its resume key go to the outputs,
+/// and the inputs it newly cleans go to the compaction's pool once no reader of the version
+/// before it remains. The caller made sure of the room (`room_for`): no trim happens here.
+pub(crate) fn journal(
+    shared: &Shared,
+    state: &mut MutexGuard<'_, TreeState>,
+    record: &CompactionJournal,
+    newly_cleaned: Vec<u64>,
+) -> Result<()> {
+    let payload = record.encode();
+    let sn = state.sn;
+    append(shared, state, &[(ObjectType::CompactionJournal, sn, payload)])?;
+    state.last_journal = Some(record.clone());
+    let published = state.published.redirected(Redirect::of(record));
+    let previous = std::mem::replace(&mut state.published, Arc::new(published));
+    #[cfg(not(feature = "fault-clean-before-journal"))]
+    release_after(state, previous, newly_cleaned, Release::CompactionPool);
+    #[cfg(feature = "fault-clean-before-journal")]
+    drop((previous, newly_cleaned));
     reclaim(state, &shared.cache);
     Ok(())
 }

@@ -3,4 +3,5 @@
 
 pub(crate) mod commit;
 pub(crate) mod levels;
+pub(crate) mod published;
 pub(crate) mod slots;

@@ -1,52 +1,74 @@
 //! The online map (SPEC.md §9.4): allocation by threaded logging (§10.4), and freeing the
-//! slots of deleted chunks once no reader holds a version that names them.
+//! slots of deleted chunks once no reader holds a published version that may read them.
+//! Slots of inputs a journaled compaction cleaned early (§12) go to that compaction's own
+//! pool instead: only its later outputs reuse them before its final commit, so that a flush
+//! committed meanwhile never adds a chunk on a slot the version still names.
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::state::TreeState;
+use crate::state::{Release, TreeState};
 use crate::table::cache::TableCache;
+use crate::version::published::Published;
 
-/// Frees the slots deleted by past commits, oldest first, up to the first replaced version a
-/// reader still holds: a reader of an old version may read any chunk a later commit deleted.
+/// Frees or pools the slots deleted or cleaned by past commits, oldest first, up to the first
+/// replaced version a reader still holds.
 pub(crate) fn reclaim(state: &mut TreeState, cache: &TableCache) {
     // Bounded by the commits not yet reclaimed; each iteration removes one.
-    while state.pending_free.first().is_some_and(|(version, _)| Arc::strong_count(version) == 1) {
-        let (_, slots) = state.pending_free.remove(0);
+    while state.pending_free.first().is_some_and(|(published, _, _)| Arc::strong_count(published) == 1) {
+        let (_, slots, release) = state.pending_free.remove(0);
         for slot in slots {
             assert!(state.online[slot as usize], "slot {slot} freed twice");
-            state.online[slot as usize] = false;
             cache.forget_slot(slot);
+            match release {
+                Release::Free => state.online[slot as usize] = false,
+                Release::CompactionPool => state.compaction_pool.push(slot),
+            }
         }
+    }
+}
+
+/// Queues slots to be released when no reader holds `published` (the version replaced).
+pub(crate) fn release_after(state: &mut TreeState, published: Arc<Published>, slots: Vec<u64>, release: Release) {
+    if !slots.is_empty() {
+        state.pending_free.push((published, slots, release));
     }
 }
 
 /// Takes `count` free slots by threaded logging over the online map (SPEC.md §10.4): a
 /// cursor advancing in one direction, wrapping at the end; "space full" when one round
-/// finds too few. The slots are marked in use before the caller writes into them.
-pub(crate) fn allocate(state: &mut TreeState, cache: &TableCache, count: u64) -> Result<Vec<u64>> {
+/// finds too few. With `pool`, the compaction's own pool is used first. The slots are marked
+/// in use before the caller writes into them.
+pub(crate) fn allocate(state: &mut TreeState, cache: &TableCache, count: u64, pool: bool) -> Result<Vec<u64>> {
     reclaim(state, cache);
-    let num_slots = state.online.len() as u64;
     let mut found = Vec::new();
+    if pool {
+        let take = (count as usize).min(state.compaction_pool.len());
+        found.extend(state.compaction_pool.drain(..take));
+    }
+    let num_slots = state.online.len() as u64;
     let mut cursor = state.allocation_cursor;
+    let mut fresh = Vec::new();
     // One round at most.
     for _ in 0..num_slots {
-        if found.len() as u64 == count {
+        if (found.len() + fresh.len()) as u64 == count {
             break;
         }
         if !state.online[cursor as usize] {
-            found.push(cursor);
+            fresh.push(cursor);
         }
         cursor = (cursor + 1) % num_slots;
     }
-    if (found.len() as u64) < count {
+    if ((found.len() + fresh.len()) as u64) < count {
+        state.compaction_pool.extend(found);
         return Err(Error::SpaceFull { needed: count, num_slots });
     }
-    for &slot in &found {
+    for &slot in &fresh {
         assert!(!state.online[slot as usize], "slot {slot} allocated while in use");
         state.online[slot as usize] = true;
     }
     state.allocation_cursor = cursor;
+    found.extend(fresh);
     Ok(found)
 }
 
