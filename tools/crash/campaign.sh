@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A long crash campaign (not part of CI): random and wrap-heavy workloads, buffered and
-# unbuffered, two at a time, then the totals. Reproducers of failures go to crashtest-failures/.
+# A long crash campaign (not part of CI): random, wrap-heavy and journal-heavy workloads,
+# buffered and unbuffered, two at a time, then the totals. Reproducers of failures go to crashtest-failures/.
 #   bash tools/crash/campaign.sh [FIRST_SEED] [RUNS_PER_KIND] [OPS]
-# The defaults (250 runs of each of the four kinds, 200 operations) are issue 10's
-# 1,000-workload campaign; it takes about 15 minutes on 2 cores.
+# The defaults (250 runs of each of the six kinds, 200 operations): 1,500 workloads; the four
+# random and random-wrap kinds take about 6 minutes on 2 cores, the two random-journal kinds
+# (larger values, journaled merges) longer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seed=${1:-2000001}
@@ -11,7 +12,7 @@ runs=${2:-250}
 ops=${3:-200}
 cargo build --quiet --release -p lds-cli
 out=$(mktemp -d)
-kinds=("random --unbuffered" "random" "random-wrap --unbuffered" "random-wrap")
+kinds=("random --unbuffered" "random" "random-wrap --unbuffered" "random-wrap" "random-journal --unbuffered" "random-journal")
 started=$(date +%s)
 run_kind() {
   local index=$1; set -- ${kinds[$index]}
@@ -21,11 +22,13 @@ run_kind() {
 }
 run_kind 0 & run_kind 1 & wait
 run_kind 2 & run_kind 3 & wait
+run_kind 4 & run_kind 5 & wait
 cat "$out"/*.err >&2 || true
 python3 - "$out" "$seed" "$runs" "$ops" "$(( $(date +%s) - started ))" <<'PY'
 import json, sys, glob
 out, seed, runs, ops, seconds = sys.argv[1:]
-kinds = ["random, unbuffered", "random, buffered", "random-wrap, unbuffered", "random-wrap, buffered"]
+kinds = ["random, unbuffered", "random, buffered", "random-wrap, unbuffered", "random-wrap, buffered",
+         "random-journal, unbuffered", "random-journal, buffered"]
 total = {"workloads": 0, "crash_points": 0, "images": 0, "distinct_images": 0, "failures": 0}
 for index, kind in enumerate(kinds):
     with open(f"{out}/{index}.json") as file:

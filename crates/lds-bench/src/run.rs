@@ -151,6 +151,8 @@ pub struct BenchResult {
     pub peak_memory_bytes: Option<u64>,
     /// LDS only: throughput of slot-sized chunk writes (write plus flush), MB/s.
     pub chunk_write_mb_per_sec: Option<f64>,
+    /// LDS only: its background work during the benchmark (`Db::stats`), by name.
+    pub engine: std::collections::BTreeMap<String, u64>,
 }
 
 /// Opens a store: fresh (emptied, or formatted) or as it is.
@@ -217,6 +219,7 @@ pub fn run(
         let device_before = stat.map(BlockStat::read).transpose()?;
         let own_before = current.own_counters();
         let chunk_before = current.chunk_writes();
+        let stats_before = current.engine_stats();
         let cpu_before = cpu_seconds();
         let started = Instant::now();
         let meter = execute(*benchmark, workload, current.as_mut(), seed, &mut inserted, progress)?;
@@ -248,6 +251,14 @@ pub fn run(
             }
             _ => None,
         };
+        let engine = match (stats_before, current.engine_stats()) {
+            (Some(before), Some(after)) => before
+                .iter()
+                .zip(&after)
+                .map(|((name, first), (_, last))| ((*name).to_string(), last.saturating_sub(*first)))
+                .collect(),
+            _ => std::collections::BTreeMap::new(),
+        };
         let ops = meter.ops.max(1);
         results.push(BenchResult {
             benchmark: benchmark.name(),
@@ -267,6 +278,7 @@ pub fn run(
             found: meter.found,
             peak_memory_bytes: peak_memory(),
             chunk_write_mb_per_sec,
+            engine,
         });
     }
     if let Some(store) = store {

@@ -46,8 +46,36 @@ pub trait Store {
     fn chunk_writes(&self) -> Option<(u64, f64)> {
         None
     }
+    /// The engine's own counts of its background work (LDS: `Db::stats`), by name.
+    fn engine_stats(&self) -> Option<Vec<(&'static str, u64)>> {
+        None
+    }
     /// Closes cleanly (everything durable).
     fn close(self: Box<Self>) -> Result<(), String>;
+}
+
+/// Sets one engine option by name (`lds bench --lds-option NAME=VALUE`): the options that
+/// are not the same for every engine.
+pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String> {
+    let number = || value.parse::<u64>().map_err(|_| format!("--lds-option {name}={value}: not a number"));
+    match name {
+        "compaction_journal" => {
+            options.compaction_journal = match value {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => return Err(format!("--lds-option {name}={value}: on or off")),
+            }
+        }
+        "journal_min_input_slots" => options.journal_min_input_slots = number()?,
+        "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
+        "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
+        _ => {
+            return Err(format!(
+                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger"
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// A device that counts what the engine asks of it.
@@ -146,10 +174,15 @@ pub struct LdsStore {
 
 impl LdsStore {
     /// Opens the formatted volume at `path` with the shared settings.
-    pub fn open(path: &Path, settings: &EngineSettings, slot_size: u64) -> Result<Self, String> {
+    pub fn open(
+        path: &Path,
+        settings: &EngineSettings,
+        slot_size: u64,
+        tuning: &[(String, String)],
+    ) -> Result<Self, String> {
         let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
         let device = Arc::new(CountingDevice::new(device, slot_size));
-        let options = Options {
+        let mut options = Options {
             write_buffer_size: settings.write_buffer_bytes as usize,
             block_cache_bytes: settings.cache_bytes as usize,
             bloom_bits_per_key: settings.bloom_bits,
@@ -157,6 +190,9 @@ impl LdsStore {
             level_size_multiplier: 10,
             ..Options::default()
         };
+        for (name, value) in tuning {
+            tune(&mut options, name, value)?;
+        }
         let shared: Arc<dyn BlockDevice> = device.clone();
         let (db, _) = Db::open_device(shared, path, options).map_err(|error| format!("lds: open: {error}"))?;
         Ok(Self { db: Some(db), device, path: path.to_path_buf() })
@@ -213,6 +249,21 @@ impl Store for LdsStore {
     fn chunk_writes(&self) -> Option<(u64, f64)> {
         let bytes = self.device.chunk_total.load(Ordering::Relaxed);
         (bytes > 0).then(|| (bytes, self.device.chunk_nanos.load(Ordering::Relaxed) as f64 / 1e9))
+    }
+
+    fn engine_stats(&self) -> Option<Vec<(&'static str, u64)>> {
+        let stats = self.db.as_ref()?.stats();
+        Some(vec![
+            ("memtable_flushes", stats.memtable_flushes),
+            ("trivial_moves", stats.trivial_moves),
+            ("merges", stats.merges),
+            ("journaled_merges", stats.journaled_merges),
+            ("journal_records", stats.journal_records),
+            ("merge_outputs", stats.merge_outputs),
+            ("device_flushes", stats.device_flushes),
+            ("compaction_device_flushes", stats.compaction_device_flushes),
+            ("peak_slots_in_use", stats.peak_slots_in_use),
+        ])
     }
 
     fn close(mut self: Box<Self>) -> Result<(), String> {

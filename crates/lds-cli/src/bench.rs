@@ -82,6 +82,19 @@ pub struct BenchOptions {
     /// Format PATH even if it holds another signature.
     #[arg(short, long)]
     pub force: bool,
+    /// LDS only: set an engine option, NAME=VALUE (repeatable): compaction_journal=on|off,
+    /// journal_min_input_slots=N, journal_every_outputs=N, level0_compaction_trigger=N.
+    #[arg(long = "lds-option", value_name = "NAME=VALUE")]
+    pub lds_options: Vec<String>,
+    /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with
+    /// --num random entries, compact it to the last level, then rewrite that level without
+    /// and with the journal (peak slots in use, time), and crash a journaled rewrite halfway
+    /// (resume time against redoing it).
+    #[arg(long)]
+    pub full_compaction: bool,
+    /// Internal: the crashing child of --full-compaction (aborts after N journal records).
+    #[arg(long, hide = true, value_name = "N")]
+    pub compaction_crash_child: Option<u64>,
     /// Print the results as JSON (lds-bench/1).
     #[arg(long)]
     pub json: bool,
@@ -89,7 +102,26 @@ pub struct BenchOptions {
 
 /// Runs `lds bench`; returns the exit code (0 success, 1 failure, 16 usage error).
 pub fn run(options: &BenchOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = if options.device_limits {
+    if let Some(records) = options.compaction_crash_child {
+        crate::bench_compaction::crash_child(&options.path, records);
+    }
+    let result = if options.full_compaction {
+        let format = |path: &Path| {
+            let mut format_options = options.clone();
+            format_options.path = path.to_path_buf();
+            format_lds(&format_options, false)
+        };
+        crate::bench_compaction::run(
+            &options.path,
+            options.size,
+            options.slot_size,
+            options.num,
+            options.value_max,
+            &format,
+            options.json,
+            out,
+        )
+    } else if options.device_limits {
         device_limits(options, out)
     } else if options.recovery {
         recovery(options, out)
@@ -178,7 +210,17 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
             if fresh {
                 format_lds(options, force)?;
             }
-            Box::new(LdsStore::open(&options.path, &settings, options.slot_size)?)
+            let tuning: Vec<(String, String)> = options
+                .lds_options
+                .iter()
+                .map(|option| {
+                    option
+                        .split_once('=')
+                        .map(|(name, value)| (name.to_string(), value.to_string()))
+                        .ok_or_else(|| format!("--lds-option {option}: NAME=VALUE"))
+                })
+                .collect::<Result<_, _>>()?;
+            Box::new(LdsStore::open(&options.path, &settings, options.slot_size, &tuning)?)
         } else {
             if fresh {
                 lds_bench::peers::wipe(&options.path)?;

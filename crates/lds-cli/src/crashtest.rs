@@ -17,8 +17,10 @@ use serde_json::json;
 /// Options of `lds crashtest`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CrashtestOptions {
-    /// Workload: basic, wrap, compaction (named), or random, random-wrap (one per seed; random-wrap
-    /// wraps the backup log often with many unflushed writes at each wrap).
+    /// Workload: basic, wrap, compaction, journal (named), or random, random-wrap,
+    /// random-journal (one per seed; random-wrap wraps the backup log often with many
+    /// unflushed writes at each wrap; journal and random-journal run merges large enough to be
+    /// journaled and clean inputs early).
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).

@@ -4,6 +4,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod bench;
+pub mod bench_compaction;
 pub mod cli;
 pub mod compaction;
 pub mod crashtest;

@@ -112,3 +112,39 @@ fn device_limits_on_an_image_file() {
     assert_eq!(document["limits"]["sequential_bytes"], 8u64 << 20);
     assert!(document["limits"]["append_flush_p50_us"].as_f64().unwrap_or(0.0) > 0.0);
 }
+
+/// `--full-compaction` on a small image: the journaled rewrite of the last level needs fewer
+/// extra slots than the plain one, and a rewrite killed halfway resumes from its journal (the
+/// binary itself runs, since the crash is a child process aborting).
+#[test]
+fn full_compaction_measures_early_cleaning_and_resume() {
+    let path = std::env::temp_dir().join(format!("lds-bench-fc-{}.img", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lds"))
+        .args(["bench", "--full-compaction", "--num", "30000", "--value-max", "100"])
+        .args(["--slot-size", "64KiB", "--size", "64MiB", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|error| panic!("lds bench: {error}"));
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&output.stdout)));
+    assert_eq!(document["schema"], "lds-bench-compaction/1");
+    let (plain, journaled) = (&document["without_journal"], &document["with_journal"]);
+    let live = plain["live_slots"].as_u64().unwrap_or(0);
+    assert!(live >= 16, "too small to journal: {document}");
+    // Without the journal every input stays until the end: the outputs need as many again.
+    assert!(plain["extra_slots"].as_u64() >= Some(live), "{document}");
+    assert_eq!(plain["journal_records"], 0);
+    // With it, cleaned inputs are reused: far fewer extra slots.
+    assert!(journaled["journal_records"].as_u64() >= Some(2), "{document}");
+    assert!(journaled["extra_slots"].as_u64() < Some(live / 2), "{document}");
+    assert_eq!(plain["outputs"], journaled["outputs"]);
+    let crash = &document["crash"];
+    assert_eq!(crash["process_aborted"], true, "{document}");
+    assert!(crash["outputs_persisted"].as_u64() > Some(0), "{document}");
+    assert!(crash["resumed_compaction_id"].is_u64(), "{document}");
+    assert_eq!(crash["content_verified"], true);
+    assert!(document["live_entries"].as_u64() > Some(15_000), "{document}");
+}

@@ -47,5 +47,7 @@ pub(crate) fn flush_frozen(
         compact_pointers: Vec::new(),
         added,
     };
-    commit(shared, &mut state, &delta, &[])
+    commit(shared, &mut state, &delta, &[])?;
+    shared.counters.memtable_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
 }

@@ -29,7 +29,7 @@ mod version;
 mod worker;
 
 pub use batch::WriteBatch;
-pub use db::{Db, RecoveryReport, Snapshot};
+pub use db::{Db, RecoveryReport, Snapshot, Stats};
 pub use error::{Error, RecoveryError, Result};
 pub use options::{Options, WriteOptions};
 pub use read::iter::DbIterator;

@@ -26,6 +26,19 @@ use crate::options::Options;
 use crate::table::cache::TableCache;
 use crate::version::published::Published;
 
+/// What the background work did, counted.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) memtable_flushes: AtomicU64,
+    pub(crate) trivial_moves: AtomicU64,
+    pub(crate) merges: AtomicU64,
+    pub(crate) journaled_merges: AtomicU64,
+    pub(crate) journal_records: AtomicU64,
+    pub(crate) merge_outputs: AtomicU64,
+    pub(crate) device_flushes: AtomicU64,
+    pub(crate) compaction_device_flushes: AtomicU64,
+}
+
 /// Where slots waiting for readers go once no reader holds the published version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -95,6 +108,10 @@ pub(crate) struct TreeState {
     pub(crate) sn: u64,
     pub(crate) version_log: LogAppender,
     pub(crate) online: Vec<bool>,
+    /// Slots marked in `online` (chunks, allocations being written, slots waiting for
+    /// readers, the compaction pool), and the most there were since open.
+    pub(crate) slots_in_use: u64,
+    pub(crate) slots_in_use_peak: u64,
     pub(crate) allocation_cursor: u64,
     /// Slots of deleted or cleaned chunks, released when no reader holds the published
     /// version that may read them.
@@ -156,6 +173,8 @@ pub(crate) struct Shared {
     pub(crate) synced: Mutex<u64>,
     /// Chunk tails and blocks read so far.
     pub(crate) cache: TableCache,
+    /// What the background work did.
+    pub(crate) counters: Counters,
     /// The merge in progress between worker steps. Only the worker touches it, never while
     /// holding the state lock.
     pub(crate) merger: Mutex<Option<Merger>>,

@@ -11,6 +11,7 @@
 pub(crate) mod merge;
 pub(crate) mod pick;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
@@ -29,6 +30,17 @@ fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
 
 /// Commits a trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
 pub(crate) fn trivial_move(shared: &Shared, plan: &Plan) -> Result<()> {
+    let flushes_before = shared.counters.device_flushes.load(Ordering::Relaxed);
+    let moved = commit_move(shared, plan);
+    let flushes = shared.counters.device_flushes.load(Ordering::Relaxed) - flushes_before;
+    shared.counters.compaction_device_flushes.fetch_add(flushes, Ordering::Relaxed);
+    if moved.is_ok() {
+        shared.counters.trivial_moves.fetch_add(1, Ordering::Relaxed);
+    }
+    moved
+}
+
+fn commit_move(shared: &Shared, plan: &Plan) -> Result<()> {
     let moved = plan
         .victims
         .iter()
@@ -93,6 +105,20 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
 /// (unjournaled, or at the end of the inputs) the rest and the final commit. Returns true when
 /// the merge is finished.
 pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
+    let flushes_before = shared.counters.device_flushes.load(Ordering::Relaxed);
+    let finished = step_counted(shared, merger);
+    let flushes = shared.counters.device_flushes.load(Ordering::Relaxed) - flushes_before;
+    shared.counters.compaction_device_flushes.fetch_add(flushes, Ordering::Relaxed);
+    if matches!(finished, Ok(true)) {
+        shared.counters.merges.fetch_add(1, Ordering::Relaxed);
+        if merger.journaled() {
+            shared.counters.journaled_merges.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    finished
+}
+
+fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     let context = MergeContext { device: shared.device.as_ref(), geometry: &shared.geometry };
     let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
     let produced = merger.produce(&context, chunks_max)?;
@@ -119,6 +145,7 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     }
     let mut chunks: Vec<_> = built.into_iter().map(|packed| packed.chunk).collect();
     let added = write_chunks(shared, &mut chunks, &placement, merger.journaled())?;
+    shared.counters.merge_outputs.fetch_add(added.len() as u64, Ordering::Relaxed);
     // The outputs must be durable before the record or delta version that names them; the
     // inputs stay in place until that record is durable (NobLSM's shadows).
     flush_device(shared)?;
@@ -159,6 +186,7 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         .flat_map(ChunkMeta::slots)
         .collect();
     journal(shared, &mut state, &record, newly_cleaned)?;
+    shared.counters.journal_records.fetch_add(1, Ordering::Relaxed);
     merger.persisted = record.outputs;
     merger.cleaned = record.cleaned.into_iter().collect();
     merger.resume_key = Some(record.resume_key);

@@ -58,6 +58,31 @@ impl Drop for Snapshot<'_> {
     }
 }
 
+/// What the background work of an open store did, counted since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Memtables written to level 0.
+    pub memtable_flushes: u64,
+    /// Compactions that moved chunks down without rewriting them.
+    pub trivial_moves: u64,
+    /// Merges finished.
+    pub merges: u64,
+    /// Of them, journaled (SPEC.md §12).
+    pub journaled_merges: u64,
+    /// Compaction journal records appended.
+    pub journal_records: u64,
+    /// Chunks merges wrote.
+    pub merge_outputs: u64,
+    /// Device flushes the background work issued (chunks and version log), synced writes' not
+    /// included.
+    pub device_flushes: u64,
+    /// Of them, issued by compactions (moves and merges).
+    pub compaction_device_flushes: u64,
+    /// The most slots in use at once since open (chunks, chunks being written, slots waiting
+    /// for readers): what a merge needs beyond the live data shows here.
+    pub peak_slots_in_use: u64,
+}
+
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
 /// (each round ends when the background thread reports progress).
 const IDLE_WAITS_MAX: u64 = 1 << 20;
@@ -186,7 +211,7 @@ impl Db {
     pub fn slots_in_use(&self) -> u64 {
         let mut state = self.shared.lock_state();
         crate::version::slots::reclaim(&mut state, &self.shared.cache);
-        state.online.iter().filter(|&&used| used).count() as u64
+        state.slots_in_use
     }
 
     /// The id of the journaled compaction in progress or left unfinished by a crash, if any
@@ -257,6 +282,23 @@ impl Db {
     /// The last journal record of the unfinished journaled compaction, if any.
     pub fn compaction_journal(&self) -> Option<lds_format::version::CompactionJournal> {
         self.shared.lock_state().last_journal.clone()
+    }
+
+    /// What the background work did since the store opened.
+    pub fn stats(&self) -> Stats {
+        let counters = &self.shared.counters;
+        let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            memtable_flushes: get(&counters.memtable_flushes),
+            trivial_moves: get(&counters.trivial_moves),
+            merges: get(&counters.merges),
+            journaled_merges: get(&counters.journaled_merges),
+            journal_records: get(&counters.journal_records),
+            merge_outputs: get(&counters.merge_outputs),
+            device_flushes: get(&counters.device_flushes),
+            compaction_device_flushes: get(&counters.compaction_device_flushes),
+            peak_slots_in_use: self.shared.lock_state().slots_in_use_peak,
+        }
     }
 
     /// The largest sequence number written.

@@ -213,6 +213,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             }
         }
     }
+    let slots_in_use = online.iter().filter(|&&used| used).count() as u64;
     let background = options.background && !read_only;
     let shared = Arc::new(Shared {
         device,
@@ -229,6 +230,8 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             sn: state.sn,
             version_log,
             online,
+            slots_in_use,
+            slots_in_use_peak: slots_in_use,
             allocation_cursor: 0,
             pending_free: Vec::new(),
             compaction_pool,
@@ -255,6 +258,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         synced: Mutex::new(last_sequence),
         cache,
         merger: Mutex::new(None),
+        counters: crate::state::Counters::default(),
     });
     let background = if background {
         Some(crate::worker::spawn(Arc::clone(&shared)).map_err(|source| Error::Thread { source })?)

@@ -18,6 +18,7 @@ use crate::version::slots::{reclaim, release_after};
 
 /// Makes every completed write durable (SPEC.md §2.5).
 pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
+    shared.counters.device_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(shared.device.flush()?)
 }
 

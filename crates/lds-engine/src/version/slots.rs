@@ -21,7 +21,10 @@ pub(crate) fn reclaim(state: &mut TreeState, cache: &TableCache) {
             assert!(state.online[slot as usize], "slot {slot} freed twice");
             cache.forget_slot(slot);
             match release {
-                Release::Free => state.online[slot as usize] = false,
+                Release::Free => {
+                    state.online[slot as usize] = false;
+                    state.slots_in_use -= 1;
+                }
                 Release::CompactionPool => state.compaction_pool.push(slot),
             }
         }
@@ -67,6 +70,8 @@ pub(crate) fn allocate(state: &mut TreeState, cache: &TableCache, count: u64, po
         assert!(!state.online[slot as usize], "slot {slot} allocated while in use");
         state.online[slot as usize] = true;
     }
+    state.slots_in_use += fresh.len() as u64;
+    state.slots_in_use_peak = state.slots_in_use_peak.max(state.slots_in_use);
     state.allocation_cursor = cursor;
     found.extend(fresh);
     Ok(found)
@@ -77,4 +82,5 @@ pub(crate) fn release(state: &mut TreeState, slots: &[u64]) {
     for &slot in slots {
         state.online[slot as usize] = false;
     }
+    state.slots_in_use -= slots.len() as u64;
 }
