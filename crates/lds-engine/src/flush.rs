@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::retention::Retention;
 use crate::state::Shared;
-use crate::table::build::{build_chunks, ChunkFormat};
+use crate::table::build::{build_chunks, chunk_format};
 use crate::table::write::write_chunks;
 use crate::version::commit::commit;
 #[cfg(not(feature = "fault-drop-chunk-flush"))]
@@ -29,7 +29,7 @@ pub(crate) fn flush_frozen(
         .iter()
         .filter(|(key, sequence, kind, _)| retention.keep(key, *sequence, *kind, |_| false))
         .map(|(key, sequence, kind, value)| (key.as_slice(), *sequence, *kind, value.as_slice()));
-    let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
+    let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
     let mut built = build_chunks(&format, kept);
     let placement = vec![(0u8, 0u8); built.len()];
     let added = write_chunks(shared, &mut built, &placement, false)?;

@@ -11,7 +11,7 @@ use crate::compaction::merge::Merger;
 use crate::compaction::pick::{choose, Choice, Limits, Plan};
 use crate::error::{Error, Result};
 use crate::state::{Shared, TreeState};
-use crate::table::build::ChunkFormat;
+use crate::table::build::chunk_format;
 
 /// Starts the thread.
 pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
@@ -73,7 +73,7 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
             *slot = Some(crate::compaction::start(shared, plan)?);
         } else if let Some(journal) = resume {
             let version = Arc::clone(shared.lock_state().version());
-            let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
+            let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
             *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format)?);
             shared.lock_state().merging = true;
         }

@@ -12,6 +12,7 @@ pub mod image;
 pub mod instance;
 pub mod label;
 pub mod log;
+pub mod pack;
 pub mod recovery;
 pub mod version;
 pub mod writer;

@@ -20,7 +20,7 @@ use crate::compaction::merge::{delta_estimate, MergeContext, Merger};
 use crate::compaction::pick::Plan;
 use crate::error::Result;
 use crate::state::Shared;
-use crate::table::build::ChunkFormat;
+use crate::table::build::chunk_format;
 use crate::table::write::write_chunks;
 use crate::version::commit::{commit, commit_merge, flush_device, journal, room_for, trim};
 
@@ -97,7 +97,7 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let version = Arc::clone(state.version());
     state.merging = true;
     drop(state);
-    let format = ChunkFormat::new(&shared.geometry, shared.instance, &shared.options);
+    let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
     Ok(Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format))
 }
 

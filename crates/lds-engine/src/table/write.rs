@@ -2,7 +2,7 @@
 //! caller flushes them before the version that names them.
 
 use lds_format::chunk::BuiltSubChunk;
-use lds_format::version::{ChunkMeta, SubChunkRef};
+use lds_format::version::ChunkMeta;
 
 use crate::error::Result;
 use crate::state::Shared;
@@ -20,8 +20,7 @@ pub(crate) fn write_chunks(
     let slots = allocate(&mut shared.lock_state(), &shared.cache, built.len() as u64, pool)?;
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
-        chunk.set_level_and_flags(level, flags);
-        chunk.set_identity(slot, 0, 1);
+        let meta = lds_format::pack::place(chunk, slot, level, flags);
         let offset = shared.geometry.slot_offset(slot);
         let tail = chunk.tail();
         let result = shared
@@ -32,18 +31,7 @@ pub(crate) fn write_chunks(
             release(&mut shared.lock_state(), &slots);
             return Err(error.into());
         }
-        metas.push(ChunkMeta {
-            chunk_id: slot,
-            level,
-            flags,
-            num_entries: chunk.footer.num_entries,
-            smallest_seq: chunk.footer.smallest_seq,
-            largest_seq: chunk.footer.largest_seq,
-            len_data: chunk.len_data(),
-            smallest_key: chunk.first_key.clone(),
-            largest_key: chunk.last_key.clone(),
-            sub_chunks: vec![SubChunkRef { slot, digest: chunk.footer.digest }],
-        });
+        metas.push(meta);
     }
     Ok(metas)
 }

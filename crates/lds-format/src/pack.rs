@@ -1,0 +1,168 @@
+//! Packing sorted entries into chunks of one slot each (SPEC.md §8.1), never splitting the
+//! versions of one key between two chunks unless they alone exceed a slot, so that the chunks
+//! of a level stay disjoint; and the chunk metadata of a packed chunk once it is placed
+//! (§6.4). The engine's flushes and merges, repair and salvage all pack through here.
+
+use crate::batch::EntryKind;
+use crate::chunk::{
+    BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN,
+};
+use crate::label::Geometry;
+use crate::version::{ChunkMeta, SubChunkRef};
+
+/// What every chunk a writer packs shares: its sizes and its identity before placement.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkFormat {
+    /// Slot, block and filter sizes.
+    pub options: ChunkOptions,
+    /// The footer's identity before placement (chunk id and level are set by [`place`]).
+    pub identity: ChunkIdentity,
+}
+
+impl ChunkFormat {
+    /// Chunks of `instance` on a volume of `geometry`, with blocks of `block_size` bytes and
+    /// filters of `bloom_bits_per_key` bits per key (0: none).
+    pub fn new(geometry: &Geometry, instance: u32, block_size: usize, bloom_bits_per_key: u32) -> Self {
+        Self {
+            options: ChunkOptions { slot_size: geometry.slot_size, block_size, bloom_bits_per_key },
+            identity: ChunkIdentity {
+                volume_uuid: geometry.volume_uuid,
+                instance,
+                chunk_id: 0,
+                sub_chunk_index: 0,
+                num_sub_chunks: 1,
+                level: 0,
+                flags: 0,
+            },
+        }
+    }
+}
+
+/// Estimated bytes one key's versions add to a chunk, for the no-split rule.
+fn group_len(key: &[u8], value_lens: &[usize], block_size: usize, bloom_bits_per_key: u32) -> usize {
+    let data: usize = value_lens.iter().map(|value| ENTRY_FIXED_LEN + key.len() + value).sum();
+    let blocks = 1 + data / block_size.max(1);
+    data + blocks * (INDEX_ENTRY_FIXED_LEN + key.len() + BLOCK_TRAILER_LEN)
+        + (bloom_bits_per_key as usize).div_ceil(8)
+        + 1
+}
+
+/// A chunk the packer finished.
+#[derive(Debug)]
+pub struct Packed {
+    /// The chunk, not yet placed (identity and level are set when it is written).
+    pub chunk: BuiltSubChunk,
+    /// Every version of its last key is in it: the next chunk starts with a greater key. Only
+    /// a key whose versions alone exceed a slot ends a chunk without a boundary.
+    pub key_boundary: bool,
+}
+
+/// Packs sorted entries (user key ascending, newest version first) into chunks of at most
+/// one slot each, one entry at a time, never cutting between two versions of one key unless
+/// they alone exceed a slot (SPEC.md §8.1 keeps a level's chunks disjoint).
+pub struct ChunkPacker {
+    format: ChunkFormat,
+    builder: ChunkBuilder,
+    /// The versions of the key being gathered: `(sequence, kind, value)`.
+    group_key: Vec<u8>,
+    group: Vec<(u64, EntryKind, Vec<u8>)>,
+    finished: std::collections::VecDeque<Packed>,
+}
+
+impl ChunkPacker {
+    /// An empty packer.
+    pub fn new(format: ChunkFormat) -> Self {
+        Self {
+            builder: ChunkBuilder::new(format.options),
+            format,
+            group_key: Vec::new(),
+            group: Vec::new(),
+            finished: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Adds the next entry (entries come in internal-key order).
+    pub fn push(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+        if !self.group.is_empty() && self.group_key != key {
+            self.flush_group();
+        }
+        if self.group.is_empty() {
+            self.group_key.clear();
+            self.group_key.extend_from_slice(key);
+        }
+        self.group.push((sequence, kind, value.to_vec()));
+    }
+
+    /// A finished chunk, if any.
+    pub fn pop(&mut self) -> Option<Packed> {
+        self.finished.pop_front()
+    }
+
+    /// Finishes the last chunk; returns every chunk not popped yet.
+    pub fn finish(mut self) -> Vec<Packed> {
+        self.flush_group();
+        let last = std::mem::replace(&mut self.builder, ChunkBuilder::new(self.format.options));
+        self.finished.extend(last.finish(self.format.identity).map(|chunk| Packed { chunk, key_boundary: true }));
+        self.finished.into_iter().collect()
+    }
+
+    fn seal(&mut self, key_boundary: bool) {
+        let full = std::mem::replace(&mut self.builder, ChunkBuilder::new(self.format.options));
+        self.finished.extend(full.finish(self.format.identity).map(|chunk| Packed { chunk, key_boundary }));
+    }
+
+    fn flush_group(&mut self) {
+        if self.group.is_empty() {
+            return;
+        }
+        let options = self.format.options;
+        let lens: Vec<usize> = self.group.iter().map(|entry| entry.2.len()).collect();
+        let needed = group_len(&self.group_key, &lens, options.block_size, options.bloom_bits_per_key);
+        if !self.builder.is_empty() && self.builder.estimated_len() + needed > options.slot_size as usize {
+            self.seal(true);
+        }
+        let group = std::mem::take(&mut self.group);
+        for (sequence, kind, value) in &group {
+            if !self.builder.add(&self.group_key, *sequence, *kind, value) {
+                // One key's versions exceed a slot: the only case that splits a key.
+                self.seal(false);
+                let added = self.builder.add(&self.group_key, *sequence, *kind, value);
+                assert!(added, "an entry within the value limit always fits an empty slot");
+            }
+        }
+        self.group = group;
+        self.group.clear();
+    }
+}
+
+/// Packs sorted entries into chunks (all at once, for a memtable flush).
+pub fn build_chunks<'a>(
+    format: &ChunkFormat,
+    entries: impl Iterator<Item = (&'a [u8], u64, EntryKind, &'a [u8])>,
+) -> Vec<BuiltSubChunk> {
+    let mut packer = ChunkPacker::new(*format);
+    for (key, sequence, kind, value) in entries {
+        packer.push(key, sequence, kind, value);
+    }
+    packer.finish().into_iter().map(|packed| packed.chunk).collect()
+}
+
+/// Places a packed chunk in `slot` at `level` with `flags` (the footer's identity, level and
+/// flags are set and the chunk resealed) and returns its metadata (SPEC.md §6.4). The caller
+/// writes `chunk.body` at the slot start and `chunk.tail()` at the slot end.
+pub fn place(chunk: &mut BuiltSubChunk, slot: u64, level: u8, flags: u8) -> ChunkMeta {
+    chunk.set_level_and_flags(level, flags);
+    chunk.set_identity(slot, 0, 1);
+    ChunkMeta {
+        chunk_id: slot,
+        level,
+        flags,
+        num_entries: chunk.footer.num_entries,
+        smallest_seq: chunk.footer.smallest_seq,
+        largest_seq: chunk.footer.largest_seq,
+        len_data: chunk.len_data(),
+        smallest_key: chunk.first_key.clone(),
+        largest_key: chunk.last_key.clone(),
+        sub_chunks: vec![SubChunkRef { slot, digest: chunk.footer.digest }],
+    }
+}
