@@ -66,9 +66,25 @@ pub(crate) struct Tree {
     pub(crate) recovery: InstanceRecovery,
 }
 
+/// The problems of one chunk of `instance`'s tree, as the checker reports them: `images` are
+/// the whole slots of its sub-chunks, in order; `last_sequence` is the version's. Repair runs
+/// it to decide which chunks to rewrite, so that it rewrites what fsck reports.
+pub fn chunk_problems(
+    images: &[Vec<u8>],
+    geometry: &Geometry,
+    instance: u32,
+    chunk: &lds_format::version::ChunkMeta,
+    last_sequence: u64,
+    options: CheckOptions,
+) -> Vec<Problem> {
+    let mut report = Report::default();
+    pass_chunks::check_chunk(images, geometry, instance, chunk, last_sequence, options, &mut report);
+    report.problems
+}
+
 /// Checks the volume on `device`. `progress(done, total)` is called with bytes of chunks.
 pub fn check(
-    device: &(impl ReadAt + Sync),
+    device: &(impl ReadAt + Sync + ?Sized),
     options: CheckOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Report, CheckError> {

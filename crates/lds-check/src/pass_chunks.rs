@@ -16,7 +16,7 @@ use crate::{CheckError, CheckOptions, Tree};
 
 /// Checks every tree's chunks; `progress(done, total)` hears bytes of chunks.
 pub(crate) fn check_trees(
-    device: &(impl ReadAt + Sync),
+    device: &(impl ReadAt + Sync + ?Sized),
     geometry: &Geometry,
     trees: &[Tree],
     options: CheckOptions,
@@ -39,7 +39,7 @@ pub(crate) fn check_trees(
 
 /// Checks every chunk of a tree, and the level rules.
 fn check_tree(
-    device: &(impl ReadAt + Sync),
+    device: &(impl ReadAt + Sync + ?Sized),
     geometry: &Geometry,
     instance: u32,
     state: &VersionLogState,
@@ -125,7 +125,7 @@ const INLINE_CHUNKS_MAX: usize = 16;
 
 /// Checks one chunk: every sub-chunk's footer, index, filter and blocks, its key order and
 /// range, and with `deep` its digest and filter.
-fn check_chunk(
+pub(crate) fn check_chunk(
     images: &[Vec<u8>],
     geometry: &Geometry,
     instance: u32,

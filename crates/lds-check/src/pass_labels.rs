@@ -9,7 +9,7 @@ use crate::CheckError;
 
 /// Reports label problems; returns the label to check the rest with, or `None` when the
 /// volume cannot be read past its labels.
-pub(crate) fn check_labels(device: &impl ReadAt, report: &mut Report) -> Result<Option<Label>, CheckError> {
+pub(crate) fn check_labels(device: &(impl ReadAt + ?Sized), report: &mut Report) -> Result<Option<Label>, CheckError> {
     let labels = read_labels(device)?;
     let magic_missing = |copy: &Result<Label, FormatError>| {
         matches!(copy, Err(FormatError::BadMagic { .. } | FormatError::Truncated { .. }))

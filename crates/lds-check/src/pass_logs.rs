@@ -20,7 +20,7 @@ pub(crate) struct Recovered {
 
 /// Reads and recovers every instance; counts the objects of the physical walks.
 pub(crate) fn recover_all(
-    device: &impl ReadAt,
+    device: &(impl ReadAt + ?Sized),
     geometry: &Geometry,
     report: &mut Report,
 ) -> Result<Vec<Recovered>, CheckError> {

@@ -52,7 +52,7 @@ const THREADED_FREE_SLOTS_MIN: usize = FOOTER_READERS * 32;
 
 /// Counts free slots holding chunks of this volume (one info line).
 pub(crate) fn check_free_slots(
-    device: &(impl ReadAt + Sync),
+    device: &(impl ReadAt + Sync + ?Sized),
     geometry: &Geometry,
     map: &[bool],
     report: &mut Report,

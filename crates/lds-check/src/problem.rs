@@ -274,6 +274,13 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The instance a problem concerns, when its structure is one instance's (such structures
+    /// are named `... of instance N`).
+    pub fn instance(&self) -> Option<u32> {
+        let (_, number) = self.structure.rsplit_once(" of instance ")?;
+        number.parse().ok()
+    }
+
     /// One line: `E405 chunk 12 of instance 0 @ 123456: message`.
     pub fn line(&self) -> String {
         format!(

@@ -48,6 +48,33 @@ pub enum Command {
     /// Example: lds fsck --deep volume.img
     #[command(verbatim_doc_comment)]
     Fsck(FsckOptions),
+    /// Repair a volume offline: -n reports, -p fixes what loses no data, -y fixes everything.
+    ///
+    /// Checks the volume as fsck --deep does, then rebuilds each damaged instance from what is
+    /// still readable: damaged chunks keep their readable blocks, a damaged version log is
+    /// rebuilt from its last good base version and the chunks in the slots, a damaged backup
+    /// log keeps every batch before the damage. Each fix names its problem code, what it
+    /// changed and what data it dropped. The new state is switched to by one sector write, so
+    /// a crash leaves the old state or the new one; before its first write repair saves
+    /// every byte it overwrites to an undo file (lds undo restores them).
+    /// Exit codes as e2fsck: 0 nothing to fix, 1 errors corrected, 4 errors left,
+    /// 8 operational error, 16 usage error. Refuses a volume another process holds.
+    ///
+    /// Examples:
+    ///   lds repair -n volume.img
+    ///   lds repair -y volume.img
+    #[command(verbatim_doc_comment)]
+    Repair(crate::repair::RepairArgs),
+    /// Restore a volume from the undo file a writing tool left (e2undo).
+    ///
+    /// Checks that the device is the one recorded and that every sector the tool wrote holds
+    /// either its original bytes or bytes the tool wrote (else refuses: something else changed
+    /// the volume since), then writes the original bytes back. Safe to run again after a
+    /// crash. Exit 0 restored, 1 refused, 8 could not run.
+    ///
+    /// Example: lds undo volume.img.lds-undo volume.img
+    #[command(verbatim_doc_comment)]
+    Undo(crate::repair::UndoArgs),
     /// Check crash consistency on a simulated device.
     ///
     /// Runs a workload (basic, wrap, compaction, or random by seed) on the real engine over a
@@ -209,6 +236,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match cli.command {
         Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
         Command::Fsck(options) => crate::fsck::run(&options, out, err),
+        Command::Repair(args) => crate::repair::run(&args, out, err),
+        Command::Undo(args) => crate::repair::run_undo(&args, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
         Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),

@@ -13,4 +13,5 @@ pub mod fsck;
 pub mod json;
 pub mod kv;
 pub mod mkfs;
+pub mod repair;
 pub mod units;

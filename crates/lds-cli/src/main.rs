@@ -8,8 +8,8 @@ fn main() {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            // fsck(8) reports usage errors as 16; the other commands use clap's 2.
-            let fsck = std::env::args().nth(1).as_deref() == Some("fsck");
+            // fsck(8) and e2fsck report usage errors as 16; the other commands use clap's 2.
+            let fsck = matches!(std::env::args().nth(1).as_deref(), Some("fsck" | "repair"));
             let code = match (error.use_stderr(), fsck) {
                 (false, _) => 0,
                 (true, true) => 16,

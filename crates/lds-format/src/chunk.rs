@@ -323,7 +323,18 @@ pub fn decode_block(bytes: &[u8], offset: u64) -> Result<Vec<EntryRef<'_>>, Form
 
 /// Checks a block's crc and calls `visit` for each entry, in order, checking that entries are
 /// sorted.
-pub fn visit_block<'a>(bytes: &'a [u8], offset: u64, mut visit: impl FnMut(EntryRef<'a>)) -> Result<u32, FormatError> {
+pub fn visit_block<'a>(bytes: &'a [u8], offset: u64, visit: impl FnMut(EntryRef<'a>)) -> Result<u32, FormatError> {
+    visit_block_checked(bytes, offset, true, visit)
+}
+
+/// As [`visit_block`], with the order of entries checked only when `sorted` (repair reads the
+/// entries of a block whose checksum holds even when they are out of order, and sorts them).
+pub fn visit_block_checked<'a>(
+    bytes: &'a [u8],
+    offset: u64,
+    sorted: bool,
+    mut visit: impl FnMut(EntryRef<'a>),
+) -> Result<u32, FormatError> {
     const S: &str = "block";
     if bytes.len() < BLOCK_TRAILER_LEN {
         return Err(FormatError::Truncated {
@@ -360,7 +371,7 @@ pub fn visit_block<'a>(bytes: &'a [u8], offset: u64, mut visit: impl FnMut(Entry
         if key.is_empty() {
             return Err(FormatError::invalid(S, "len_key", entry_offset, "empty key"));
         }
-        if let Some((previous_key, previous_seq_kind)) = previous {
+        if let Some((previous_key, previous_seq_kind)) = previous.filter(|_| sorted) {
             if compare_internal(previous_key, previous_seq_kind, key, seq_kind) != std::cmp::Ordering::Less {
                 return Err(FormatError::invalid(S, "key", entry_offset, "entries are not sorted"));
             }

@@ -237,6 +237,15 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// A key for messages: quoted and escaped when it is printable ASCII, else `0x` and hex.
+pub fn display_key(key: &[u8]) -> String {
+    if key.iter().all(|byte| byte.is_ascii_graphic() || *byte == b' ') {
+        format!("\"{}\"", key.escape_ascii())
+    } else {
+        format!("0x{}", crate::error::hex(key))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ pub mod label;
 pub mod log;
 pub mod pack;
 pub mod recovery;
+pub mod salvage;
 pub mod version;
 pub mod writer;
 

@@ -458,6 +458,52 @@ pub fn recover_backup_log(
     last_sequence: u64,
     current_sn: u64,
 ) -> Result<BackupLogState, BackupLogError> {
+    recover_backup_log_checked(area, context, (ofs_backup_start, lsn_backup_start), last_sequence, current_sn, true)
+}
+
+/// As [`recover_backup_log`], but a batch whose sequence numbers do not increase ends the
+/// chain (with the objects before it) instead of failing: what repair keeps of such a log.
+pub fn recover_backup_log_prefix(
+    area: &[u8],
+    context: &AreaContext,
+    ofs_backup_start: u64,
+    lsn_backup_start: u64,
+    last_sequence: u64,
+    current_sn: u64,
+) -> BackupLogState {
+    match recover_backup_log_checked(
+        area,
+        context,
+        (ofs_backup_start, lsn_backup_start),
+        last_sequence,
+        current_sn,
+        false,
+    ) {
+        Ok(state) => state,
+        // Unreachable: with `strict` false no error is returned.
+        Err(_) => BackupLogState {
+            start_found: false,
+            objects: Vec::new(),
+            batches: Vec::new(),
+            head: LogHead {
+                offset: ofs_backup_start,
+                next_lsn: lsn_backup_start,
+                after_wrap_right: false,
+                sn: current_sn,
+            },
+            end: ChainEnd::AreaEnd,
+        },
+    }
+}
+
+fn recover_backup_log_checked(
+    area: &[u8],
+    context: &AreaContext,
+    (ofs_backup_start, lsn_backup_start): (u64, u64),
+    last_sequence: u64,
+    current_sn: u64,
+    strict: bool,
+) -> Result<BackupLogState, BackupLogError> {
     let empty_head =
         LogHead { offset: ofs_backup_start, next_lsn: lsn_backup_start, after_wrap_right: false, sn: current_sn };
     let mut objects: Vec<ChainObject> = Vec::new();
@@ -514,9 +560,19 @@ pub fn recover_backup_log(
     }
     let mut batches = Vec::new();
     let mut previous_last = 0u64;
-    for object in &objects {
+    let mut kept = objects.len();
+    for (position, object) in objects.iter().enumerate() {
         if let Payload::Batch { first_sequence, num_entries } = object.payload {
             if previous_last != 0 && first_sequence <= previous_last {
+                if !strict {
+                    kept = position;
+                    end = ChainEnd::Stale {
+                        offset: object.offset,
+                        lsn: object.header.lsn,
+                        expected_lsn: object.header.lsn,
+                    };
+                    break;
+                }
                 return Err(BackupLogError::SequenceNotIncreasing {
                     offset: object.offset,
                     first_sequence,
@@ -534,6 +590,7 @@ pub fn recover_backup_log(
             }
         }
     }
+    objects.truncate(kept);
     let head = objects.last().map_or(empty_head, |last| head_after(last, context));
     Ok(BackupLogState { start_found: true, objects, batches, head, end })
 }

@@ -10,6 +10,7 @@
 pub mod device;
 pub mod inspect;
 pub mod signature;
+pub mod undo;
 pub mod volume;
 
 pub use device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};

@@ -1,8 +1,8 @@
 //! The engine's chunk format: the packer lives in the format crate (`lds_format::pack`), shared
 //! with repair and salvage; the engine supplies its block and filter sizes.
 
-pub(crate) use lds_format::pack::{build_chunks, ChunkFormat, ChunkPacker, Packed};
 use lds_format::label::Geometry;
+pub(crate) use lds_format::pack::{build_chunks, ChunkFormat, ChunkPacker, Packed};
 
 use crate::options::Options;
 

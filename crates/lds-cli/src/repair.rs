@@ -1,0 +1,345 @@
+//! `lds repair` (e2fsck's modes and exit codes) and `lds undo` (e2undo): repair writes an undo
+//! file before it touches the volume, and `lds undo` restores the volume from it byte for byte.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lds_check::Severity;
+use lds_repair::{repair, FixClass, FixState, Mode, RepairOptions, RepairReport};
+use lds_volume::device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+use lds_volume::undo::{undo, UndoDevice, UndoError, UndoFile, UndoHeader, UndoLog};
+use lds_volume::volume::read_labels;
+use serde_json::json;
+
+/// Exit code: the repair could not run.
+pub const EXIT_OPERATIONAL: i32 = 8;
+/// Exit code: usage error.
+pub const EXIT_USAGE: i32 = 16;
+
+/// Options of `lds repair`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RepairArgs {
+    /// Block device or image file.
+    pub path: PathBuf,
+    /// Report what would be fixed; write nothing.
+    #[arg(short = 'n', long = "no-changes", conflicts_with_all = ["preen", "yes"])]
+    pub dry_run: bool,
+    /// Fix only what loses no data (rewrite a label copy, rebuild a filter, ...); leave the rest (exit 4).
+    #[arg(short = 'p', long = "preen", conflicts_with = "yes")]
+    pub preen: bool,
+    /// Fix everything repair can; each drop of data is reported.
+    #[arg(short = 'y', long = "yes")]
+    pub yes: bool,
+    /// Where to save the bytes repair overwrites (default: next to an image file,
+    /// PATH.lds-undo; for a block device, NAME.lds-undo in the current directory).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_undo")]
+    pub undo_file: Option<PathBuf>,
+    /// Write no undo file.
+    #[arg(long)]
+    pub no_undo: bool,
+    /// Print JSON (schema lds-repair/1, docs/repair-json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `lds undo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UndoArgs {
+    /// The undo file a writing tool left.
+    pub undo_file: PathBuf,
+    /// The block device or image file to restore.
+    pub path: PathBuf,
+    /// Restore even if sectors changed since, or the device is not the one recorded.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The default undo file of a volume: next to an image file, in the current directory for a
+/// block device (`/dev` is no place for it).
+pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {
+    match kind {
+        DeviceKind::ImageFile => PathBuf::from(format!("{}.lds-undo", path.display())),
+        DeviceKind::BlockDevice => {
+            let name = path.file_name().map_or_else(|| "device".into(), |name| name.to_string_lossy().into_owned());
+            PathBuf::from(format!("{name}.lds-undo"))
+        }
+    }
+}
+
+/// An undo log for a tool about to write to `device` (its label, if readable, names the
+/// volume and the sector size the records use).
+pub fn undo_log(device: &Device, undo_path: &Path, tool: &str) -> Result<UndoLog, UndoError> {
+    let label = read_labels(device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.clone()));
+    let header = UndoHeader {
+        volume_uuid: label.as_ref().map_or([0; 16], |label| label.geometry.volume_uuid),
+        device_len: device.len(),
+        sector_size: label.as_ref().map_or(512, |label| label.geometry.sector_size),
+        tool: tool.to_string(),
+        created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs()),
+    };
+    UndoLog::create(undo_path, header)
+}
+
+/// The regions that hold a volume's state (both label sectors and every log area), by the
+/// label the device has now; empty when it has none.
+pub fn metadata_regions(device: &dyn BlockDevice) -> Vec<(u64, u64)> {
+    let Some(label) = read_labels(device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.clone()))
+    else {
+        return Vec::new();
+    };
+    let geometry = label.geometry;
+    let mut regions = vec![(0, geometry.sector()), (geometry.ofs_backup_label(), geometry.sector())];
+    for instance in 0..geometry.instance_count {
+        for kind in [lds_format::label::LogKind::Version, lds_format::label::LogKind::Backup] {
+            regions.push(geometry.log_area(kind, instance));
+        }
+    }
+    regions
+}
+
+/// Records the state a tool leaves in its undo file, so that `lds undo` refuses a volume
+/// written to since; a failure is reported on `err` (the undo file still restores).
+pub fn finish_undo(undo_device: &UndoDevice, err: &mut dyn Write, command: &str) {
+    if let Err(error) = undo_device.finish(&metadata_regions(undo_device)) {
+        let _ = writeln!(err, "lds {command}: {error}");
+    }
+}
+
+fn state_name(state: &FixState) -> &'static str {
+    match state {
+        FixState::Applied => "applied",
+        FixState::Planned => "planned",
+        FixState::Refused(_) => "refused",
+    }
+}
+
+fn problems_json(report: &lds_check::Report) -> serde_json::Value {
+    json!(report
+        .problems
+        .iter()
+        .map(|problem| json!({
+            "code": problem.code.number(),
+            "severity": problem.code.severity().name(),
+            "structure": problem.structure,
+            "offset": problem.offset,
+            "message": problem.message,
+        }))
+        .collect::<Vec<_>>())
+}
+
+fn print_json(
+    args: &RepairArgs,
+    mode: Mode,
+    report: &RepairReport,
+    undo_file: Option<(PathBuf, u64)>,
+    out: &mut dyn Write,
+) {
+    let document = json!({
+        "schema": "lds-repair/1",
+        "device": args.path.display().to_string(),
+        "mode": match mode { Mode::DryRun => "n", Mode::Preen => "p", Mode::Yes => "y" },
+        "before": problems_json(&report.before),
+        "fixes": report.fixes.iter().map(|fix| json!({
+            "codes": fix.codes.iter().map(|code| code.number()).collect::<Vec<_>>(),
+            "structure": fix.structure,
+            "offset": fix.offset,
+            "action": fix.action,
+            "dropped": fix.dropped,
+            "class": match fix.class { FixClass::Preen => "preen", FixClass::Fix => "fix" },
+            "state": state_name(&fix.state),
+            "refused_because": match &fix.state { FixState::Refused(why) => Some(why.clone()), _ => None },
+        })).collect::<Vec<_>>(),
+        "unrepairable": report.unrepairable,
+        "writes": report.writes.iter().map(|write| json!({
+            "structure": write.structure,
+            "offset": write.offset,
+            "len": write.len,
+        })).collect::<Vec<_>>(),
+        "bytes_written": if mode == Mode::DryRun { 0 } else { report.bytes_written() },
+        "undo_file": undo_file.map(|(path, len)| json!({ "path": path.display().to_string(), "bytes": len })),
+        "after": report.after.as_ref().map(problems_json),
+        "exit_code": report.exit_code(),
+    });
+    let _ = writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
+}
+
+fn print_text(
+    args: &RepairArgs,
+    mode: Mode,
+    report: &RepairReport,
+    undo_file: Option<(PathBuf, u64)>,
+    out: &mut dyn Write,
+) {
+    for problem in &report.before.problems {
+        let _ = writeln!(out, "{}", problem.line());
+    }
+    for fix in &report.fixes {
+        let _ = writeln!(out, "{}", fix.line());
+        for dropped in &fix.dropped {
+            let _ = writeln!(out, "  dropped: {dropped}");
+        }
+    }
+    for what in &report.unrepairable {
+        let _ = writeln!(out, "cannot repair {what}");
+    }
+    match mode {
+        Mode::DryRun if !report.writes.is_empty() => {
+            let bytes: u64 = report.writes.iter().map(|write| write.len).sum();
+            let _ = writeln!(out, "would write {} times, {bytes} bytes; nothing was written (-n)", report.writes.len());
+        }
+        _ if !report.writes.is_empty() => {
+            let _ = writeln!(out, "wrote {} times, {} bytes", report.writes.len(), report.bytes_written());
+        }
+        _ => {}
+    }
+    if let Some((path, len)) = undo_file.filter(|(_, len)| *len > 0) {
+        let _ = writeln!(
+            out,
+            "undo file: {} ({len} bytes; lds undo {} {} restores the volume)",
+            path.display(),
+            path.display(),
+            args.path.display()
+        );
+    }
+    if let Some(after) = &report.after {
+        for problem in after.problems.iter().filter(|problem| problem.code.severity() != Severity::Info) {
+            let _ = writeln!(out, "after repair: {}", problem.line());
+        }
+    }
+    let verdict = match report.exit_code() {
+        0 => "clean, nothing to fix",
+        1 => "errors corrected",
+        _ => "errors left uncorrected",
+    };
+    let _ = writeln!(out, "{}: {verdict}", args.path.display());
+}
+
+/// Runs `lds repair`; returns the exit code.
+pub fn run(args: &RepairArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mode = match (args.dry_run, args.preen, args.yes) {
+        (true, _, _) => Mode::DryRun,
+        (_, true, _) => Mode::Preen,
+        (_, _, true) => Mode::Yes,
+        _ => {
+            let _ = writeln!(
+                err,
+                "lds repair: choose -n (report only), -p (fix what loses no data) or -y (fix everything)"
+            );
+            return EXIT_USAGE;
+        }
+    };
+    let open_mode = if mode == Mode::DryRun { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
+    let device = match Device::open(&args.path, open_mode) {
+        Ok(device) => device,
+        Err(error @ DeviceError::Locked { .. }) => {
+            let _ = writeln!(err, "lds repair: {error}; refusing to repair a volume in use");
+            return EXIT_OPERATIONAL;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds repair: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let undo_path = args.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, device.kind()));
+    let log = if mode == Mode::DryRun || args.no_undo {
+        None
+    } else {
+        match undo_log(&device, &undo_path, "repair") {
+            Ok(log) => Some(log),
+            Err(error) => {
+                let _ = writeln!(err, "lds repair: {error}");
+                return EXIT_OPERATIONAL;
+            }
+        }
+    };
+    let device: Arc<dyn BlockDevice> = Arc::new(device);
+    let undo_device = log.map(|log| UndoDevice::new(Arc::clone(&device), log));
+    let target: &dyn BlockDevice = match &undo_device {
+        Some(undo_device) => undo_device,
+        None => device.as_ref(),
+    };
+    let terminal = std::io::stderr().is_terminal() && !args.json;
+    let bar = if terminal { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("checking chunks [{bar:20}] {percent:>3}% {bytes}/{total_bytes}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut progress = |done: u64, total: u64| {
+        if total >= (64 << 20) {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    };
+    let result = repair(target, RepairOptions::new(mode), &mut progress);
+    bar.finish_and_clear();
+    if let (Some(undo_device), Ok(_)) = (&undo_device, &result) {
+        finish_undo(undo_device, err, "repair");
+    }
+    let undo_file = undo_device.as_ref().map(UndoDevice::undo_file);
+    let report = match result {
+        Ok(report) => report,
+        Err(error) => {
+            let _ = writeln!(err, "lds repair: {error}");
+            if let Some((path, len)) = undo_file.filter(|(_, len)| *len > 0) {
+                let _ = writeln!(
+                    err,
+                    "lds repair: the undo file {} ({len} bytes) restores what was written: lds undo {} {}",
+                    path.display(),
+                    path.display(),
+                    args.path.display()
+                );
+            }
+            return EXIT_OPERATIONAL;
+        }
+    };
+    if args.json {
+        print_json(args, mode, &report, undo_file, out);
+    } else {
+        print_text(args, mode, &report, undo_file, out);
+    }
+    report.exit_code()
+}
+
+/// Runs `lds undo`; returns the exit code (0 restored, 1 refused, 8 could not run).
+pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let file = match UndoFile::read(&args.undo_file) {
+        Ok(file) => file,
+        Err(error) => {
+            let _ = writeln!(err, "lds undo: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let device = match Device::open(&args.path, OpenMode::ReadWrite) {
+        Ok(device) => device,
+        Err(error) => {
+            let _ = writeln!(err, "lds undo: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let uuid =
+        read_labels(&device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.geometry.volume_uuid));
+    match undo(&file, &device, uuid, args.force) {
+        Ok(outcome) => {
+            let _ = writeln!(
+                out,
+                "{}: restored {} sectors ({} bytes) that {} wrote; {} already held their original bytes",
+                args.path.display(),
+                outcome.sectors,
+                outcome.bytes,
+                file.header.tool,
+                outcome.unchanged
+            );
+            0
+        }
+        Err(error @ (UndoError::Changed { .. } | UndoError::OtherVolume { .. } | UndoError::WrittenSince { .. })) => {
+            let _ = writeln!(err, "lds undo: {error}");
+            1
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds undo: {error}");
+            EXIT_OPERATIONAL
+        }
+    }
+}

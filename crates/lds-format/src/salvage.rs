@@ -1,0 +1,537 @@
+//! Reading what is still readable, for repair and salvage: the newest version a damaged
+//! version log still describes ([`last_good_version`]), and the entries of a damaged
+//! sub-chunk (SPEC.md §8, [`salvage_sub_chunk`]). Every block is self-checking (its trailer holds a crc32c of its bytes), so the
+//! entries of each block whose checksum holds are trusted whatever else is damaged:
+//! - with a valid footer and block index, each indexed block is read and checked;
+//! - otherwise blocks are found by scanning the body: at each position, entries are parsed
+//!   and after each one the next 8 bytes are tried as the block's trailer (its entry count and
+//!   checksum). After a damaged stretch the scan resynchronises at the next position where a
+//!   whole block checks, and accepts a block only when its keys follow the keys read so far
+//!   (blocks are in key order within a sub-chunk, so a block of an older chunk left in the
+//!   padding is not taken for one of this chunk).
+
+use crate::batch::EntryKind;
+use crate::chunk::{
+    compare_internal, decode_index, pack_seq_kind, unpack_seq_kind, visit_block_checked, Footer, BLOCK_TRAILER_LEN,
+    ENTRY_FIXED_LEN, FOOTER_LEN,
+};
+use std::collections::BTreeMap;
+
+use crate::codec::crc32c;
+use crate::error::FormatError;
+use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
+use crate::recovery::{chain, read_valid_object, ChainEnd, ChainObject, Payload};
+use crate::version::{BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version};
+
+/// One entry read from a block whose checksum holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// User key.
+    pub key: Vec<u8>,
+    /// Sequence number.
+    pub sequence: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// Value (empty for a delete).
+    pub value: Vec<u8>,
+}
+
+impl Entry {
+    /// Orders entries as in a chunk: key ascending, newest version first.
+    pub fn cmp_internal(&self, other: &Self) -> std::cmp::Ordering {
+        compare_internal(
+            &self.key,
+            pack_seq_kind(self.sequence, self.kind),
+            &other.key,
+            pack_seq_kind(other.sequence, other.kind),
+        )
+    }
+}
+
+/// Bytes of a sub-chunk's body that held no readable block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedSpan {
+    /// Offset from the slot start.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// The last key read before it, if any: the lost keys are above it.
+    pub after_key: Option<Vec<u8>>,
+    /// The last key of the damaged block (from the block index), or the first key read after
+    /// the span: the lost keys are at or below it.
+    pub through_key: Option<Vec<u8>>,
+    /// Why the bytes could not be read.
+    pub reason: String,
+}
+
+impl DamagedSpan {
+    /// The lost key range in words.
+    pub fn key_range(&self) -> String {
+        let show = |key: &Option<Vec<u8>>| key.as_ref().map(|key| crate::codec::display_key(key));
+        match (show(&self.after_key), show(&self.through_key)) {
+            (Some(after), Some(through)) => format!("keys after {after} up to {through}"),
+            (Some(after), None) => format!("keys after {after}"),
+            (None, Some(through)) => format!("keys up to {through}"),
+            (None, None) => "every key".into(),
+        }
+    }
+}
+
+/// What a damaged sub-chunk still holds.
+#[derive(Debug, Clone, Default)]
+pub struct SalvagedSubChunk {
+    /// The footer, when it decodes and checks.
+    pub footer: Option<Footer>,
+    /// Why the footer, or else the block index, could not be used (blocks were scanned).
+    pub tail_error: Option<FormatError>,
+    /// Blocks whose checksum held.
+    pub blocks_read: u64,
+    /// Their entries, in the order found (sorted only when the blocks were).
+    pub entries: Vec<Entry>,
+    /// The stretches that held no readable block.
+    pub damaged: Vec<DamagedSpan>,
+}
+
+/// Reads every readable entry of the sub-chunk in `slot` (a whole slot image; `offset` is its
+/// device offset, for messages).
+pub fn salvage_sub_chunk(slot: &[u8], offset: u64) -> SalvagedSubChunk {
+    let mut salvaged = SalvagedSubChunk::default();
+    if slot.len() < FOOTER_LEN {
+        return salvaged;
+    }
+    let footer_at = slot.len() - FOOTER_LEN;
+    let footer = match Footer::decode(&slot[footer_at..], offset + footer_at as u64, slot.len() as u64) {
+        Ok(footer) => footer,
+        Err(error) => {
+            salvaged.tail_error = Some(error);
+            scan_blocks(slot, footer_at, offset, &mut salvaged);
+            return salvaged;
+        }
+    };
+    salvaged.footer = Some(footer);
+    let index_range = footer.ofs_index as usize..footer.ofs_filter as usize;
+    match decode_index(&slot[index_range], offset + u64::from(footer.ofs_index), &footer) {
+        Ok(index) => {
+            let mut after_key: Option<Vec<u8>> = None;
+            for entry in &index {
+                let range = entry.ofs_block as usize..(entry.ofs_block + entry.len_block) as usize;
+                let block_offset = offset + u64::from(entry.ofs_block);
+                match read_block(&slot[range], block_offset) {
+                    Ok(entries) => {
+                        salvaged.blocks_read += 1;
+                        salvaged.entries.extend(entries);
+                    }
+                    Err(error) => salvaged.damaged.push(DamagedSpan {
+                        offset: u64::from(entry.ofs_block),
+                        len: u64::from(entry.len_block),
+                        after_key: after_key.clone(),
+                        through_key: Some(entry.last_key.clone()),
+                        reason: error.to_string(),
+                    }),
+                }
+                after_key = Some(entry.last_key.clone());
+            }
+        }
+        Err(error) => {
+            salvaged.tail_error = Some(error);
+            scan_blocks(slot, footer.len_body as usize, offset, &mut salvaged);
+        }
+    }
+    salvaged
+}
+
+/// The entries of one block whose checksum holds (in any order).
+fn read_block(bytes: &[u8], offset: u64) -> Result<Vec<Entry>, FormatError> {
+    let mut entries = Vec::new();
+    visit_block_checked(bytes, offset, false, |entry| {
+        entries.push(Entry {
+            key: entry.key.to_vec(),
+            sequence: entry.sequence,
+            kind: entry.kind,
+            value: entry.value.to_vec(),
+        });
+    })?;
+    Ok(entries)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+/// The end of a block starting at `start` whose trailer checks, if one does: entries are
+/// parsed one by one, and after each the next 8 bytes are tried as the trailer.
+fn block_at(body: &[u8], start: usize) -> Option<usize> {
+    let mut at = start;
+    let mut count = 0u32;
+    loop {
+        if at + ENTRY_FIXED_LEN > body.len() {
+            return None;
+        }
+        let seq_kind = u64::from_le_bytes(body[at..at + 8].try_into().ok()?);
+        unpack_seq_kind(seq_kind)?;
+        let len_key = usize::from(u16::from_le_bytes([body[at + 8], body[at + 9]]));
+        let len_value = u32_at(body, at + 10) as usize;
+        if len_key == 0 {
+            return None;
+        }
+        at = at.checked_add(ENTRY_FIXED_LEN + len_key)?.checked_add(len_value)?;
+        if at > body.len() {
+            return None;
+        }
+        count = count.checked_add(1)?;
+        if at + BLOCK_TRAILER_LEN <= body.len()
+            && u32_at(body, at) == count
+            && u32_at(body, at + 4) == crc32c(&body[start..at + 4])
+        {
+            return Some(at + BLOCK_TRAILER_LEN);
+        }
+    }
+}
+
+/// Scans `slot[..end]` for blocks (see the module documentation).
+fn scan_blocks(slot: &[u8], end: usize, offset: u64, salvaged: &mut SalvagedSubChunk) {
+    let body = &slot[..end.min(slot.len())];
+    let mut position = 0usize;
+    let mut last: Option<(Vec<u8>, u64)> = None;
+    let mut damaged_from: Option<usize> = None;
+    // Each iteration advances `position` by at least one byte.
+    while position < body.len() {
+        let found = block_at(body, position).and_then(|block_end| {
+            let entries = read_block(&body[position..block_end], offset + position as u64).ok()?;
+            // Blocks follow each other in key order: a block whose first entry does not follow
+            // the last one read is not this sub-chunk's.
+            let first = entries.first()?;
+            let follows = last.as_ref().is_none_or(|(key, seq_kind)| {
+                compare_internal(key, *seq_kind, &first.key, pack_seq_kind(first.sequence, first.kind)).is_lt()
+            });
+            follows.then_some((block_end, entries))
+        });
+        match found {
+            Some((block_end, entries)) => {
+                if let Some(from) = damaged_from.take() {
+                    salvaged.damaged.push(DamagedSpan {
+                        offset: from as u64,
+                        len: (position - from) as u64,
+                        after_key: last.as_ref().map(|(key, _)| key.clone()),
+                        through_key: entries.first().map(|entry| entry.key.clone()),
+                        reason: "no block whose checksum holds".into(),
+                    });
+                }
+                if let Some(entry) = entries.iter().max_by(|a, b| a.cmp_internal(b)) {
+                    last = Some((entry.key.clone(), pack_seq_kind(entry.sequence, entry.kind)));
+                }
+                salvaged.blocks_read += 1;
+                salvaged.entries.extend(entries);
+                position = block_end;
+            }
+            None => {
+                damaged_from.get_or_insert(position);
+                position += 1;
+            }
+        }
+    }
+    // A stretch after the last block is the padding (and the tail, when the footer is lost),
+    // not a damaged block, unless nothing was read at all.
+    if salvaged.blocks_read == 0 && !body.is_empty() {
+        salvaged.damaged.push(DamagedSpan {
+            offset: 0,
+            len: body.len() as u64,
+            after_key: None,
+            through_key: None,
+            reason: "no block whose checksum holds".into(),
+        });
+    }
+}
+
+/// The newest version a damaged version log still describes: the valid base version with the
+/// largest lsn that builds, and the delta versions and journal records that chain after it
+/// (across a wrap) while they carry its SN and apply (SPEC.md §9.1, §9.2 step 5 and 6).
+#[derive(Debug, Clone)]
+pub struct GoodVersion {
+    /// Offset of the base version in the area.
+    pub base_offset: u64,
+    /// Its lsn.
+    pub base_lsn: u64,
+    /// Its SN.
+    pub sn: u64,
+    /// The base version itself.
+    pub base: BaseVersion,
+    /// The version after the objects that apply.
+    pub version: Version,
+    /// The lsn of the last object applied.
+    pub last_lsn: u64,
+    /// Unfinished compactions journaled after the base version, by id.
+    pub unfinished_compactions: BTreeMap<u64, CompactionJournal>,
+    /// The largest compaction id seen.
+    pub compaction_id_max: u64,
+    /// Why the replay stopped before the chain's end, if it did.
+    pub stopped: Option<String>,
+    /// Parts of the base version and of delta versions left out because they contradict the
+    /// version (a chunk on a slot beyond the slot area or already in use, at a level beyond
+    /// the tree, added twice; a deletion of a chunk not there).
+    pub left_out: Vec<String>,
+    /// The area ranges `(offset, len)` of the objects read: the base version and those after it.
+    pub objects: Vec<(u64, u64)>,
+}
+
+/// The part of a delta (or base) version that `error` objects to, removed; false when the
+/// error names nothing in it.
+fn leave_out(added: &mut Vec<ChunkMeta>, deleted: &mut Vec<DeletedChunk>, error: &ReplayError) -> Option<String> {
+    let position = match error {
+        ReplayError::DeletedMissing { chunk_id, level } => {
+            let position = deleted.iter().position(|entry| entry.chunk_id == *chunk_id && entry.level == *level)?;
+            deleted.remove(position);
+            return Some(format!("the deletion of chunk {chunk_id} (not in the version at level {level})"));
+        }
+        ReplayError::AddedTwice { chunk_id } => added.iter().rposition(|chunk| chunk.chunk_id == *chunk_id)?,
+        ReplayError::LevelOutOfRange { chunk_id, .. } | ReplayError::SlotOutOfRange { chunk_id, .. } => {
+            added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?
+        }
+        ReplayError::SlotInUse { slot, .. } => {
+            added.iter().rposition(|chunk| chunk.slots().any(|used| used == *slot))?
+        }
+    };
+    let chunk = added.remove(position);
+    Some(format!("chunk {} ({error})", chunk.chunk_id))
+}
+
+/// The version a base version describes, leaving out the chunks that contradict it.
+pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
+    let mut base = base.clone();
+    let mut left_out = Vec::new();
+    // Each failed attempt removes one chunk.
+    for _ in 0..=base.chunks.len() {
+        match Version::from_base(&base) {
+            Ok(version) => return (version, left_out),
+            Err(error) => match leave_out(&mut base.chunks, &mut Vec::new(), &error) {
+                Some(what) => left_out.push(what),
+                None => break,
+            },
+        }
+    }
+    base.chunks.clear();
+    let version = Version::from_base(&base).unwrap_or_else(|_| Version {
+        num_levels: base.num_levels.clamp(1, crate::version::LEVELS_COUNT_MAX),
+        last_sequence: base.last_sequence,
+        label_generation: base.label_generation,
+        ofs_backup_start: base.ofs_backup_start,
+        lsn_backup_start: base.lsn_backup_start,
+        compact_pointers: BTreeMap::new(),
+        chunks: BTreeMap::new(),
+        slot_owner: BTreeMap::new(),
+        num_slots: base.geometry.num_slots,
+    });
+    left_out.push("every chunk of the base version".into());
+    (version, left_out)
+}
+
+/// Applies a delta version, leaving out the parts that contradict the version.
+pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String> {
+    let mut delta = delta.clone();
+    let mut left_out = Vec::new();
+    // Each failed attempt removes one part of the delta.
+    for _ in 0..=delta.added.len() + delta.deleted.len() {
+        match version.apply(&delta) {
+            Ok(()) => return left_out,
+            Err(error) => match leave_out(&mut delta.added, &mut delta.deleted, &error) {
+                Some(what) => left_out.push(what),
+                None => break,
+            },
+        }
+    }
+    left_out.push("the rest of a delta version".into());
+    left_out
+}
+
+/// Every valid object of a log area, wherever it stands (a scan of each 8-byte position).
+pub fn valid_objects(area: &[u8], context: &AreaContext) -> Vec<ChainObject> {
+    (0..area.len().saturating_sub(HEADER_LEN - 1))
+        .step_by(8)
+        .filter(|&position| area[position..position + 4] == OBJECT_MAGIC)
+        .filter_map(|position| read_valid_object(area, position as u64, context).ok())
+        .collect()
+}
+
+/// The objects chained from the object at `start` with `lsn`, following a WOR to the WOL at
+/// offset 0 (SPEC.md §9.1, §9.3 step 2), at most one lap of the area.
+fn chain_across_wraps(area: &[u8], context: &AreaContext, start: u64, lsn: u64) -> Vec<ChainObject> {
+    let mut objects: Vec<ChainObject> = Vec::new();
+    let (mut offset, mut expected) = (start, lsn);
+    let mut followed = 0u64;
+    // Each segment follows at least one object; the byte budget bounds the loop.
+    loop {
+        let segment = chain(area, context, offset, Some(expected));
+        let continuation = !objects.is_empty();
+        if continuation
+            && segment.objects.first().is_none_or(|first| {
+                first.object_type != ObjectType::WrapLeft
+                    || objects.last().is_some_and(|wrap| first.header.sn < wrap.header.sn)
+            })
+        {
+            break;
+        }
+        followed += segment.objects.iter().map(|object| object.header.total_len()).sum::<u64>();
+        let wrapped = segment.end == ChainEnd::WrapRight;
+        let Some(next) = segment.objects.last().and_then(|last| last.header.lsn.checked_add(1)) else { break };
+        objects.extend(segment.objects);
+        if !wrapped || followed > context.len_area {
+            break;
+        }
+        (offset, expected) = (0, next);
+    }
+    objects
+}
+
+/// The newest version the area still describes, or `None` when no valid base version builds.
+pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersion> {
+    let mut bases: Vec<ChainObject> =
+        valid_objects(area, context).into_iter().filter(|object| matches!(object.payload, Payload::Base(_))).collect();
+    bases.sort_by_key(|object| std::cmp::Reverse(object.header.lsn));
+    bases.into_iter().find_map(|object| {
+        let Payload::Base(base) = &object.payload else { return None };
+        let (mut version, left_out) = tolerant_base(base);
+        let sn = object.header.sn;
+        let mut good = GoodVersion {
+            base_offset: object.offset,
+            base_lsn: object.header.lsn,
+            sn,
+            base: (**base).clone(),
+            version: version.clone(),
+            last_lsn: object.header.lsn,
+            unfinished_compactions: BTreeMap::new(),
+            compaction_id_max: 0,
+            stopped: None,
+            left_out,
+            objects: vec![(object.offset, object.header.total_len())],
+        };
+        for next in chain_across_wraps(area, context, object.offset, object.header.lsn).iter().skip(1) {
+            match &next.payload {
+                Payload::Delta(_) | Payload::Journal(_) if next.header.sn != sn => {
+                    good.stopped = Some(format!(
+                        "the object at offset {} (lsn {}) has SN {}, the base version {sn}",
+                        next.offset, next.header.lsn, next.header.sn
+                    ));
+                    break;
+                }
+                Payload::Delta(delta) => {
+                    good.left_out.extend(tolerant_apply(&mut version, delta));
+                    if delta.compaction_id != 0 {
+                        good.unfinished_compactions.remove(&delta.compaction_id);
+                        good.compaction_id_max = good.compaction_id_max.max(delta.compaction_id);
+                    }
+                }
+                Payload::Journal(journal) => {
+                    good.compaction_id_max = good.compaction_id_max.max(journal.compaction_id);
+                    good.unfinished_compactions.insert(journal.compaction_id, journal.clone());
+                }
+                Payload::Base(_) => break,
+                _ => {}
+            }
+            good.last_lsn = next.header.lsn;
+            good.objects.push((next.offset, next.header.total_len()));
+        }
+        good.version = version;
+        Some(good)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+
+    fn built_slot() -> (Vec<u8>, Vec<Entry>) {
+        let mut builder = ChunkBuilder::new(ChunkOptions { slot_size: 65536, block_size: 512, bloom_bits_per_key: 10 });
+        let mut entries = Vec::new();
+        for number in 0..400u64 {
+            let entry = Entry {
+                key: format!("key-{number:05}").into_bytes(),
+                sequence: number + 1,
+                kind: EntryKind::Put,
+                value: vec![b'v'; (number % 40) as usize],
+            };
+            assert!(builder.add(&entry.key, entry.sequence, entry.kind, &entry.value));
+            entries.push(entry);
+        }
+        let identity = ChunkIdentity {
+            volume_uuid: [7; 16],
+            instance: 0,
+            chunk_id: 3,
+            sub_chunk_index: 0,
+            num_sub_chunks: 1,
+            level: 1,
+            flags: 0,
+        };
+        let Some(built) = builder.finish(identity) else { panic!("a chunk") };
+        (built.slot_image(), entries)
+    }
+
+    #[test]
+    fn an_intact_chunk_gives_every_entry() {
+        let (slot, entries) = built_slot();
+        let salvaged = salvage_sub_chunk(&slot, 0);
+        assert!(salvaged.footer.is_some() && salvaged.tail_error.is_none());
+        assert!(salvaged.damaged.is_empty());
+        assert_eq!(salvaged.entries, entries);
+    }
+
+    #[test]
+    fn a_bad_block_loses_only_its_keys_with_the_index() {
+        let (mut slot, entries) = built_slot();
+        slot[700] ^= 0x40;
+        let salvaged = salvage_sub_chunk(&slot, 0);
+        assert_eq!(salvaged.damaged.len(), 1);
+        let span = &salvaged.damaged[0];
+        assert!(span.offset <= 700 && 700 < span.offset + span.len);
+        let lost = entries.len() - salvaged.entries.len();
+        assert!(lost > 0 && lost < 40, "lost {lost}");
+        assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
+        assert!(span.after_key.is_some() && span.through_key.is_some());
+    }
+
+    #[test]
+    fn without_footer_the_blocks_are_scanned() {
+        let (mut slot, entries) = built_slot();
+        let end = slot.len();
+        slot[end - 100] ^= 1;
+        slot[1500] ^= 0x10;
+        let salvaged = salvage_sub_chunk(&slot, 0);
+        assert!(salvaged.footer.is_none() && salvaged.tail_error.is_some());
+        assert_eq!(salvaged.damaged.len(), 1, "{:?}", salvaged.damaged);
+        let lost = entries.len() - salvaged.entries.len();
+        assert!(lost > 0 && lost < 40, "lost {lost}");
+        assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
+    }
+
+    #[test]
+    fn a_stale_block_in_the_padding_is_not_taken() {
+        let (mut slot, entries) = built_slot();
+        // Copy an early block into the padding (as an older chunk's leftover) and lose the
+        // footer: the copy does not follow the keys read, so it is left out.
+        let Ok(footer) = Footer::decode(&slot[slot.len() - FOOTER_LEN..], 0, slot.len() as u64) else {
+            panic!("footer")
+        };
+        let Some(first_end) = block_at(&slot, 0) else { panic!("first block") };
+        let copy = slot[..first_end].to_vec();
+        let at = footer.len_body as usize + 100;
+        slot[at..at + copy.len()].copy_from_slice(&copy);
+        let end = slot.len();
+        slot[end - 1] ^= 1;
+        let salvaged = salvage_sub_chunk(&slot, 0);
+        assert_eq!(salvaged.entries, entries);
+    }
+
+    #[test]
+    fn garbage_gives_nothing_and_no_panic() {
+        let mut state = 12345u64;
+        let slot: Vec<u8> = (0..65536)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 33) as u8
+            })
+            .collect();
+        let salvaged = salvage_sub_chunk(&slot, 0);
+        assert!(salvaged.entries.is_empty());
+        assert_eq!(salvaged.damaged.len(), 1);
+    }
+}

@@ -1,0 +1,877 @@
+//! Rebuilding one instance's tree from what is still readable (see the crate documentation).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lds_check::{chunk_problems, CheckOptions, Code, Repair};
+use lds_format::batch::decode_entries;
+use lds_format::chunk::{Footer, SubChunkView, FOOTER_LEN};
+use lds_format::codec::display_key;
+use lds_format::image::area_context;
+use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
+use lds_format::label::{Geometry, Label, LogKind};
+use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::recovery::{recover_backup_log_prefix, ReplayBatch, VersionLogError};
+use lds_format::salvage::{last_good_version, salvage_sub_chunk, Entry, GoodVersion};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, Version, CHUNK_FLAG_ODD};
+use lds_volume::{BlockDevice, DeviceError};
+
+use crate::{Fix, FixClass, RepairError};
+
+/// An instance as the volume holds it: its log areas, what recovery makes of them, and (when
+/// its version log is damaged) the newest version the area still describes.
+pub(crate) struct Source {
+    pub(crate) instance: u32,
+    version_area: Vec<u8>,
+    backup_area: Vec<u8>,
+    recovery: Result<InstanceRecovery, VersionLogError>,
+    good: Option<GoodVersion>,
+}
+
+fn version_log_broken(recovery: &Result<InstanceRecovery, VersionLogError>) -> bool {
+    !matches!(recovery, Ok(recovery) if !matches!(recovery.version_end, ChainEndVerdict::Broken { .. }))
+}
+
+impl Source {
+    pub(crate) fn read(device: &dyn BlockDevice, geometry: &Geometry, instance: u32) -> Result<Self, DeviceError> {
+        let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
+        let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
+        let version_area = device.read_vec(version_offset, version_len)?;
+        let backup_area = device.read_vec(backup_offset, backup_len)?;
+        let recovery = recover_instance(geometry, instance, &version_area, &backup_area);
+        let good = if version_log_broken(&recovery) {
+            last_good_version(&version_area, &area_context(geometry, LogKind::Version, instance))
+        } else {
+            None
+        };
+        Ok(Self { instance, version_area, backup_area, recovery, good })
+    }
+
+    /// Every slot a version of the old state may read: the recovered version's, the newest
+    /// good version's, and the outputs of their unfinished compactions.
+    pub(crate) fn referenced_slots(&self) -> Vec<u64> {
+        let mut slots = Vec::new();
+        let mut add = |version: &Version, journals: &BTreeMap<u64, CompactionJournal>| {
+            slots.extend(version.chunks.values().flat_map(ChunkMeta::slots));
+            slots.extend(journals.values().flat_map(|journal| journal.outputs.iter().flat_map(ChunkMeta::slots)));
+        };
+        if let Ok(recovery) = &self.recovery {
+            add(&recovery.version_log.version, &recovery.version_log.unfinished_compactions);
+        }
+        if let Some(good) = &self.good {
+            add(&good.version, &good.unfinished_compactions);
+        }
+        slots
+    }
+}
+
+/// Entries to write into new chunks at a level.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The level.
+    pub level: u8,
+    /// Chunk flags (odd).
+    pub flags: u8,
+    /// Sorted, newest version of a key first, no two with the same key and sequence.
+    pub entries: Vec<Entry>,
+}
+
+impl Run {
+    fn new(level: u8, flags: u8, mut entries: Vec<Entry>) -> Self {
+        sort_entries(&mut entries);
+        Self { level, flags, entries }
+    }
+
+    fn key_range(&self) -> Option<(&[u8], &[u8])> {
+        Some((self.entries.first()?.key.as_slice(), self.entries.last()?.key.as_slice()))
+    }
+}
+
+fn sort_entries(entries: &mut Vec<Entry>) {
+    entries.sort_by(Entry::cmp_internal);
+    entries.dedup_by(|later, earlier| later.key == earlier.key && later.sequence == earlier.sequence);
+}
+
+/// What repair will do to one instance.
+pub(crate) struct InstancePlan {
+    pub(crate) instance: u32,
+    pub(crate) fixes: Vec<Fix>,
+    /// Chunks of the new version that stay where they are (and, after placement, the new ones).
+    pub(crate) kept: Vec<ChunkMeta>,
+    /// New data to write into chunks.
+    pub(crate) runs: Vec<Run>,
+    /// The new base version without its chunks.
+    template: BaseVersion,
+    /// Version log ranges the old state reads: the new base version goes elsewhere.
+    pub(crate) protected: Vec<(u64, u64)>,
+    pub(crate) next_lsn: u64,
+    pub(crate) next_sn: u64,
+    /// Free slots whose chunks the plan reads (not to be overwritten before the switch).
+    pub(crate) source_slots: BTreeSet<u64>,
+    /// Applied (false when `-p` refuses it).
+    pub(crate) apply: bool,
+}
+
+impl InstancePlan {
+    /// The new base version.
+    pub(crate) fn base(&self) -> BaseVersion {
+        let mut base = self.template.clone();
+        base.chunks = self.kept.clone();
+        base.chunks.sort_by_key(|chunk| chunk.chunk_id);
+        base
+    }
+}
+
+/// The largest lsn and SN of any intact header of ours in an area.
+fn header_maxima(area: &[u8], context: &AreaContext) -> (u64, u64) {
+    let mut maxima = (0, 0);
+    for position in (0..area.len().saturating_sub(HEADER_LEN - 1)).step_by(8) {
+        if area[position..position + 4] != OBJECT_MAGIC {
+            continue;
+        }
+        let Ok(bytes) = <&[u8; HEADER_LEN]>::try_from(&area[position..position + HEADER_LEN]) else { continue };
+        let found = ObjectHeader::parse_tolerant(bytes);
+        if found.crc_ok && found.header.volume_uuid == context.volume_uuid {
+            maxima = (maxima.0.max(found.header.lsn), maxima.1.max(found.header.sn));
+        }
+    }
+    maxima
+}
+
+/// What the entries of a chunk give, block by block.
+struct ChunkRead {
+    entries: Vec<Entry>,
+    dropped: Vec<String>,
+}
+
+/// Reads every entry still readable in a chunk (see `lds_format::salvage`): all of a sub-chunk
+/// whose footer names it, the entries inside its key and sequence ranges where the footer is
+/// lost, none where the slot holds another chunk.
+fn read_entries(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    meta: &ChunkMeta,
+) -> Result<ChunkRead, DeviceError> {
+    let mut read = ChunkRead { entries: Vec::new(), dropped: Vec::new() };
+    let sub_chunks = meta.sub_chunks.len();
+    for (index, sub_chunk) in meta.sub_chunks.iter().enumerate() {
+        let slot = sub_chunk.slot;
+        if slot >= geometry.num_slots {
+            read.dropped.push(format!("sub-chunk {index}: slot {slot} is beyond the slot area"));
+            continue;
+        }
+        let offset = geometry.slot_offset(slot);
+        let image = device.read_vec(offset, geometry.slot_size)?;
+        let salvaged = salvage_sub_chunk(&image, offset);
+        match salvaged.footer {
+            // The footer was written for this sub-chunk when its identity fields say so, or
+            // when it carries the digest the version records (a damaged field, then); a
+            // footer of another instance never is (two instances claiming one slot: the
+            // footer tells whose it is).
+            Some(footer)
+                if (footer.digest == sub_chunk.digest && footer.instance == instance)
+                    || (footer.chunk_id == meta.chunk_id
+                        && footer.instance == instance
+                        && usize::from(footer.sub_chunk_index) == index
+                        && usize::from(footer.num_sub_chunks) == sub_chunks
+                        && footer.volume_uuid == geometry.volume_uuid) =>
+            {
+                read.entries.extend(salvaged.entries);
+            }
+            Some(footer) => {
+                read.dropped.push(format!(
+                    "slot {slot} holds chunk {} of instance {} (sub-chunk {}): none of this chunk's entries are there",
+                    footer.chunk_id, footer.instance, footer.sub_chunk_index
+                ));
+                continue;
+            }
+            None => {
+                // Without a footer, entries of this chunk are told by its ranges.
+                read.entries.extend(salvaged.entries.into_iter().filter(|entry| {
+                    entry.key.as_slice() >= meta.smallest_key.as_slice()
+                        && entry.key.as_slice() <= meta.largest_key.as_slice()
+                        && (meta.smallest_seq..=meta.largest_seq).contains(&entry.sequence)
+                }));
+            }
+        }
+        for span in &salvaged.damaged {
+            read.dropped.push(format!(
+                "{} (bytes {}..{} of slot {slot}: {})",
+                span.key_range(),
+                span.offset,
+                span.offset + span.len,
+                span.reason
+            ));
+        }
+    }
+    sort_entries(&mut read.entries);
+    if (read.entries.len() as u64) < meta.num_entries {
+        read.dropped.push(format!(
+            "{} of the chunk's {} entries",
+            meta.num_entries - read.entries.len() as u64,
+            meta.num_entries
+        ));
+    }
+    Ok(read)
+}
+
+fn chunk_images(device: &dyn BlockDevice, geometry: &Geometry, meta: &ChunkMeta) -> Result<Vec<Vec<u8>>, DeviceError> {
+    meta.slots()
+        .filter(|&slot| slot < geometry.num_slots)
+        .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
+        .collect()
+}
+
+/// The entries of chunks in free slots that are newer than `last_sequence` (data the lost
+/// versions had committed), and the slots they came from.
+fn newer_in_free_slots(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    last_sequence: u64,
+    old_slots: &BTreeSet<u64>,
+) -> Result<(Vec<Entry>, BTreeSet<u64>), DeviceError> {
+    let mut entries = Vec::new();
+    let mut sources = BTreeSet::new();
+    for slot in (0..geometry.num_slots).filter(|slot| !old_slots.contains(slot)) {
+        let offset = geometry.slot_offset(slot);
+        let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
+        let footer_bytes = device.read_vec(footer_offset, FOOTER_LEN as u64)?;
+        let Ok(footer) = Footer::decode(&footer_bytes, footer_offset, geometry.slot_size) else { continue };
+        if footer.volume_uuid != geometry.volume_uuid
+            || footer.instance != instance
+            || footer.chunk_id != slot
+            || footer.num_sub_chunks != 1
+            || footer.largest_seq <= last_sequence
+        {
+            continue;
+        }
+        let image = device.read_vec(offset, geometry.slot_size)?;
+        let Ok(view) = SubChunkView::open(&image, offset) else { continue };
+        if view.verify_digest(offset).is_err() {
+            continue;
+        }
+        let Ok(found) = view.entries(offset) else { continue };
+        let before = entries.len();
+        entries.extend(found.into_iter().filter(|entry| entry.sequence > last_sequence).map(|entry| Entry {
+            key: entry.key.to_vec(),
+            sequence: entry.sequence,
+            kind: entry.kind,
+            value: entry.value.to_vec(),
+        }));
+        if entries.len() > before {
+            sources.insert(slot);
+        }
+    }
+    Ok((entries, sources))
+}
+
+/// The entries of the backup log's batches above `last_sequence`.
+fn batch_entries(area: &[u8], context: &AreaContext, batches: &[ReplayBatch], last_sequence: u64) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for batch in batches {
+        let Ok(raw) = read_object(area, batch.offset, context) else { continue };
+        let mut sequence = batch.first_sequence;
+        let _ = decode_entries(raw.payload, context.ofs_area + batch.offset, |kind, key, value| {
+            if sequence > last_sequence {
+                entries.push(Entry { key: key.to_vec(), sequence, kind, value: value.to_vec() });
+            }
+            sequence += 1;
+        });
+    }
+    entries
+}
+
+fn sequence_range(entries: &[Entry]) -> String {
+    let low = entries.iter().map(|entry| entry.sequence).min().unwrap_or(0);
+    let high = entries.iter().map(|entry| entry.sequence).max().unwrap_or(0);
+    format!("sequences {low} to {high}")
+}
+
+fn version_code(recovery: &Result<InstanceRecovery, VersionLogError>) -> Code {
+    match recovery {
+        Ok(_) => Code::VersionLogChainBroken,
+        Err(VersionLogError::NoStart { .. }) => Code::VersionLogNoStart,
+        Err(VersionLogError::BadStart { .. }) => Code::VersionLogBadStart,
+        Err(VersionLogError::BadWrapLeft { .. }) => Code::VersionLogBadWrapLeft,
+        Err(VersionLogError::SnMismatch { .. }) => Code::VersionLogSnMismatch,
+        Err(VersionLogError::Replay { error, .. }) => match error {
+            lds_format::version::ReplayError::SlotInUse { .. } => Code::SlotReferencedTwice,
+            lds_format::version::ReplayError::SlotOutOfRange { .. } => Code::SlotOutOfRange,
+            lds_format::version::ReplayError::LevelOutOfRange { .. } => Code::LevelOutOfRange,
+            _ => Code::VersionLogReplay,
+        },
+        Err(_) => Code::VersionLogReplay,
+    }
+}
+
+/// Why a journaled compaction cannot be finished from its journal, if it cannot.
+fn journal_fault(
+    journal: &CompactionJournal,
+    tree: &BTreeMap<u64, ChunkMeta>,
+    geometry: &Geometry,
+) -> Option<(Code, String)> {
+    if let Some(missing) = journal.inputs.iter().find(|id| !tree.contains_key(id)) {
+        return Some((Code::JournalInputsMissing, format!("input chunk {missing} is not in the version")));
+    }
+    let inputs: BTreeSet<u64> = journal.inputs.iter().copied().collect();
+    for id in &journal.cleaned {
+        let holds_more = tree.get(id).is_some_and(|chunk| chunk.largest_key.as_slice() > journal.resume_key.as_slice());
+        if !inputs.contains(id) || holds_more {
+            return Some((Code::JournalCleanedTooSoon, format!("chunk {id} is listed as cleaned too soon")));
+        }
+    }
+    let mut outputs: Vec<&ChunkMeta> = journal.outputs.iter().collect();
+    outputs.sort_by(|a, b| a.smallest_key.cmp(&b.smallest_key));
+    if outputs.windows(2).any(|pair| pair[0].largest_key >= pair[1].smallest_key)
+        || outputs.iter().any(|output| output.largest_key.as_slice() > journal.resume_key.as_slice())
+    {
+        return Some((Code::JournalOutputsDisorder, "its outputs overlap or pass the resume key".into()));
+    }
+    let cleaned: BTreeSet<u64> = journal.cleaned.iter().copied().collect();
+    let owners: BTreeMap<u64, u64> =
+        tree.values().flat_map(|chunk| chunk.slots().map(move |slot| (slot, chunk.chunk_id))).collect();
+    for output in &journal.outputs {
+        for slot in output.slots() {
+            if slot >= geometry.num_slots {
+                return Some((Code::SlotOutOfRange, format!("output slot {slot} is beyond the slot area")));
+            }
+            if owners.get(&slot).is_some_and(|owner| !cleaned.contains(owner)) {
+                return Some((Code::JournalOutputsConflict, format!("output slot {slot} is used by the version")));
+            }
+        }
+    }
+    None
+}
+
+fn class_of(codes: &[Code], dropped: &[String]) -> FixClass {
+    if dropped.is_empty() && codes.iter().all(|code| matches!(code.kind().repair, Repair::Preen(_) | Repair::Nothing)) {
+        FixClass::Preen
+    } else {
+        FixClass::Fix
+    }
+}
+
+/// The tree being rebuilt, and what was done to it.
+struct Rebuild<'a> {
+    device: &'a dyn BlockDevice,
+    geometry: &'a Geometry,
+    instance: u32,
+    /// `version log of instance N`, and the area's device offset.
+    log: (String, u64),
+    /// The chunks that stay.
+    tree: BTreeMap<u64, ChunkMeta>,
+    /// New data to write.
+    runs: Vec<Run>,
+    fixes: Vec<Fix>,
+}
+
+/// Where the rebuild starts: the version, its unfinished compactions, the geometry its base
+/// version replicates, and the old state's version log ranges.
+struct Start {
+    version: Version,
+    journals: BTreeMap<u64, CompactionJournal>,
+    replica: Option<Geometry>,
+    protected: Vec<(u64, u64)>,
+    /// The version log lost versions: the recovered version is not the newest.
+    lost: bool,
+}
+
+impl Rebuild<'_> {
+    fn fix(&mut self, codes: Vec<Code>, action: String) -> &mut Fix {
+        self.fixes.push(Fix::new(codes, self.log.0.clone(), self.log.1, action));
+        let last = self.fixes.len() - 1;
+        &mut self.fixes[last]
+    }
+
+    fn read_entries(&self, meta: &ChunkMeta) -> Result<ChunkRead, DeviceError> {
+        read_entries(self.device, self.geometry, self.instance, meta)
+    }
+
+    /// The version to rebuild from: the recovered one, or the newest good one.
+    fn start(&mut self, label: &Label, source: &Source) -> Result<Start, RepairError> {
+        let mut protected: Vec<(u64, u64)> = Vec::new();
+        if let Ok(recovery) = &source.recovery {
+            protected
+                .extend(recovery.version_log.sequence.iter().map(|object| (object.offset, object.header.total_len())));
+        }
+        let lost = version_log_broken(&source.recovery);
+        if let (Ok(recovery), false) = (&source.recovery, lost) {
+            let state = &recovery.version_log;
+            return Ok(Start {
+                version: state.version.clone(),
+                journals: state.unfinished_compactions.clone(),
+                replica: Some(state.base.geometry),
+                protected,
+                lost,
+            });
+        }
+        let code = version_code(&source.recovery);
+        let mut dropped = Vec::new();
+        if let Ok(InstanceRecovery { version_end: ChainEndVerdict::Broken { later, .. }, .. }) = &source.recovery {
+            dropped.push(format!("version log objects lsn {} to {} past the damage", later.first_lsn, later.last_lsn));
+        }
+        let Some(good) = &source.good else {
+            let fix =
+                self.fix(vec![code], "no base version is left: rebuilt the tree from the chunks in the slots".into());
+            fix.dropped = vec!["every version the log held (the data in free slots is kept at level 0)".into()];
+            fix.class = FixClass::Fix;
+            let base = lds_format::image::empty_base_version(self.geometry, self.instance, label.generation);
+            let version = Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
+                device: self.device.name().display().to_string(),
+                instance: self.instance,
+                reason: error.to_string(),
+            })?;
+            return Ok(Start { version, journals: BTreeMap::new(), replica: None, protected, lost });
+        };
+        protected.extend(good.objects.iter().copied());
+        dropped.extend(good.stopped.iter().map(|why| format!("the versions after that point: {why}")));
+        dropped.extend(good.left_out.iter().map(|what| format!("left out {what}")));
+        let fix = Fix::new(
+            vec![code],
+            self.log.0.clone(),
+            self.log.1 + good.base_offset,
+            format!(
+                "rebuilt the version from the base version at offset {} (lsn {}) and the {} objects chained after it, with a new base version",
+                good.base_offset,
+                good.base_lsn,
+                good.objects.len() - 1
+            ),
+        );
+        self.fixes.push(fix.dropping(dropped).class(FixClass::Fix));
+        Ok(Start {
+            version: good.version.clone(),
+            journals: good.unfinished_compactions.clone(),
+            replica: Some(good.base.geometry),
+            protected,
+            lost,
+        })
+    }
+
+    /// The newest unfinished compaction its journal describes consistently is finished (or
+    /// rolled back when it cleaned nothing yet); the others are rolled back.
+    fn journals(&mut self, journals: &BTreeMap<u64, CompactionJournal>) -> Result<(), RepairError> {
+        let mut finished: Option<&CompactionJournal> = None;
+        for journal in journals.values().rev() {
+            let levels = |journal: &CompactionJournal| journal.source_level..=journal.target_level;
+            let shares_levels = finished.is_some_and(|kept| {
+                levels(journal).contains(&kept.source_level) || levels(kept).contains(&journal.source_level)
+            });
+            let fault = if shares_levels {
+                Some((Code::JournalLevelsShared, "a newer unfinished compaction shares its levels".to_string()))
+            } else {
+                journal_fault(journal, &self.tree, self.geometry)
+            };
+            match fault {
+                Some((code, why)) => {
+                    let dropped = if journal.cleaned.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![format!(
+                            "the keys up to the resume key of the inputs it cleaned (chunks {:?}) where their slots were reused (reported with those chunks)",
+                            journal.cleaned
+                        )]
+                    };
+                    let action = format!(
+                        "rolled back compaction {} ({why}): its outputs are free slots, its inputs stay",
+                        journal.compaction_id
+                    );
+                    let fix = self.fix(vec![code], action);
+                    fix.dropped = dropped;
+                    fix.class = FixClass::Fix;
+                }
+                None if finished.is_none() => finished = Some(journal),
+                None => {}
+            }
+        }
+        match finished {
+            Some(journal) if journal.cleaned.is_empty() => {
+                let action = format!(
+                    "rolled back the unfinished compaction {} (it had cleaned no input): its {} outputs are free slots, its inputs stay",
+                    journal.compaction_id,
+                    journal.outputs.len()
+                );
+                self.fix(vec![Code::JournalUnfinished], action);
+            }
+            Some(journal) => self.finish_compaction(journal)?,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Finishes a compaction from its journal: its outputs replace its inputs, and the keys
+    /// above the resume key of the inputs it had not cleaned are rewritten at their levels.
+    fn finish_compaction(&mut self, journal: &CompactionJournal) -> Result<(), RepairError> {
+        let mut rewritten = Vec::new();
+        let mut dropped = Vec::new();
+        for id in &journal.inputs {
+            let Some(input) = self.tree.remove(id) else { continue };
+            if journal.cleaned.contains(id) {
+                continue;
+            }
+            let read = self.read_entries(&input)?;
+            dropped.extend(read.dropped.into_iter().map(|what| format!("chunk {id}: {what}")));
+            let above: Vec<Entry> =
+                read.entries.into_iter().filter(|entry| entry.key.as_slice() > journal.resume_key.as_slice()).collect();
+            if !above.is_empty() {
+                rewritten.push(id.to_string());
+                self.runs.push(Run::new(input.level, 0, above));
+            }
+        }
+        for output in &journal.outputs {
+            self.tree.insert(output.chunk_id, output.clone());
+        }
+        let action = format!(
+            "finished the unfinished compaction {} from its journal: its {} outputs replace its {} inputs; the keys above the resume key {} of the inputs it had not cleaned ({}) were rewritten",
+            journal.compaction_id,
+            journal.outputs.len(),
+            journal.inputs.len(),
+            display_key(&journal.resume_key),
+            if rewritten.is_empty() { "none".to_string() } else { format!("chunks {}", rewritten.join(", ")) }
+        );
+        let fix = self.fix(vec![Code::JournalUnfinished], action);
+        if !dropped.is_empty() {
+            fix.dropped = dropped;
+            fix.class = FixClass::Fix;
+        }
+        Ok(())
+    }
+
+    /// Every chunk, as the checker checks it: a chunk with a problem is rewritten from its
+    /// readable blocks (a problem of its sequence numbers alone is the version's to fix).
+    fn damaged_chunks(&mut self) -> Result<(), RepairError> {
+        let (geometry, instance) = (self.geometry, self.instance);
+        let ids: Vec<u64> = self.tree.keys().copied().collect();
+        for id in ids {
+            let Some(meta) = self.tree.get(&id).cloned() else { continue };
+            let images = chunk_images(self.device, geometry, &meta)?;
+            let problems = chunk_problems(&images, geometry, instance, &meta, u64::MAX, CheckOptions { deep: true });
+            let mut codes: Vec<Code> = problems.iter().map(|problem| problem.code).collect();
+            codes.sort();
+            codes.dedup();
+            if codes.is_empty() {
+                continue;
+            }
+            self.tree.remove(&id);
+            let read = self.read_entries(&meta)?;
+            let count = read.entries.len();
+            let action = if count == 0 {
+                format!("dropped chunk {id}: none of its entries is readable")
+            } else {
+                format!("rewrote the {count} readable entries of chunk {id} into new chunks at level {}", meta.level)
+            };
+            let class = class_of(&codes, &read.dropped);
+            let offset = meta
+                .sub_chunks
+                .first()
+                .map_or(0, |sub_chunk| geometry.slot_offset(sub_chunk.slot.min(geometry.num_slots)));
+            let structure = format!("chunk {id} of instance {instance}");
+            self.fixes.push(Fix::new(codes, structure, offset, action).dropping(read.dropped).class(class));
+            if count > 0 {
+                self.runs.push(Run::new(meta.level, meta.flags, read.entries));
+            }
+        }
+        Ok(())
+    }
+
+    /// The level rules over the kept chunks and the new runs: overlapping chunks of a level are
+    /// merged into disjoint ones, and one odd chunk per level keeps its flag.
+    fn level_rules(&mut self, num_levels: u32) -> Result<(), RepairError> {
+        for level in 1..num_levels.min(u32::from(u8::MAX)) as u8 {
+            self.merge_overlaps(level)?;
+            self.one_odd_chunk(level);
+        }
+        self.runs.retain(|run| !run.entries.is_empty());
+        Ok(())
+    }
+
+    fn merge_overlaps(&mut self, level: u8) -> Result<(), RepairError> {
+        /// A chunk that stays (its id) or a run (its index).
+        type Node = Result<u64, usize>;
+        let mut nodes: Vec<(Vec<u8>, Vec<u8>, Node)> = self
+            .tree
+            .values()
+            .filter(|chunk| chunk.level == level)
+            .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone(), Ok(chunk.chunk_id)))
+            .collect();
+        nodes.extend(self.runs.iter().enumerate().filter(|(_, run)| run.level == level).filter_map(|(index, run)| {
+            let (first, last) = run.key_range()?;
+            Some((first.to_vec(), last.to_vec(), Err(index)))
+        }));
+        nodes.sort();
+        let mut components: Vec<Vec<Node>> = Vec::new();
+        let mut reach: Option<Vec<u8>> = None;
+        for (smallest, largest, node) in nodes {
+            match (&mut reach, components.last_mut()) {
+                (Some(end), Some(component)) if smallest <= *end => {
+                    component.push(node);
+                    if largest > *end {
+                        *end = largest;
+                    }
+                }
+                _ => {
+                    components.push(vec![node]);
+                    reach = Some(largest);
+                }
+            }
+        }
+        let mut consumed = Vec::new();
+        for component in components.into_iter().filter(|component| component.len() > 1) {
+            let mut entries = Vec::new();
+            let mut names: Vec<String> = Vec::new();
+            let mut rewritten = false;
+            let mut dropped = Vec::new();
+            for node in component {
+                match node {
+                    Ok(id) => {
+                        let Some(meta) = self.tree.remove(&id) else { continue };
+                        let read = self.read_entries(&meta)?;
+                        dropped.extend(read.dropped.into_iter().map(|what| format!("chunk {id}: {what}")));
+                        entries.extend(read.entries);
+                        names.push(id.to_string());
+                    }
+                    Err(index) => {
+                        entries.append(&mut self.runs[index].entries);
+                        consumed.push(index);
+                        rewritten = true;
+                    }
+                }
+            }
+            let action = format!(
+                "merged the overlapping chunks {}{} into new disjoint chunks",
+                names.join(", "),
+                if rewritten { " and rewritten entries" } else { "" }
+            );
+            let structure = format!("level {level} of instance {}", self.instance);
+            self.fixes
+                .push(Fix::new(vec![Code::LevelOverlap], structure, 0, action).dropping(dropped).class(FixClass::Fix));
+            self.runs.push(Run::new(level, 0, entries));
+        }
+        for index in consumed {
+            self.runs[index].entries.clear();
+        }
+        Ok(())
+    }
+
+    fn one_odd_chunk(&mut self, level: u8) {
+        let mut odd_seen = false;
+        let mut cleared = Vec::new();
+        for chunk in self.tree.values_mut().filter(|chunk| chunk.level == level && chunk.is_odd()) {
+            if odd_seen {
+                chunk.flags &= !CHUNK_FLAG_ODD;
+                cleared.push(chunk.chunk_id.to_string());
+            }
+            odd_seen = true;
+        }
+        for run in self.runs.iter_mut().filter(|run| run.level == level && run.flags & CHUNK_FLAG_ODD != 0) {
+            if odd_seen {
+                run.flags &= !CHUNK_FLAG_ODD;
+                cleared.push("a rewritten chunk".into());
+            }
+            odd_seen = true;
+        }
+        if !cleared.is_empty() {
+            let action = format!(
+                "cleared the odd flag of {} (one odd chunk per level; a later compaction merges them)",
+                cleared.join(", ")
+            );
+            let structure = format!("level {level} of instance {}", self.instance);
+            self.fixes.push(Fix::new(vec![Code::OddChunksInLevel], structure, 0, action));
+        }
+    }
+}
+
+/// The backup log's batches to keep (those recovery replays, before any damage), where it
+/// ends, and the fixes its damage needs.
+fn backup_batches(
+    source: &Source,
+    version: &Version,
+    lost: bool,
+    context: &AreaContext,
+) -> (Vec<ReplayBatch>, Option<u64>, Vec<Fix>) {
+    let structure = format!("backup log of instance {}", source.instance);
+    let recorded = (version.ofs_backup_start, version.lsn_backup_start);
+    let start_inside = recorded.0 % 8 == 0 && recorded.0 + HEADER_LEN as u64 <= context.len_area;
+    let prefix = |start: u64, lsn: u64| {
+        recover_backup_log_prefix(&source.backup_area, context, start, lsn, version.last_sequence, 0)
+    };
+    let recovery = match &source.recovery {
+        Ok(recovery) if !lost => recovery,
+        _ if start_inside => return (prefix(recorded.0, recorded.1).batches, None, Vec::new()),
+        _ => return (Vec::new(), None, Vec::new()),
+    };
+    match &recovery.backup {
+        BackupRecovery::Recovered { state, end, .. } => {
+            let mut fixes = Vec::new();
+            if let ChainEndVerdict::Broken { offset, later, .. } = end {
+                fixes.push(
+                    Fix::new(
+                        vec![Code::BackupLogChainBroken],
+                        structure,
+                        context.ofs_area + offset,
+                        format!("kept the {} batches before the damage at offset {offset}", state.batches.len()),
+                    )
+                    .dropping(vec![format!(
+                        "backup log objects lsn {} to {} after the damage",
+                        later.first_lsn, later.last_lsn
+                    )]),
+                );
+            }
+            let head = if state.head.after_wrap_right { 0 } else { state.head.offset };
+            (state.batches.clone(), Some(head), fixes)
+        }
+        BackupRecovery::Sequence(error) => {
+            let state = prefix(recorded.0, recorded.1);
+            let fix = Fix::new(
+                vec![Code::BackupLogSequence],
+                structure,
+                context.ofs_area,
+                format!(
+                    "kept the {} batches before the first whose sequence numbers do not increase",
+                    state.batches.len()
+                ),
+            )
+            .dropping(vec![format!("the batches from there on ({error})")]);
+            (state.batches, None, vec![fix])
+        }
+        BackupRecovery::StartMismatch { offset, found_lsn, recorded_lsn } => {
+            let state = prefix(*offset, *found_lsn);
+            let fix = Fix::new(
+                vec![Code::BackupStartMismatch],
+                structure,
+                context.ofs_area + offset,
+                format!(
+                    "replayed the backup log from the object at the start point (lsn {found_lsn}, the version said {recorded_lsn}): {} batches",
+                    state.batches.len()
+                ),
+            );
+            (state.batches, None, vec![fix])
+        }
+        BackupRecovery::StartOutside { ofs_backup_start, .. } => {
+            let fix = Fix::new(
+                vec![Code::BackupStartOutside],
+                structure,
+                context.ofs_area,
+                format!("restarted the backup log (the start point {ofs_backup_start} lies outside it)"),
+            )
+            .dropping(vec!["whatever the backup log held".into()]);
+            (Vec::new(), None, vec![fix])
+        }
+    }
+}
+
+/// Plans the rebuild of `source`'s tree.
+pub(crate) fn plan(
+    device: &dyn BlockDevice,
+    label: &Label,
+    source: &Source,
+    old_slots: &BTreeSet<u64>,
+) -> Result<InstancePlan, RepairError> {
+    let geometry = &label.geometry;
+    let instance = source.instance;
+    let version_context = area_context(geometry, LogKind::Version, instance);
+    let backup_context = area_context(geometry, LogKind::Backup, instance);
+    let mut rebuild = Rebuild {
+        device,
+        geometry,
+        instance,
+        log: (format!("version log of instance {instance}"), version_context.ofs_area),
+        tree: BTreeMap::new(),
+        runs: Vec::new(),
+        fixes: Vec::new(),
+    };
+    let Start { version, journals, replica, protected, lost } = rebuild.start(label, source)?;
+    rebuild.tree = version.chunks.clone();
+    // Where versions were lost, the data newer than the version that free slots hold.
+    let (extra, source_slots) = if lost {
+        newer_in_free_slots(device, geometry, instance, version.last_sequence, old_slots)?
+    } else {
+        (Vec::new(), BTreeSet::new())
+    };
+    if !extra.is_empty() {
+        let listed: Vec<String> = source_slots.iter().map(u64::to_string).collect();
+        let action = format!(
+            "added the {} entries ({}) that chunks in free slots {} hold above that version's last sequence: data the lost versions had committed (keys deleted since may reappear)",
+            extra.len(),
+            sequence_range(&extra),
+            listed.join(", ")
+        );
+        rebuild.fix(vec![version_code(&source.recovery)], action);
+    }
+    rebuild.journals(&journals)?;
+    rebuild.damaged_chunks()?;
+    let (batches, backup_head, mut backup_fixes) = backup_batches(source, &version, lost, &backup_context);
+    let logged = batch_entries(&source.backup_area, &backup_context, &batches, version.last_sequence);
+    rebuild.level_rules(version.num_levels)?;
+    // The last sequence covers every chunk.
+    let chunk_largest = rebuild.tree.values().map(|chunk| chunk.largest_seq);
+    let run_largest = rebuild.runs.iter().flat_map(|run| run.entries.iter().map(|entry| entry.sequence));
+    let data_largest = chunk_largest.chain(run_largest).max().unwrap_or(0);
+    if rebuild.tree.values().any(|chunk| chunk.largest_seq > version.last_sequence) {
+        let action = format!("raised the version's last sequence from {} to {data_largest}", version.last_sequence);
+        rebuild.fix(vec![Code::SequenceImplausible], action);
+    }
+    // The backup log's batches (with what the free slots added) go to level 0, so that the
+    // backup log restarts.
+    let mut new_data = extra;
+    new_data.extend(logged);
+    let last_sequence =
+        version.last_sequence.max(data_largest).max(new_data.iter().map(|entry| entry.sequence).max().unwrap_or(0));
+    if !new_data.is_empty() {
+        let run = Run::new(0, 0, new_data);
+        if backup_fixes.is_empty() && !batches.is_empty() {
+            backup_fixes.push(Fix::new(
+                Vec::new(),
+                format!("backup log of instance {instance}"),
+                backup_context.ofs_area,
+                format!(
+                    "wrote the {} entries the backup log replays ({}) to level 0; the backup log restarts",
+                    run.entries.len(),
+                    sequence_range(&run.entries)
+                ),
+            ));
+        }
+        rebuild.runs.push(run);
+    }
+    rebuild.fixes.extend(backup_fixes);
+    if replica.is_some_and(|replica| replica != *geometry) {
+        rebuild.fix(vec![Code::GeometryReplicaDiffers], "the new base version replicates the label's geometry".into());
+    }
+    if rebuild.fixes.is_empty() {
+        rebuild.fix(Vec::new(), "appended a base version of the recovered tree".into());
+    }
+    // The new base version: the backup log restarts at its head (or offset 0) with an lsn
+    // above any it holds, so that nothing there is replayed again.
+    let (backup_lsn_max, _) = header_maxima(&source.backup_area, &backup_context);
+    let ofs_backup_start = backup_head
+        .filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area)
+        .unwrap_or(0);
+    let (version_lsn_max, version_sn_max) = header_maxima(&source.version_area, &version_context);
+    let template = BaseVersion {
+        geometry: *geometry,
+        instance,
+        num_levels: version.num_levels,
+        last_sequence,
+        label_generation: label.generation,
+        ofs_backup_start,
+        lsn_backup_start: backup_lsn_max.max(version.lsn_backup_start) + 1,
+        compact_pointers: version
+            .compact_pointers
+            .iter()
+            .map(|(&level, key)| CompactPointer { level, key: key.clone() })
+            .collect(),
+        chunks: Vec::new(),
+    };
+    Ok(InstancePlan {
+        instance,
+        fixes: rebuild.fixes,
+        kept: rebuild.tree.into_values().collect(),
+        runs: rebuild.runs,
+        template,
+        protected,
+        next_lsn: version_lsn_max + 1,
+        next_sn: version_sn_max + 1,
+        source_slots,
+        apply: true,
+    })
+}

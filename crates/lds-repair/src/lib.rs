@@ -1,0 +1,465 @@
+//! Offline repair of LDS volumes (`lds repair`), after e2fsck: `-n` reports what it would do
+//! and writes nothing, `-p` applies only fixes that lose no data, `-y` applies every fix it
+//! can. It starts from the checker's report (`lds-check`), so that it repairs what fsck
+//! reports, and ends by checking again.
+//!
+//! What it does, for each instance with a problem, is rebuild that instance's tree from what
+//! is still readable and commit it with one new base version:
+//! - the version: the recovered one, or where the version log is damaged the newest base
+//!   version that still builds with the objects chained after it (parts that contradict it
+//!   left out), plus the data newer than it that chunks in free slots hold (SPEC.md §8.5);
+//! - every chunk the checker finds a problem in is read block by block and the entries of the
+//!   blocks whose checksum holds are rewritten into new chunks at its level; overlapping
+//!   chunks of a level are merged into disjoint ones; extra odd flags are cleared;
+//! - an unfinished compaction is finished from its journal (or rolled back when it cleaned
+//!   nothing yet, or is inconsistent);
+//! - the backup log's batches that recovery replays (those before any damage) are written to
+//!   new level-0 chunks, and the new base version restarts the backup log.
+//!
+//! Nothing the old state needs is overwritten until the last write: new chunks go to slots no
+//! version (old or new) uses, the new base version and a WOR go to a part of the version log
+//! outside its live region, and one sector write at offset 0 (a WOL pointing at them) switches
+//! recovery to the new state (SPEC.md §9.2). A crash before that leaves the old state (the
+//! written chunks are free slots); after it, the new one. With an undo file
+//! (`lds_volume::undo`) every write can also be rolled back byte for byte.
+#![deny(missing_docs)]
+#![deny(clippy::unwrap_used)]
+#![deny(unsafe_code)]
+
+mod flip;
+mod instance;
+mod labels;
+
+use std::collections::BTreeSet;
+
+use lds_check::{check, CheckError, CheckOptions, Code, Report, Severity};
+use lds_format::chunk::BuiltSubChunk;
+use lds_format::image::area_context;
+use lds_format::label::{Geometry, Label, LogKind};
+use lds_format::pack::{place, ChunkFormat, ChunkPacker};
+use lds_format::version::{Version, CHUNK_FLAG_ODD};
+use lds_volume::{BlockDevice, DeviceError};
+
+pub use instance::Run;
+
+/// How much repair may do (e2fsck's `-n`, `-p`, `-y`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Report what would be done; write nothing.
+    DryRun,
+    /// Apply only the fixes that lose no data; leave the rest.
+    Preen,
+    /// Apply every fix it can.
+    Yes,
+}
+
+/// Options of a repair.
+#[derive(Debug, Clone, Copy)]
+pub struct RepairOptions {
+    /// How much to do.
+    pub mode: Mode,
+    /// Block size of the chunks repair writes.
+    pub block_size: usize,
+    /// Filter bits per key of the chunks repair writes.
+    pub bloom_bits_per_key: u32,
+}
+
+impl RepairOptions {
+    /// The engine's chunk sizes, in `mode`.
+    pub fn new(mode: Mode) -> Self {
+        Self { mode, block_size: 4096, bloom_bits_per_key: 10 }
+    }
+}
+
+/// Whether a fix can lose data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixClass {
+    /// It loses nothing (`-p` applies it).
+    Preen,
+    /// It may drop data, each drop reported (`-y` only).
+    Fix,
+}
+
+/// What became of a fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FixState {
+    /// Written.
+    Applied,
+    /// Planned only (`-n`).
+    Planned,
+    /// Not applied, and why.
+    Refused(String),
+}
+
+/// One fix: what it changes and what data it drops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fix {
+    /// The problem codes it answers.
+    pub codes: Vec<Code>,
+    /// The structure concerned.
+    pub structure: String,
+    /// Its device offset.
+    pub offset: u64,
+    /// What it does.
+    pub action: String,
+    /// The data it drops (keys, key ranges, sequence ranges, chunks), empty when none.
+    pub dropped: Vec<String>,
+    /// Whether it can lose data.
+    pub class: FixClass,
+    /// What became of it.
+    pub state: FixState,
+}
+
+impl Fix {
+    fn new(codes: Vec<Code>, structure: impl Into<String>, offset: u64, action: impl Into<String>) -> Self {
+        Self {
+            codes,
+            structure: structure.into(),
+            offset,
+            action: action.into(),
+            dropped: Vec::new(),
+            class: FixClass::Preen,
+            state: FixState::Planned,
+        }
+    }
+
+    fn dropping(mut self, dropped: Vec<String>) -> Self {
+        if !dropped.is_empty() {
+            self.class = FixClass::Fix;
+        }
+        self.dropped = dropped;
+        self
+    }
+
+    fn class(mut self, class: FixClass) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// One line: `fix 405 chunk 8 of instance 0 @ 917504: action`.
+    pub fn line(&self) -> String {
+        let mut codes: Vec<String> = self.codes.iter().map(|code| code.number().to_string()).collect();
+        if codes.is_empty() {
+            codes.push("-".into());
+        }
+        let state = match &self.state {
+            FixState::Applied => "fixed".to_string(),
+            FixState::Planned => "would fix".to_string(),
+            FixState::Refused(why) => format!("not fixed ({why})"),
+        };
+        format!("{state} {} {} @ {}: {}", codes.join(","), self.structure, self.offset, self.action)
+    }
+}
+
+/// One write repair made (or would make).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// What was written.
+    pub structure: String,
+    /// Device offset.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// The outcome of a repair.
+#[derive(Debug, Clone)]
+pub struct RepairReport {
+    /// The check before.
+    pub before: Report,
+    /// Every fix, with its state.
+    pub fixes: Vec<Fix>,
+    /// Problems no in-place repair answers (use `lds salvage`).
+    pub unrepairable: Vec<String>,
+    /// The writes, in order.
+    pub writes: Vec<Written>,
+    /// The check after (when anything was written).
+    pub after: Option<Report>,
+}
+
+impl RepairReport {
+    /// e2fsck's exit code: 0 nothing to fix, 1 errors corrected, 4 errors left uncorrected.
+    pub fn exit_code(&self) -> i32 {
+        let inconsistent = |report: &Report| report.count(Severity::Error) + report.count(Severity::Warning) > 0;
+        match &self.after {
+            _ if !inconsistent(&self.before) => 0,
+            Some(after) if !inconsistent(after) => 1,
+            _ => 4,
+        }
+    }
+
+    /// Bytes written.
+    pub fn bytes_written(&self) -> u64 {
+        self.writes.iter().map(|write| write.len).sum()
+    }
+}
+
+/// Why a repair could not run, or stopped before writing anything (the volume is unchanged),
+/// or failed while writing (the undo file restores it).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RepairError {
+    /// The check could not run.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The device failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// Too few free slots for the chunks repair must write.
+    #[error("{device}: repair must write {needed} chunks and only {free} slots are free; nothing was written (lds salvage copies what is readable to a new volume)")]
+    NoSpace {
+        /// The device.
+        device: String,
+        /// Slots needed.
+        needed: usize,
+        /// Slots free.
+        free: usize,
+    },
+    /// The version log has no room for the rebuilt base version outside its live region.
+    #[error("{device}: the version log of instance {instance} has no room outside its live region for the rebuilt base version ({len} bytes); nothing was written (lds salvage copies what is readable to a new volume)")]
+    NoRoom {
+        /// The device.
+        device: String,
+        /// The instance.
+        instance: u32,
+        /// Bytes of the base version object.
+        len: u64,
+    },
+    /// The tree repair built does not hold together (a bug): nothing was written.
+    #[error("{device}: instance {instance}: the rebuilt version does not build ({reason}); nothing was written")]
+    Inconsistent {
+        /// The device.
+        device: String,
+        /// The instance.
+        instance: u32,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A write to make: device offset, bytes, what it is.
+struct PlannedWrite {
+    offset: u64,
+    bytes: Vec<u8>,
+    structure: String,
+}
+
+/// Repairs the volume on `device` (opened for writing by the caller, who holds its lock).
+/// `progress(done, total)` hears bytes of chunks checked.
+pub fn repair(
+    device: &dyn BlockDevice,
+    options: RepairOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RepairReport, RepairError> {
+    let name = device.name().display().to_string();
+    let check_options = CheckOptions { deep: true };
+    let before = check(device, check_options, progress)?;
+    let mut report = RepairReport {
+        before: before.clone(),
+        fixes: Vec::new(),
+        unrepairable: Vec::new(),
+        writes: Vec::new(),
+        after: None,
+    };
+    if before.first_inconsistency().is_none() {
+        return Ok(report);
+    }
+    let Some(labels) = labels::plan(device, &mut report)? else {
+        return Ok(report);
+    };
+    let label = labels.label.clone();
+    let geometry = label.geometry;
+    if options.mode == Mode::Preen && labels.writes.iter().any(|(fix, _)| fix.class == FixClass::Fix) {
+        // The labels need a choice that -p does not make; nothing else is done before it.
+        labels.writes(options.mode, &mut report);
+        return Ok(report);
+    }
+    // Instances with a problem of their own; a problem of no instance (a slot two instances
+    // use) concerns every instance.
+    let unattributed = before.problems.iter().any(|problem| {
+        problem.code.severity() != Severity::Info && problem.instance().is_none() && !is_label_problem(problem.code)
+    });
+    let concerned: BTreeSet<u32> = (0..geometry.instance_count)
+        .filter(|&instance| {
+            unattributed
+                || before
+                    .problems
+                    .iter()
+                    .any(|problem| problem.code.severity() != Severity::Info && problem.instance() == Some(instance))
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for instance in 0..geometry.instance_count {
+        sources.push(instance::Source::read(device, &geometry, instance)?);
+    }
+    let old_slots: BTreeSet<u64> = sources.iter().flat_map(instance::Source::referenced_slots).collect();
+    let mut plans = Vec::new();
+    for source in &sources {
+        if concerned.contains(&source.instance) {
+            plans.push(instance::plan(device, &label, source, &old_slots)?);
+        }
+    }
+    let preen = options.mode == Mode::Preen;
+    for plan in &mut plans {
+        let loses_data = plan.fixes.iter().any(|fix| fix.class == FixClass::Fix);
+        plan.apply = !(preen && loses_data);
+        if !plan.apply {
+            for fix in &mut plan.fixes {
+                fix.state = FixState::Refused("it may drop data: run lds repair -y".into());
+            }
+        }
+    }
+    let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
+    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options)?;
+    let mut flips = Vec::new();
+    for plan in plans.iter().filter(|plan| plan.apply) {
+        let base = plan.base();
+        Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
+            device: name.clone(),
+            instance: plan.instance,
+            reason: error.to_string(),
+        })?;
+        let context = area_context(&geometry, LogKind::Version, plan.instance);
+        let flip = flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.protected)
+            .map_err(|len| RepairError::NoRoom { device: name.clone(), instance: plan.instance, len })?;
+        flips.push((plan.instance, context.ofs_area, flip));
+    }
+    for plan in plans {
+        report.fixes.extend(plan.fixes);
+    }
+    if options.mode == Mode::DryRun {
+        let planned = writes.iter().chain(&chunk_writes);
+        report.writes = planned.map(written).collect();
+        for (instance, ofs_area, flip) in &flips {
+            report.writes.extend(flip.writes().map(|(offset, bytes, structure)| Written {
+                structure: format!("{structure} of the version log of instance {instance}"),
+                offset: ofs_area + offset,
+                len: bytes.len() as u64,
+            }));
+        }
+        return Ok(report);
+    }
+    // The labels, then the chunks, then each instance's switch to its new state.
+    write_all(device, &writes, &mut report)?;
+    writes.clear();
+    write_all(device, &chunk_writes, &mut report)?;
+    for (instance, ofs_area, flip) in &flips {
+        let structure = |what: &str| format!("{what} of the version log of instance {instance}");
+        let (shadow, switch): (Vec<PlannedWrite>, Vec<PlannedWrite>) = flip
+            .writes()
+            .map(|(offset, bytes, what)| PlannedWrite {
+                offset: ofs_area + offset,
+                bytes: bytes.to_vec(),
+                structure: structure(what),
+            })
+            .partition(|write| write.offset != *ofs_area);
+        write_all(device, &shadow, &mut report)?;
+        write_all(device, &switch, &mut report)?;
+    }
+    for fix in &mut report.fixes {
+        if fix.state == FixState::Planned {
+            fix.state = FixState::Applied;
+        }
+    }
+    if !report.writes.is_empty() {
+        report.after = Some(check(device, check_options, &mut |_, _| {})?);
+    }
+    Ok(report)
+}
+
+fn is_label_problem(code: Code) -> bool {
+    code.number() < 200
+}
+
+fn written(write: &PlannedWrite) -> Written {
+    Written { structure: write.structure.clone(), offset: write.offset, len: write.bytes.len() as u64 }
+}
+
+/// Writes in order, then one flush (a group of writes that may land in any order).
+fn write_all(device: &dyn BlockDevice, writes: &[PlannedWrite], report: &mut RepairReport) -> Result<(), RepairError> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    for write in writes {
+        device.write_at(write.offset, &write.bytes)?;
+        report.writes.push(written(write));
+    }
+    device.flush()?;
+    Ok(())
+}
+
+/// Packs every applied plan's runs into chunks, places them in slots no version uses (old or
+/// new), adds their metadata to the plans, and returns their writes.
+fn place_chunks(
+    name: &str,
+    geometry: &Geometry,
+    plans: &mut [instance::InstancePlan],
+    old_slots: &BTreeSet<u64>,
+    options: &RepairOptions,
+) -> Result<Vec<PlannedWrite>, RepairError> {
+    let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
+    for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
+        let format = ChunkFormat::new(geometry, plan.instance, options.block_size, options.bloom_bits_per_key);
+        for run in std::mem::take(&mut plan.runs) {
+            let mut packer = ChunkPacker::new(format);
+            for entry in &run.entries {
+                packer.push(&entry.key, entry.sequence, entry.kind, &entry.value);
+            }
+            let chunks = packer.finish();
+            // An odd chunk stays one chunk; a run that packs into several is not odd.
+            let flags = if chunks.len() == 1 { run.flags } else { run.flags & !CHUNK_FLAG_ODD };
+            packed.extend(chunks.into_iter().map(|chunk| (index, chunk.chunk, run.level, flags)));
+        }
+    }
+    let used: BTreeSet<u64> =
+        plans.iter().flat_map(|plan| plan.kept.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>())).collect();
+    let unavailable: BTreeSet<u64> = plans
+        .iter()
+        .flat_map(|plan| plan.source_slots.iter().copied())
+        .chain(used)
+        .chain(old_slots.iter().copied())
+        .collect();
+    let free: Vec<u64> = (0..geometry.num_slots).filter(|slot| !unavailable.contains(slot)).collect();
+    if free.len() < packed.len() {
+        return Err(RepairError::NoSpace { device: name.to_string(), needed: packed.len(), free: free.len() });
+    }
+    let mut writes = Vec::new();
+    for ((index, mut chunk, level, flags), slot) in packed.into_iter().zip(free) {
+        let meta = place(&mut chunk, slot, level, flags);
+        let plan = &mut plans[index];
+        let offset = geometry.slot_offset(slot);
+        let structure = format!("chunk {slot} of instance {} (new)", plan.instance);
+        let tail = chunk.tail();
+        writes.push(PlannedWrite { offset, bytes: chunk.body, structure: structure.clone() });
+        writes.push(PlannedWrite { offset: offset + geometry.slot_size - tail.len() as u64, bytes: tail, structure });
+        plan.kept.push(meta);
+    }
+    Ok(writes)
+}
+
+/// The label repair works with, and label writes to make.
+pub(crate) struct LabelPlan {
+    label: Label,
+    writes: Vec<(Fix, PlannedWrite)>,
+}
+
+impl LabelPlan {
+    /// The label writes allowed in `mode`, their fixes recorded in `report`.
+    fn writes(&self, mode: Mode, report: &mut RepairReport) -> Vec<PlannedWrite> {
+        let mut writes = Vec::new();
+        for (fix, write) in &self.writes {
+            let mut fix = fix.clone();
+            if mode == Mode::Preen && fix.class == FixClass::Fix {
+                fix.state = FixState::Refused("it needs a choice between the labels: run lds repair -y".into());
+            } else {
+                writes.push(PlannedWrite {
+                    offset: write.offset,
+                    bytes: write.bytes.clone(),
+                    structure: write.structure.clone(),
+                });
+            }
+            report.fixes.push(fix);
+        }
+        writes
+    }
+}
