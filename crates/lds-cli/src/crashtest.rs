@@ -5,12 +5,14 @@
 //! writes a reproducer (the crash image and the operation list), and exits 1.
 
 use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
 use lds_sim::minimize::{minimize_failure, Budget, Progress};
+use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
 use lds_sim::workload::{formatted_image, named, run, seeded, Op, Workload};
 use serde_json::json;
 
@@ -20,7 +22,9 @@ pub struct CrashtestOptions {
     /// Workload: basic, wrap, compaction, journal (named), or random, random-wrap,
     /// random-journal (one per seed; random-wrap wraps the backup log often with many
     /// unflushed writes at each wrap; journal and random-journal run merges large enough to be
-    /// journaled and clean inputs early).
+    /// journaled and clean inputs early). `repair`: crashes during `lds repair -y` on damaged
+    /// volumes, each crash image checked to undo to the damaged original and to be finished by
+    /// a second repair.
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).
@@ -67,6 +71,9 @@ fn workload_for(options: &CrashtestOptions, seed: u64) -> Option<Workload> {
 
 /// Runs the crash test; returns the exit code (0 no failure, 1 failures, 2 could not run).
 pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    if options.workload == "repair" {
+        return run_repair_crashtest(options, out, err);
+    }
     let started = Instant::now();
     let mut total = Counts::default();
     let mut workloads = 0u64;
@@ -76,7 +83,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, random or random-wrap",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal or repair",
             options.workload
         );
         return 2;
@@ -177,6 +184,128 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
             out,
             "{workloads} workloads, {} crash points, {} crash images ({} distinct) checked against I1, I2, I3 and I5: {} failures in {seconds:.1} s",
             total.crash_points, total.images, total.distinct_images, total.failures
+        );
+    }
+    i32::from(total.failures > 0)
+}
+
+/// `--workload repair`: every crash state of `lds repair -y` on each damaged volume of
+/// `lds_sim::repair::damaged_volumes`, checked against U (the undo file at the crash restores
+/// the damaged original), A (no problem the damaged volume did not have: the switch is atomic)
+/// and R (a second repair ends where the completed one did). A failing
+/// crash image is written to `--out/repair/` with what failed.
+fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let (volume, cases) = match damaged_volumes() {
+        Ok(found) => found,
+        Err(error) => {
+            let _ = writeln!(err, "lds crashtest: cannot build the damaged volumes: {error}");
+            return 2;
+        }
+    };
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(cases.len() as u64).with_style(
+            ProgressStyle::with_template("{spinner} {pos}/{len} repairs [{bar:30}] {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let bounds = Bounds {
+        exhaustive_max: options.exhaustive,
+        samples: options.samples,
+        tears: !options.no_tears,
+        seed: options.seed,
+    };
+    let mut total = Counts::default();
+    let mut reproducers = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        bar.set_message(case.name.clone());
+        let recorded = match record_repair(case, volume.geometry.sector()) {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                bar.suspend(|| writeln!(err, "lds crashtest: repair of {}: {error}", case.name)).ok();
+                total.failures += 1;
+                continue;
+            }
+        };
+        let mut first: Option<Failure> = None;
+        let counts = enumerate_repair(&recorded, &bounds, &mut |failure| {
+            first.get_or_insert(failure);
+            ControlFlow::Continue(())
+        });
+        bar.suspend(|| {
+            writeln!(
+                err,
+                "{}: repair exits {}, {} writes; {} crash points, {} images ({} distinct): {} failures",
+                case.name,
+                recorded.completed.exit_code,
+                recorded.history.writes.len(),
+                counts.crash_points,
+                counts.images,
+                counts.distinct_images,
+                counts.failures
+            )
+        })
+        .ok();
+        total.crash_points += counts.crash_points;
+        total.images += counts.images;
+        total.distinct_images += counts.distinct_images;
+        total.failures += counts.failures;
+        if let Some(failure) = first {
+            let folder = options.out.join("repair").join(format!("case-{index}"));
+            let written = std::fs::create_dir_all(&folder)
+                .and_then(|()| std::fs::write(folder.join("damaged.img"), recorded.history.initial.as_slice()))
+                .and_then(|()| std::fs::write(folder.join("crash.img"), &failure.image))
+                .and_then(|()| {
+                    std::fs::write(
+                        folder.join("failure.txt"),
+                        format!(
+                            "{}\n{} at crash point {} ({}): {}\n",
+                            case.name, failure.oracle, failure.crash_point, failure.state, failure.message
+                        ),
+                    )
+                });
+            bar.suspend(|| match written {
+                Ok(()) => writeln!(
+                    err,
+                    "lds crashtest: {}: first failure {} {} ({}); images in {}",
+                    case.name,
+                    failure.oracle,
+                    failure.message,
+                    failure.state,
+                    folder.display()
+                ),
+                Err(error) => writeln!(err, "lds crashtest: cannot write the reproducer: {error}"),
+            })
+            .ok();
+            reproducers.push(folder.display().to_string());
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    if options.json {
+        let document = json!({
+            "schema": "lds-crashtest/1",
+            "workloads": cases.len(),
+            "crash_points": total.crash_points,
+            "images": total.images,
+            "distinct_images": total.distinct_images,
+            "failures": total.failures,
+            "reproducers": reproducers,
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} repairs, {} crash points, {} crash images ({} distinct) checked against U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it): {} failures in {seconds:.1} s",
+            cases.len(),
+            total.crash_points,
+            total.images,
+            total.distinct_images,
+            total.failures
         );
     }
     i32::from(total.failures > 0)

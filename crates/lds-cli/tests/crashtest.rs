@@ -50,3 +50,15 @@ fn an_unknown_workload_is_a_usage_error() {
     assert_eq!(run_crashtest(&options("nonsense"), &mut out, &mut err), 2);
     assert!(String::from_utf8_lossy(&err).contains("unknown workload 'nonsense'"));
 }
+
+#[test]
+fn every_crash_state_of_lds_repair_undoes_or_finishes() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("repair"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    // One repair per kind of damage the checker reports (labels, both logs, chunk footers,
+    // tails and blocks; zeroed, flipped, stale), each with its crash states.
+    assert!(counts["workloads"].as_u64() >= Some(15), "{counts}");
+    assert!(counts["distinct_images"].as_u64() > Some(300), "{counts}");
+}

@@ -103,6 +103,11 @@ pub(crate) struct InstancePlan {
     template: BaseVersion,
     /// Version log ranges the old state reads: the new base version goes elsewhere.
     pub(crate) protected: Vec<(u64, u64)>,
+    /// Of them, the ranges the rebuild read its version from (when the version log is broken,
+    /// the newest good base version and its chain): where the rest leaves no room, the new
+    /// base version may go over the other ones, since a second repair after a crash starts
+    /// from the newest good base version again (the new one, once it landed whole).
+    pub(crate) needed: Vec<(u64, u64)>,
     pub(crate) next_lsn: u64,
     pub(crate) next_sn: u64,
     /// Free slots whose chunks the plan reads (not to be overwritten before the switch).
@@ -373,6 +378,7 @@ struct Start {
     journals: BTreeMap<u64, CompactionJournal>,
     replica: Option<Geometry>,
     protected: Vec<(u64, u64)>,
+    needed: Vec<(u64, u64)>,
     /// The version log lost versions: the recovered version is not the newest.
     lost: bool,
 }
@@ -394,6 +400,9 @@ impl Rebuild<'_> {
         if let Ok(recovery) = &source.recovery {
             protected
                 .extend(recovery.version_log.sequence.iter().map(|object| (object.offset, object.header.total_len())));
+            // Nothing new where the old chain's next append would go: it would read as the
+            // old chain's continuation, or as its damaged head.
+            protected.push((recovery.version_log.head.offset, HEADER_LEN as u64));
         }
         let lost = version_log_broken(&source.recovery);
         if let (Ok(recovery), false) = (&source.recovery, lost) {
@@ -402,6 +411,7 @@ impl Rebuild<'_> {
                 version: state.version.clone(),
                 journals: state.unfinished_compactions.clone(),
                 replica: Some(state.base.geometry),
+                needed: protected.clone(),
                 protected,
                 lost,
             });
@@ -422,9 +432,17 @@ impl Rebuild<'_> {
                 instance: self.instance,
                 reason: error.to_string(),
             })?;
-            return Ok(Start { version, journals: BTreeMap::new(), replica: None, protected, lost });
+            return Ok(Start {
+                version,
+                journals: BTreeMap::new(),
+                replica: None,
+                protected,
+                needed: Vec::new(),
+                lost,
+            });
         };
         protected.extend(good.objects.iter().copied());
+        let needed = good.objects.clone();
         dropped.extend(good.stopped.iter().map(|why| format!("the versions after that point: {why}")));
         dropped.extend(good.left_out.iter().map(|what| format!("left out {what}")));
         let fix = Fix::new(
@@ -444,6 +462,7 @@ impl Rebuild<'_> {
             journals: good.unfinished_compactions.clone(),
             replica: Some(good.base.geometry),
             protected,
+            needed,
             lost,
         })
     }
@@ -780,7 +799,7 @@ pub(crate) fn plan(
         runs: Vec::new(),
         fixes: Vec::new(),
     };
-    let Start { version, journals, replica, protected, lost } = rebuild.start(label, source)?;
+    let Start { version, journals, replica, protected, needed, lost } = rebuild.start(label, source)?;
     rebuild.tree = version.chunks.clone();
     // Where versions were lost, the data newer than the version that free slots hold.
     let (extra, source_slots) = if lost {
@@ -847,6 +866,16 @@ pub(crate) fn plan(
         .filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area)
         .unwrap_or(0);
     let (version_lsn_max, version_sn_max) = header_maxima(&source.version_area, &version_context);
+    // The new chain's lsns (base version, WOR, WOL): none may stand after the old chain's end
+    // before the switch (an object past a version log's next lsn is damage, SPEC.md §9.6),
+    // and nothing left in the area may continue the new chain after it. Where no header in
+    // the area is past the old chain, the base version reuses the old chain's last lsn, so
+    // that only the WOL (the switch itself) is past the old chain's next one.
+    let old_next = source.recovery.as_ref().ok().map(|recovery| recovery.version_log.head.next_lsn);
+    let next_lsn = match old_next {
+        Some(next) if next > 0 && version_lsn_max < next => next - 1,
+        _ => version_lsn_max + 1,
+    };
     let template = BaseVersion {
         geometry: *geometry,
         instance,
@@ -869,7 +898,8 @@ pub(crate) fn plan(
         runs: rebuild.runs,
         template,
         protected,
-        next_lsn: version_lsn_max + 1,
+        needed,
+        next_lsn,
         next_sn: version_sn_max + 1,
         source_slots,
         apply: true,

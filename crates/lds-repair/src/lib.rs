@@ -20,7 +20,10 @@
 //! version (old or new) uses, the new base version and a WOR go to a part of the version log
 //! outside its live region, and one sector write at offset 0 (a WOL pointing at them) switches
 //! recovery to the new state (SPEC.md §9.2). A crash before that leaves the old state (the
-//! written chunks are free slots); after it, the new one. With an undo file
+//! written chunks are free slots); after it, the new one. (Where the version log is broken and
+//! its live region leaves no room, the new base version may go over the old chain's objects
+//! but never over those of the good base version it was rebuilt from: a crash then leaves a
+//! newest good base version, the new one once it landed whole, that a second repair finishes.) With an undo file
 //! (`lds_volume::undo`) every write can also be rolled back byte for byte.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
@@ -321,6 +324,7 @@ pub fn repair(
         })?;
         let context = area_context(&geometry, LogKind::Version, plan.instance);
         let flip = flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.protected)
+            .or_else(|_| flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.needed))
             .map_err(|len| RepairError::NoRoom { device: name.clone(), instance: plan.instance, len })?;
         flips.push((plan.instance, context.ofs_area, flip));
     }

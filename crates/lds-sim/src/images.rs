@@ -122,8 +122,12 @@ fn sector_digest(sector: &[u8], index: usize) -> u128 {
 impl<'a> Builder<'a> {
     /// At the run's first crash point (no event yet).
     pub(crate) fn new(run: &'a Run) -> Self {
-        let durable = run.history.initial.as_ref().clone();
-        let sector_size = run.sector_size;
+        Self::of_history(&run.history, run.sector_size)
+    }
+
+    /// At the first crash point of a device history (of any tool, not only a workload).
+    pub(crate) fn of_history(history: &'a History, sector_size: u64) -> Self {
+        let durable = history.initial.as_ref().clone();
         let sector_digests: Vec<u128> = durable
             .chunks(sector_size as usize)
             .enumerate()
@@ -131,7 +135,7 @@ impl<'a> Builder<'a> {
             .collect();
         let digest = sector_digests.iter().fold(0, |digest, sector| digest ^ sector);
         Self {
-            history: &run.history,
+            history,
             sector_size,
             scratch: Arc::new(durable.clone()),
             durable,

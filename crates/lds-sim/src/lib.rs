@@ -11,5 +11,6 @@ pub mod enumerate;
 mod images;
 pub mod media;
 pub mod minimize;
+pub mod repair;
 pub mod repeat;
 pub mod workload;
