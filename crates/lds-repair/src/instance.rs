@@ -10,8 +10,8 @@ use lds_format::image::area_context;
 use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
-use lds_format::recovery::{recover_backup_log_prefix, ReplayBatch, VersionLogError};
-use lds_format::salvage::{last_good_version, salvage_sub_chunk, Entry, GoodVersion};
+use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
+use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
 use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, Version, CHUNK_FLAG_ODD};
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -225,6 +225,30 @@ fn chunk_images(device: &dyn BlockDevice, geometry: &Geometry, meta: &ChunkMeta)
         .filter(|&slot| slot < geometry.num_slots)
         .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
         .collect()
+}
+
+/// The chain of batches in a backup log area that continues the sequence numbers after
+/// `known`: from the valid batch holding `known + 1` (the newest such, by lsn), or else the
+/// first valid batch past it.
+fn continuing_batches(area: &[u8], context: &AreaContext, known: u64, last_sequence: u64) -> Vec<ReplayBatch> {
+    let batches = valid_objects(area, context).into_iter().filter_map(|object| match object.payload {
+        Payload::Batch { first_sequence, num_entries } => {
+            Some((object.offset, object.header.lsn, first_sequence, first_sequence + u64::from(num_entries)))
+        }
+        _ => None,
+    });
+    let mut holding: Option<(u64, u64)> = None;
+    let mut after: Option<(u64, u64, u64)> = None;
+    for (offset, lsn, first, end) in batches {
+        if first <= known + 1 && known + 1 < end && holding.is_none_or(|(_, held)| lsn > held) {
+            holding = Some((offset, lsn));
+        }
+        if first > known && after.is_none_or(|(_, _, earliest)| first < earliest) {
+            after = Some((offset, lsn, first));
+        }
+    }
+    let Some((offset, lsn)) = holding.or(after.map(|(offset, lsn, _)| (offset, lsn))) else { return Vec::new() };
+    recover_backup_log_prefix(area, context, offset, lsn, last_sequence, 0).batches
 }
 
 /// The entries of chunks in free slots that are newer than `last_sequence` (data the lost
@@ -706,6 +730,7 @@ fn backup_batches(
     source: &Source,
     version: &Version,
     lost: bool,
+    known: u64,
     context: &AreaContext,
 ) -> (Vec<ReplayBatch>, Option<u64>, Vec<Fix>) {
     let structure = format!("backup log of instance {}", source.instance);
@@ -716,8 +741,19 @@ fn backup_batches(
     };
     let recovery = match &source.recovery {
         Ok(recovery) if !lost => recovery,
-        _ if start_inside => return (prefix(recorded.0, recorded.1).batches, None, Vec::new()),
-        _ => return (Vec::new(), None, Vec::new()),
+        _ => {
+            // The versions after the one rebuilt from are lost, and with them where the
+            // backup log's live part starts: from the start the version recorded, or from
+            // the batch that continues the sequence numbers known (what the free slots
+            // hold), whichever leads further.
+            let recorded_batches = if start_inside { prefix(recorded.0, recorded.1).batches } else { Vec::new() };
+            let continuing = continuing_batches(&source.backup_area, context, known, version.last_sequence);
+            let reach = |batches: &[ReplayBatch]| {
+                batches.last().map_or(0, |batch| batch.first_sequence + u64::from(batch.num_entries))
+            };
+            let batches = if reach(&continuing) > reach(&recorded_batches) { continuing } else { recorded_batches };
+            return (batches, None, Vec::new());
+        }
     };
     match &recovery.backup {
         BackupRecovery::Recovered { state, end, .. } => {
@@ -819,8 +855,13 @@ pub(crate) fn plan(
     }
     rebuild.journals(&journals)?;
     rebuild.damaged_chunks()?;
-    let (batches, backup_head, mut backup_fixes) = backup_batches(source, &version, lost, &backup_context);
-    let logged = batch_entries(&source.backup_area, &backup_context, &batches, version.last_sequence);
+    // What the version and the free slots hold: the backup log adds what is newer.
+    let known = extra.iter().map(|entry| entry.sequence).max().unwrap_or(0).max(version.last_sequence);
+    let (batches, backup_head, mut backup_fixes) = backup_batches(source, &version, lost, known, &backup_context);
+    // Entries both hold once (the free slots' chunks were flushed from these batches).
+    let in_slots: BTreeSet<u64> = extra.iter().map(|entry| entry.sequence).collect();
+    let mut logged = batch_entries(&source.backup_area, &backup_context, &batches, version.last_sequence);
+    logged.retain(|entry| !in_slots.contains(&entry.sequence));
     rebuild.level_rules(version.num_levels)?;
     // The last sequence covers every chunk.
     let chunk_largest = rebuild.tree.values().map(|chunk| chunk.largest_seq);

@@ -353,3 +353,219 @@ mod tests {
         assert!(total.distinct_images > 20, "only {} distinct crash images", total.distinct_images);
     }
 }
+
+/// What a damage sweep counted.
+#[derive(Debug, Clone, Default)]
+pub struct SweepCounts {
+    /// Damaged volumes repaired.
+    pub cases: u64,
+    /// Faults injected: in metadata, in chunk blocks.
+    pub faults: (u64, u64),
+    /// Cases fsck found nothing in (the damage fell where nothing reads).
+    pub nothing_to_fix: u64,
+    /// Cases `repair -y` repaired (exit 1) and fsck then found clean.
+    pub repaired: u64,
+    /// Keys checked after the repairs: whose chunk and batch were undamaged.
+    pub keys_checked: u64,
+    /// Keys not checked: their chunk or a batch holding them (or a batch before it) was damaged.
+    pub keys_exposed: u64,
+    /// Exposed keys that still read their value.
+    pub exposed_kept: u64,
+    /// Repairs refused with nothing written, and why (too few free slots, no room in the
+    /// version log: `lds salvage` is the way out).
+    pub refused: Vec<String>,
+    /// What broke the sweep's oracle: a repair that failed or left problems, or an undamaged
+    /// key that reads wrong.
+    pub failures: Vec<String>,
+}
+
+/// Where each key's data lives in the undamaged volume: chunks (key range, device ranges of
+/// their slots) and the backup log's replayed batches in chain order (device range, keys).
+struct Placement {
+    chunks: Vec<ChunkPlace>,
+    batches: Vec<BatchPlace>,
+}
+
+/// A byte range of the device.
+type Span = (u64, u64);
+/// A key range.
+type KeyRange = (Vec<u8>, Vec<u8>);
+/// A chunk's smallest and largest keys and its slots.
+type ChunkPlace = (Vec<u8>, Vec<u8>, Vec<Span>);
+/// A batch's bytes and its keys.
+type BatchPlace = (Span, Vec<Vec<u8>>);
+
+fn placement(volume: &Volume) -> Result<Placement, String> {
+    use lds_format::label::LogKind;
+    let geometry = &volume.geometry;
+    let (_, recovery) =
+        lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
+    let recovery = recovery.map_err(|error| error.to_string())?;
+    let chunks = recovery
+        .version_log
+        .version
+        .chunks
+        .values()
+        .map(|chunk| {
+            let slots = chunk
+                .sub_chunks
+                .iter()
+                .map(|sub| (geometry.slot_offset(sub.slot), geometry.slot_offset(sub.slot) + geometry.slot_size))
+                .collect();
+            (chunk.smallest_key.clone(), chunk.largest_key.clone(), slots)
+        })
+        .collect();
+    let context = lds_format::image::area_context(geometry, LogKind::Backup, 0);
+    let area = &volume.image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
+    let mut batches = Vec::new();
+    if let Some(state) = recovery.backup_state() {
+        for batch in &state.batches {
+            let raw = lds_format::log::read_object(area, batch.offset, &context).map_err(|error| error.to_string())?;
+            let mut keys = Vec::new();
+            lds_format::batch::decode_entries(raw.payload, context.ofs_area + batch.offset, |_, key, _| {
+                keys.push(key.to_vec());
+            })
+            .map_err(|error| error.to_string())?;
+            let start = context.ofs_area + batch.offset;
+            batches.push(((start, start + raw.header.total_len()), keys));
+        }
+    }
+    Ok(Placement { chunks, batches })
+}
+
+impl Placement {
+    /// Keys whose data a damaged sector may have taken: those in a damaged chunk's key range,
+    /// and those of the first damaged batch and every batch after it.
+    fn exposed(&self, damaged: &[u64], sector: u64) -> (Vec<KeyRange>, HashSet<Vec<u8>>) {
+        let hit = |(start, end): (u64, u64)| damaged.iter().any(|&at| at < end && start < at + sector);
+        let ranges = self
+            .chunks
+            .iter()
+            .filter(|(_, _, slots)| slots.iter().any(|&range| hit(range)))
+            .map(|(smallest, largest, _)| (smallest.clone(), largest.clone()))
+            .collect();
+        let first = self.batches.iter().position(|(range, _)| hit(*range));
+        let keys = first.map_or_else(HashSet::new, |first| {
+            self.batches[first..].iter().flat_map(|(_, keys)| keys.iter().cloned()).collect()
+        });
+        (ranges, keys)
+    }
+}
+
+/// Damages copies of the media matrix's volume at random (one to three faults each: a bit
+/// flipped, a sector zeroed or made stale, in any sector of the labels, the logs or the
+/// chunks; never both labels), runs `repair -y` on each, and checks that fsck is then clean
+/// and that every key whose chunk and batch were undamaged reads its value.
+pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, String> {
+    let all = targets(volume, 16)?;
+    let placement = placement(volume)?;
+    let last = volume.models.last().cloned().unwrap_or_default();
+    let sector_size = volume.geometry.sector();
+    let mut random = Random(seed | 1);
+    let mut counts = SweepCounts::default();
+    for case in 0..cases {
+        let mut image = volume.image.clone();
+        let mut damaged: Vec<u64> = Vec::new();
+        let mut described = Vec::new();
+        let faults = 1 + random.below(3);
+        while (damaged.len() as u64) < faults {
+            let target = &all[random.below(all.len() as u64) as usize];
+            let is_label = matches!(target.structure, Structure::PrimaryLabel | Structure::BackupLabel);
+            let labels_hit = damaged.iter().filter(|&&at| at == 0 || at == volume.geometry.ofs_backup_label()).count();
+            if damaged.contains(&target.sector) || (is_label && labels_hit > 0) {
+                continue;
+            }
+            let start = target.sector as usize;
+            let range = start..start + sector_size as usize;
+            let kind = random.below(3);
+            let what = match kind {
+                0 => {
+                    let len = (target.bytes.end - target.bytes.start).max(1);
+                    let byte = start + (target.bytes.start + random.below(len)) as usize;
+                    image[byte] ^= 1 << random.below(8);
+                    "flip"
+                }
+                1 => {
+                    image[range].fill(0);
+                    "zero"
+                }
+                _ => {
+                    let contents = volume.history.sector_contents(target.sector, sector_size);
+                    let Some(older) = contents.iter().rev().find(|content| content.as_slice() != &image[range.clone()])
+                    else {
+                        continue;
+                    };
+                    image[range].copy_from_slice(older);
+                    "stale"
+                }
+            };
+            if target.structure.is_metadata() {
+                counts.faults.0 += 1;
+            } else {
+                counts.faults.1 += 1;
+            }
+            damaged.push(target.sector);
+            described.push(format!("{what} {}", target.label));
+        }
+        counts.cases += 1;
+        let name = format!("case {case}: {}", described.join(", "));
+        if !inconsistent(&image) {
+            counts.nothing_to_fix += 1;
+        }
+        let device = SimDevice::new(image).with_sector_size(sector_size);
+        let outcome = match repair_outcome(&device, || device.current()) {
+            Ok(outcome) => outcome,
+            // Too small a volume for what repair must write: refused with nothing written
+            // (the way out is lds salvage to a new volume).
+            Err(error) if error.contains("nothing was written") && device.write_count() == 0 => {
+                counts.refused.push(format!("{name}: {error}"));
+                continue;
+            }
+            Err(error) => {
+                counts.failures.push(format!("{name}: {error}"));
+                continue;
+            }
+        };
+        if !outcome.problems.is_empty() || outcome.exit_code > 1 {
+            counts.failures.push(format!(
+                "{name}: repair exits {}, fsck after it reports {:?}",
+                outcome.exit_code, outcome.problems
+            ));
+            continue;
+        }
+        if outcome.exit_code == 1 {
+            counts.repaired += 1;
+        }
+        let model = match outcome.reads {
+            Ok(model) => model,
+            Err(error) => {
+                counts.failures.push(format!("{name}: the repaired volume cannot be read: {error}"));
+                continue;
+            }
+        };
+        let (ranges, batch_keys) = placement.exposed(&damaged, sector_size);
+        for key in &volume.keys {
+            let in_damaged_chunk = ranges.iter().any(|(smallest, largest)| smallest <= key && key <= largest);
+            let right = model.get(key) == last.get(key);
+            if in_damaged_chunk || batch_keys.contains(key) {
+                counts.keys_exposed += 1;
+                counts.exposed_kept += u64::from(right);
+                continue;
+            }
+            counts.keys_checked += 1;
+            if !right {
+                let shown = |value: Option<&Vec<u8>>| {
+                    value.map_or("nothing".to_string(), |value| format!("{} bytes", value.len()))
+                };
+                counts.failures.push(format!(
+                    "{name}: key {} reads {}, it held {}",
+                    String::from_utf8_lossy(key),
+                    shown(model.get(key)),
+                    shown(last.get(key))
+                ));
+                break;
+            }
+        }
+    }
+    Ok(counts)
+}
