@@ -98,43 +98,43 @@ problems! {
         Preen("rewrite the backup label from the primary");
     /// 103.
     LabelsConflict = 103, Error, "both labels are valid but differ with the same generation",
-        Fix("keep the label whose geometry the live base versions replicate, rewrite the other");
+        Fix("keep the label whose geometry the live base version replicates (the primary when both agree) and rewrite the other");
     /// 104.
     LabelsGenerationsDiffer = 104, Warning, "both labels are valid and differ: an interrupted label rewrite (resize)",
         Preen("finish the rewrite: copy the label with the higher generation over the other");
     /// 105.
     NoValidLabel = 105, Error, "no label can be used",
-        Salvage("rebuild the label from a base version's geometry replica, or salvage the chunks");
+        Salvage("cannot repair in place: lds salvage finds the slot area from the chunk footers and the backup log from its headers, and writes a new volume");
     /// 106.
     VolumeBeyondDevice = 106, Error, "the volume is longer than the device",
-        Salvage("the device lost its end: salvage what the slots still hold");
+        Salvage("cannot repair in place: lds salvage copies what the slots and the backup log still hold to a new volume");
     /// 201.
     VersionLogNoStart = 201, Error, "the version log has no valid object at offset 0",
-        Fix("rebuild the version log from the last good base version and the chunks in the slots (SPEC.md §8.5)");
+        Fix("rebuild the version from the newest good base version and the objects chained after it, add the newer data that chunks in free slots and the backup log hold (SPEC.md §8.5), and switch to a new base version");
     /// 202.
     VersionLogBadStart = 202, Error, "offset 0 of the version log holds neither a base version nor a WOL",
-        Fix("rebuild the version log from the last good base version and the chunks in the slots");
+        Fix("rebuild the version from the newest good base version (or, with none, from the chunks in the slots) and switch to a new base version");
     /// 203.
     VersionLogBadWrapLeft = 203, Error, "the WOL does not lead to the live base version",
-        Fix("rebuild the version log from the last good base version and the chunks in the slots");
+        Fix("rebuild the version from the newest good base version and the objects chained after it, plus the newer data in free slots, and switch to a new base version");
     /// 204.
     VersionLogSnMismatch = 204, Error, "a live delta version or journal record carries another SN than its base version",
-        Fix("drop the objects from the first mismatch on and append a base version of what precedes it");
+        Fix("rebuild the version from the newest good base version and the objects of its SN chained after it, plus the newer data in free slots, and switch to a new base version");
     /// 205.
     VersionLogReplay = 205, Error, "a live delta version contradicts the version",
-        Fix("drop the contradicting delta and those after it; chunks they added become free slots or are re-added after a check");
+        Fix("rebuild the version from the newest good base version, leaving out the parts of deltas that contradict it, plus the newer data in free slots, and switch to a new base version");
     /// 206.
     VersionLogTornHead = 206, Info, "the object at the head of the version log is incomplete or damaged (recovery ignores it, as a write a crash interrupted)",
         Nothing;
     /// 207.
     VersionLogChainBroken = 207, Error, "the live chain of the version log ends and valid objects with later lsns stand in the area: damage (every version log append is flushed before the next, SPEC.md §9.6), later versions are lost; the engine refuses to open",
-        Fix("replay the later objects' versions past the damaged one where they chain, else rebuild from the last good base version and the slots");
+        Fix("rebuild the version from the newest good base version (the later objects' where they build) and its chain, plus the data in free slots and the backup log newer than it, and switch to a new base version");
     /// 208.
     LevelOutOfRange = 208, Error, "a chunk is at a level beyond the tree's levels",
-        Fix("append a base version that holds the chunk at the last level");
+        Fix("rebuild the version without the chunk and rewrite its entries at the last level");
     /// 209.
     GeometryReplicaDiffers = 209, Warning, "the live base version's geometry replica differs from the label's",
-        Preen("append a base version with the label's geometry");
+        Preen("write a new base version that replicates the label's geometry");
     /// 210.
     VersionLogUnflushedAfterGap = 210, Info, "no longer reported (was: valid version log objects after a never-written position); such objects are damage, reported as 207",
         Nothing;
@@ -143,13 +143,13 @@ problems! {
         Fix("keep the batches before the first that does not increase; the rest are reported as dropped");
     /// 303.
     BackupLogChainBroken = 303, Error, "the live chain of the backup log ends at a damaged object of ours inside one sector (at most one identifying header field differs from the expected append), and valid later objects follow: no crash leaves this (SPEC.md §9.6), later writes are lost; the engine refuses to open",
-        Fix("keep every batch before the damage and the later batches that still chain by sequence number, flush them to chunks, and restart the backup log");
+        Fix("keep every batch before the damage (written to level-0 chunks) and restart the backup log; the later batches are reported as dropped");
     /// 304.
     BackupStartMismatch = 304, Error, "the object at the backup start point is newer than the start point recorded; the engine refuses to open",
-        Fix("replay the backup log from the object found, flush it to chunks and record the new start point");
+        Fix("replay the backup log from the object found at the start point, write its batches to level-0 chunks and restart the backup log");
     /// 305.
     BackupStartOutside = 305, Error, "the backup start point lies outside the backup log",
-        Fix("append a base version whose backup start is the head of the backup log (its batches are reported as dropped)");
+        Fix("restart the backup log with a new base version (its batches are reported as dropped)");
     /// 306.
     BackupLogTornHead = 306, Info, "the object at the head of the backup log is incomplete or damaged (as 206); the message counts any valid later objects: a torn unsynced write with later ones landed, which a crash leaves and damage can too",
         Nothing;
@@ -164,49 +164,49 @@ problems! {
         Fix("rewrite the chunk's readable blocks into a new chunk whose metadata is what it holds");
     /// 403.
     IndexInvalid = 403, Error, "a block index is not valid or disagrees with its blocks",
-        Fix("rebuild the index from the blocks (each block is self-checking) and rewrite the chunk");
+        Fix("rewrite the chunk's readable entries (its blocks are self-checking) into new chunks at its level");
     /// 404.
     FilterInvalid = 404, Error, "a filter is not valid",
-        Preen("rebuild the filter from the chunk's keys and rewrite the chunk");
+        Preen("rewrite the chunk's entries into new chunks at its level, with a new filter");
     /// 405.
     BlockChecksum = 405, Error, "a block's checksum does not match",
         Fix("rewrite the chunk's good blocks into a new chunk; the damaged block's key range is reported as dropped");
     /// 406.
     KeysUnsorted = 406, Error, "entries are not sorted within a chunk",
-        Fix("rewrite the chunk's entries sorted, newest version first");
+        Fix("rewrite the chunk's readable entries sorted, newest version first, into new chunks at its level");
     /// 407.
     KeyRangeMismatch = 407, Error, "a chunk's keys are not the range its metadata states",
-        Fix("append a delta version with the key range the chunk holds");
+        Fix("rewrite the chunk's entries into new chunks whose metadata is the range they hold");
     /// 408.
     DigestMismatch = 408, Error, "a chunk's blake3 digest does not match (`--deep`)",
-        Fix("rewrite the chunk's blocks that verify into a new chunk");
+        Fix("rewrite the chunk's blocks that verify into new chunks at its level; the others' key ranges are reported as dropped");
     /// 409.
     LevelOverlap = 409, Error, "two chunks of one level (1 or deeper) overlap",
-        Fix("move the newer chunk to level 0 so that reads see versions in order");
+        Fix("merge the overlapping chunks of the level into new disjoint chunks (newest version of each key first)");
     /// 410.
     SequenceImplausible = 410, Warning, "a chunk holds sequence numbers above the version's last sequence",
-        Preen("append a delta version whose last sequence covers the chunk");
+        Preen("raise the new base version's last sequence to cover every chunk");
     /// 411.
     FilterFalseNegative = 411, Error, "a filter rejects a key the chunk holds: reads would miss it (`--deep`)",
-        Preen("rebuild the filter from the chunk's keys and rewrite the chunk");
+        Preen("rewrite the chunk's entries into new chunks at its level, with a new filter");
     /// 412.
     OddChunksInLevel = 412, Warning, "a level holds more than one odd chunk (SPEC.md §11)",
         Preen("clear the odd flag of all but one (a later compaction merges them)");
     /// 501.
     SlotReferencedTwice = 501, Error, "a slot is referenced twice",
-        Fix("keep the reference whose chunk the slot's footer names; rebuild the other chunk from its readable copy or drop it");
+        Fix("rebuild the version from the newest good base version whose chunks do not share a slot, plus the newer data in free slots");
     /// 502.
     SlotOutOfRange = 502, Error, "a slot beyond the slot area is referenced",
-        Fix("drop the chunk from the version; its key range is reported as dropped");
+        Fix("rebuild the version from the newest good base version that builds, plus the newer data in free slots; a chunk beyond the slot area is dropped and its key range reported");
     /// 503.
     StaleChunksInFreeSlots = 503, Info, "free slots hold chunks of this volume: freed, or written by a flush or compaction that never committed. In LDS this is not a leak: the online map is rebuilt from the versions and such slots are reused (paper §3.2)",
         Nothing;
     /// 601.
     JournalInputsMissing = 601, Error, "an unfinished compaction names input chunks the version does not hold",
-        Fix("abort the compaction: append a record that ends it, its outputs become free slots");
+        Fix("roll the compaction back: its outputs become free slots, its inputs stay");
     /// 602.
     JournalOutputsConflict = 602, Error, "an unfinished compaction's outputs use slots the version uses",
-        Fix("abort the compaction: append a record that ends it, its outputs become free slots");
+        Fix("roll the compaction back: its outputs become free slots, its inputs stay");
     /// 603.
     JournalUnfinished = 603, Info, "an unfinished journaled compaction is recorded: reads of keys up to its resume key go to its outputs, others to its remaining inputs, and the engine resumes it at its next open for writing (or `lds compaction resume`)",
         Nothing;

@@ -75,6 +75,22 @@ pub enum Command {
     /// Example: lds undo volume.img.lds-undo volume.img
     #[command(verbatim_doc_comment)]
     Undo(crate::repair::UndoArgs),
+    /// Copy what is readable from a volume repair cannot rebuild to a new volume.
+    ///
+    /// For the worst case (both labels or the whole version log lost): reads every slot's
+    /// chunk (footer, index and blocks, or its blocks alone where the tail is lost) and every
+    /// valid batch of the backup logs, keeps each key's entry with the highest sequence
+    /// number, and writes the live keys to a new volume formatted with the source's layout
+    /// (or prints them as NDJSON). Without a label the slot area is found from the chunk
+    /// footers and the backup logs are not read. The source is never written. Keys deleted
+    /// long ago may come back from chunks in free slots. Exit 0 everything read was intact,
+    /// 1 some data could not be read (listed), 8 operational error, 16 usage error.
+    ///
+    /// Examples:
+    ///   lds salvage damaged.img --output new.img
+    ///   lds salvage damaged.img --export ndjson > keys.ndjson
+    #[command(verbatim_doc_comment)]
+    Salvage(crate::salvage::SalvageArgs),
     /// Check crash consistency on a simulated device.
     ///
     /// Runs a workload (basic, wrap, compaction, or random by seed) on the real engine over a
@@ -238,6 +254,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Fsck(options) => crate::fsck::run(&options, out, err),
         Command::Repair(args) => crate::repair::run(&args, out, err),
         Command::Undo(args) => crate::repair::run_undo(&args, out, err),
+        Command::Salvage(args) => crate::salvage::run(&args, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
         Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),

@@ -14,4 +14,5 @@ pub mod json;
 pub mod kv;
 pub mod mkfs;
 pub mod repair;
+pub mod salvage;
 pub mod units;

@@ -670,8 +670,8 @@ a `get` for each).
   data instead of an error. Must be 0.
 - **n/a**: the fault changes nothing (zeroing a zero sector, a sector with no earlier content,
   a misdirection to identical bytes).
-- **repair**: `lds` has no repair yet; every detected case needs a restore or a future repair
-  tool.
+- **repair**: what `lds repair` does for the problem fsck reports (the checker's table,
+  docs/fsck-json.md).
 
 Totals: {cases} cases: {detected} detected, {tolerated} tolerated, {prefix} prefix,
 {rolled_back} rolled back, **{wrong} wrong**, **{engine_wrong} engine wrong**, {broken} panics

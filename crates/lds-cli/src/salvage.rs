@@ -1,0 +1,247 @@
+//! `lds salvage`: copy what is readable from a volume repair cannot rebuild to a new volume
+//! (or export it as NDJSON). The source is opened read-only with a shared lock and never
+//! written; see `lds_repair::salvage` for what is read and how keys are resolved.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lds_engine::{Db, Options, WriteBatch, WriteOptions};
+use lds_format::batch::EntryKind;
+use lds_format::error::hex;
+use lds_repair::salvage::{salvage, Salvaged};
+use lds_volume::{Device, DeviceError, OpenMode};
+use serde_json::json;
+
+use crate::kv::pair_json;
+use crate::mkfs::MkfsOptions;
+
+/// Exit codes.
+const EXIT_OK: i32 = 0;
+const EXIT_DATA_LOST: i32 = 1;
+const EXIT_OPERATIONAL: i32 = 8;
+const EXIT_USAGE: i32 = 16;
+
+/// Arguments of `lds salvage`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SalvageArgs {
+    /// The damaged volume (read only, never written).
+    pub path: PathBuf,
+    /// Write what is kept to this new volume: an image file created with the source's layout,
+    /// or an existing image or device with --force (it is formatted).
+    #[arg(long, conflicts_with = "export")]
+    pub output: Option<PathBuf>,
+    /// Print what is kept to standard output instead, one JSON object per line (as lds scan
+    /// --json prints and lds load reads; an "instance" field where the volume has several).
+    #[arg(long, value_parser = ["ndjson"])]
+    pub export: Option<String>,
+    /// Size of a new output image (default: the source's size).
+    #[arg(long, value_parser = crate::units::parse_size)]
+    pub size: Option<u64>,
+    /// Format an existing output image or device.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as JSON (lds-salvage/1) on standard error with --export, else on
+    /// standard output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `lds salvage`; returns the exit code: 0 everything read was intact, 1 done but some
+/// data could not be read (listed), 8 operational error, 16 usage error.
+pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    if args.output.is_none() && args.export.is_none() {
+        let _ = writeln!(err, "lds salvage: give --output NEW (a new volume) or --export ndjson");
+        return EXIT_USAGE;
+    }
+    if let Some(output) = &args.output {
+        let same = output.canonicalize().ok().zip(args.path.canonicalize().ok()).is_some_and(|(a, b)| a == b);
+        if same {
+            let _ = writeln!(err, "lds salvage: the output is the damaged volume itself; give another path");
+            return EXIT_USAGE;
+        }
+    }
+    let device = match Device::open(&args.path, OpenMode::ReadOnlyLocked) {
+        Ok(device) => device,
+        Err(error @ DeviceError::Locked { .. }) => {
+            let _ = writeln!(err, "lds salvage: {error}; refusing to read a volume in use");
+            return EXIT_OPERATIONAL;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds salvage: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {percent:>3}% {bytes}/{total_bytes} ({bytes_per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("reading slots");
+    let mut progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let salvaged = match salvage(&device, &mut progress) {
+        Ok(salvaged) => salvaged,
+        Err(error) => {
+            bar.finish_and_clear();
+            let _ = writeln!(err, "lds salvage: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    bar.finish_and_clear();
+    let read_seconds = started.elapsed().as_secs_f64();
+    let source_len = lds_volume::BlockDevice::len(&device);
+    drop(device);
+    let written = match (&args.output, &args.export) {
+        (Some(output), _) => write_volume(args, output, source_len, &salvaged),
+        (None, _) => export(&salvaged, out),
+    };
+    let written = match written {
+        Ok(written) => written,
+        Err(message) => {
+            let _ = writeln!(err, "lds salvage: {message}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let report_to: &mut dyn Write = if args.export.is_some() { err } else { out };
+    report(args, &salvaged, written, read_seconds, seconds, report_to);
+    if salvaged.damaged.is_empty() && salvaged.tails_lost == 0 {
+        EXIT_OK
+    } else {
+        EXIT_DATA_LOST
+    }
+}
+
+/// Formats `output` and writes every live key into it; returns the keys written.
+fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &Salvaged) -> Result<u64, String> {
+    let geometry = salvaged.geometry;
+    let instances = salvaged.keys.keys().max().map_or(1, |&last| last + 1);
+    let mkfs = MkfsOptions {
+        path: output.to_path_buf(),
+        size: Some(args.size.unwrap_or(source_len)),
+        slot_size: Some(salvaged.slots.0),
+        version_log_size: geometry.map(|geometry| geometry.len_version_log),
+        backup_log_size: geometry.map(|geometry| geometry.len_backup_log),
+        sector_size: geometry.map(|geometry| geometry.sector() as u32),
+        instances: Some(geometry.map_or(instances, |geometry| geometry.instance_count.max(instances))),
+        name: "salvaged".into(),
+        uuid: None,
+        dry_run: false,
+        force: args.force,
+        json: false,
+    };
+    let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
+    if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {
+        return Err(format!("cannot create the output volume: {}", String::from_utf8_lossy(&mkfs_err).trim()));
+    }
+    let bar =
+        if std::io::stderr().is_terminal() { ProgressBar::new(salvaged.live_keys()) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("writing keys [{bar:30}] {pos}/{len} ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut written = 0u64;
+    for (&instance, keys) in &salvaged.keys {
+        let (db, _) = Db::open_with_report(output, Options { instance, ..Options::default() })
+            .map_err(|error| format!("{}: {error}", output.display()))?;
+        let limit = db.batch_len_max() / 2;
+        let mut batch = WriteBatch::new();
+        let options = WriteOptions { sync: false };
+        for (key, (_, kind, value)) in keys {
+            if *kind != EntryKind::Put {
+                continue;
+            }
+            batch.put(key, value);
+            if batch.len() >= 1024 || batch.encoded_len() as u64 >= limit {
+                db.write(&batch, options).map_err(|error| format!("{}: {error}", output.display()))?;
+                written += batch.len() as u64;
+                bar.set_position(written);
+                batch = WriteBatch::new();
+            }
+        }
+        db.write(&batch, options)
+            .and_then(|()| db.flush())
+            .map_err(|error| format!("{}: {error}", output.display()))?;
+        written += batch.len() as u64;
+        db.close().map_err(|error| format!("{}: {error}", output.display()))?;
+    }
+    bar.finish_and_clear();
+    Ok(written)
+}
+
+/// Prints every live key as NDJSON; returns the keys printed.
+fn export(salvaged: &Salvaged, out: &mut dyn Write) -> Result<u64, String> {
+    let several = salvaged.keys.len() > 1;
+    let mut written = 0;
+    for (&instance, keys) in &salvaged.keys {
+        for (key, (_, kind, value)) in keys {
+            if *kind != EntryKind::Put {
+                continue;
+            }
+            let mut line = pair_json(key, value);
+            if several {
+                line["instance"] = json!(instance);
+            }
+            writeln!(out, "{line}").map_err(|error| format!("standard output: {error}"))?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
+
+fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f64, seconds: f64, out: &mut dyn Write) {
+    let destination =
+        args.output.as_ref().map_or_else(|| "standard output".to_string(), |path| path.display().to_string());
+    if args.json {
+        let document = json!({
+            "schema": "lds-salvage/1",
+            "device": args.path.display().to_string(),
+            "layout_from": salvaged.layout_from,
+            "volume_uuid": hex(&salvaged.volume_uuid),
+            "slot_size": salvaged.slots.0,
+            "slots_scanned": salvaged.slots_scanned,
+            "chunks": salvaged.chunks,
+            "tails_lost": salvaged.tails_lost,
+            "blocks_read": salvaged.blocks_read,
+            "chunk_entries": salvaged.chunk_entries,
+            "batches": salvaged.batches.0,
+            "batch_entries": salvaged.batches.1,
+            "live_keys": salvaged.live_keys(),
+            "deleted_keys": salvaged.deleted_keys(),
+            "damaged": salvaged.damaged,
+            "written": written,
+            "destination": destination,
+            "read_seconds": read_seconds,
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "layout from {}: {} slots of {} bytes",
+        salvaged.layout_from, salvaged.slots_scanned, salvaged.slots.0
+    );
+    let _ = writeln!(
+        out,
+        "read {} chunks ({} blocks, {} entries), {} slots without a tail read block by block, {} backup log batches ({} entries)",
+        salvaged.chunks, salvaged.blocks_read, salvaged.chunk_entries, salvaged.tails_lost, salvaged.batches.0, salvaged.batches.1
+    );
+    for damaged in salvaged.damaged.iter().take(20) {
+        let _ = writeln!(out, "lost: {damaged}");
+    }
+    if salvaged.damaged.len() > 20 {
+        let _ = writeln!(out, "lost: {} more stretches (--json lists them all)", salvaged.damaged.len() - 20);
+    }
+    let _ = writeln!(
+        out,
+        "kept {} keys (the newest entry of each; {} keys whose newest entry is a delete dropped); wrote {written} to {destination} in {seconds:.1} s (reading {read_seconds:.1} s)",
+        salvaged.live_keys(),
+        salvaged.deleted_keys()
+    );
+}
