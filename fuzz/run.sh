@@ -9,7 +9,7 @@
 # fuzz/out/TARGET/afl, then prints executions, executions per second, the queue size, crashes
 # and hangs, and copies crashing inputs to fuzz/out/TARGET/crashes. Environment:
 # CARGO_TARGET_DIR (default fuzz/afl/target), FUZZ_TIMEOUT_MS (afl's -t; default: afl's own
-# for the decoders, 5000 for image and sim).
+# for the decoders, 5000 for image, repair and sim).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -72,7 +72,7 @@ for target in "${chosen[@]}"; do
     done
     timeout_args=()
     case $target in
-        image | sim) timeout_args=(-t "${FUZZ_TIMEOUT_MS:-5000}") ;;
+        image | repair | sim) timeout_args=(-t "${FUZZ_TIMEOUT_MS:-5000}") ;;
         *) [ -z "${FUZZ_TIMEOUT_MS:-}" ] || timeout_args=(-t "$FUZZ_TIMEOUT_MS") ;;
     esac
     echo "fuzz/run.sh: $target for $per_target s (log: $out/afl.log)"

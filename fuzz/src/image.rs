@@ -33,7 +33,7 @@ const DUMPED_CHUNKS_MAX: usize = 4;
 /// The key the write oracle puts.
 const WRITTEN_KEY: &[u8] = b"written-by-the-fuzzer";
 
-fn gunzip(data: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn gunzip(data: &[u8]) -> Option<Vec<u8>> {
     if !data.starts_with(&[0x1f, 0x8b]) {
         return None;
     }

@@ -10,6 +10,7 @@ mod decoders;
 mod fixup;
 mod image;
 mod input;
+mod repair;
 pub mod seeds;
 mod sim;
 
@@ -18,6 +19,7 @@ pub use decoders::{
     label, layout, log_object, slot, version_log, wrap, write_batch,
 };
 pub use image::image;
+pub use repair::repair_target as repair;
 pub use sim::sim;
 
 /// A target: any bytes in, a panic only on a failed oracle.
@@ -44,6 +46,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("block", block),
     ("slot", slot),
     ("image", image),
+    ("repair", repair),
     ("sim", sim),
 ];
 

@@ -67,9 +67,9 @@ pub struct Seed {
 }
 
 impl Seed {
-    /// Images are stored gzipped (the image target takes either form).
+    /// Images are stored gzipped (the image and repair targets take either form).
     pub fn file_name(&self) -> String {
-        if self.target == "image" {
+        if matches!(self.target, "image" | "repair") {
             format!("{}.gz", self.name)
         } else {
             self.name.clone()
@@ -78,7 +78,7 @@ impl Seed {
 
     /// The file's bytes.
     pub fn file_bytes(&self) -> Vec<u8> {
-        if self.target == "image" {
+        if matches!(self.target, "image" | "repair") {
             compress(&self.bytes)
         } else {
             self.bytes.clone()
@@ -346,6 +346,7 @@ fn cut(corpus: &mut Corpus, name: &str, image: &[u8]) {
         corpus.add("slot", seed_name, input.into_bytes());
     }
     corpus.add("image", name.to_string(), image.to_vec());
+    corpus.add("repair", name.to_string(), image.to_vec());
 }
 
 fn sim_seeds(corpus: &mut Corpus) {
