@@ -6,7 +6,7 @@ command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)"; e
 cargo build --release --quiet -p lds-cli
 lds=target/release/lds
 image=${LDS_DEMO_IMAGE:-/tmp/lds-demo.img}
-rm -f "$image"
+rm -f "$image" "$image.lds-undo"
 echo "== lds mkfs --dry-run --size 1GiB $image"
 "$lds" mkfs --dry-run --size 1GiB "$image"
 echo "== lds mkfs --size 1GiB $image"
@@ -32,6 +32,22 @@ seq 1 10000 | awk '{printf "key%06d\tvalue-%d\n", $1, $1}' | "$lds" load "$image
 "$lds" dump "$image" tree | head -4
 echo "== lds fsck --deep $image (0: clean)"
 "$lds" fsck --deep "$image"
+echo "== damage the primary label; fsck finds it, repair -n reports, repair -y fixes it (undo file first), lds undo puts the damage back"
+dd if=/dev/zero of="$image" bs=4096 count=1 conv=notrunc status=none
+if "$lds" fsck "$image"; then echo "fsck should have found the damage"; exit 1; fi
+"$lds" repair -n "$image" || [ $? -eq 4 ]
+rm -f "$image.lds-undo"
+"$lds" repair -y "$image" || [ $? -eq 1 ]
+"$lds" fsck "$image"
+"$lds" undo "$image.lds-undo" "$image"
+if "$lds" fsck "$image"; then echo "undo should have restored the damage"; exit 1; fi
+echo "== lds salvage: copy every readable key to a new volume (for when repair cannot rebuild in place)"
+rm -f /tmp/lds-demo-salvaged.img
+"$lds" salvage "$image" --output /tmp/lds-demo-salvaged.img
+"$lds" fsck /tmp/lds-demo-salvaged.img
+[ "$("$lds" scan /tmp/lds-demo-salvaged.img | wc -l)" -eq 10002 ] || { echo "salvage lost keys"; exit 1; }
+rm -f "$image.lds-undo" /tmp/lds-demo-salvaged.img
+"$lds" repair -y --no-undo "$image" || [ $? -eq 1 ]
 echo "== lds crashtest --workload basic (every crash state of a small workload, recovered and checked)"
 "$lds" crashtest --workload basic
 echo "== lds bench: 100,000 keys of db_bench's workloads on a fresh 1 GiB image"

@@ -244,6 +244,9 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// The undo file (recover writes the replayed entries to chunks).
+        #[command(flatten)]
+        undo: crate::repair::UndoChoice,
     },
 }
 
@@ -270,7 +273,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Load { target, format, sync } => {
             crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
         }
-        Command::Recover { target, json } => crate::kv::recover(&target, json, out, err),
+        Command::Recover { target, json, undo } => crate::kv::recover(&target, json, &undo, out, err),
         Command::Compaction(command) => crate::compaction::run(&command, out, err),
         Command::Dump { path, what, id, instance, entries, json, wait } => {
             let what = match (what.as_str(), id) {

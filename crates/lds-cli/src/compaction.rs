@@ -1,6 +1,7 @@
 //! `lds compaction show|resume|abort`: the unfinished journaled compactions of a volume
 //! (SPEC.md §6.3, §12). `show` reads under a shared lock and never writes; `resume` and
-//! `abort` take the exclusive lock, and refuse a volume another process holds.
+//! `abort` take the exclusive lock, refuse a volume another process holds, and save every byte
+//! they overwrite to an undo file first (`lds undo` restores it).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ pub enum CompactionCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The undo file.
+        #[command(flatten)]
+        undo: crate::repair::UndoChoice,
     },
     /// Roll the unfinished compaction of an instance back: its outputs are freed, its inputs
     /// stay. Refused once it has cleaned an input (resume is the only safe way then).
@@ -52,6 +56,9 @@ pub enum CompactionCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The undo file.
+        #[command(flatten)]
+        undo: crate::repair::UndoChoice,
     },
 }
 
@@ -100,8 +107,10 @@ fn open_error(error: &Error) -> String {
 pub fn run(command: &CompactionCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match command {
         CompactionCommand::Show { path, json } => show(path, *json, out, err),
-        CompactionCommand::Resume { path, instance, json } => change(path, *instance, *json, false, out, err),
-        CompactionCommand::Abort { path, instance, json } => change(path, *instance, *json, true, out, err),
+        CompactionCommand::Resume { path, instance, json, undo } => {
+            change(path, *instance, *json, false, undo, out, err)
+        }
+        CompactionCommand::Abort { path, instance, json, undo } => change(path, *instance, *json, true, undo, out, err),
     }
 }
 
@@ -154,13 +163,22 @@ fn change(
     instance: u32,
     json_output: bool,
     abort: bool,
+    undo: &crate::repair::UndoChoice,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
     let verb = if abort { "abort" } else { "resume" };
+    let command = format!("compaction {verb}");
+    let target = match crate::repair::UndoTarget::open(path, undo, &command, Duration::ZERO) {
+        Ok(target) => target,
+        Err(message) => {
+            let _ = writeln!(err, "lds {command}: {message}");
+            return EXIT_ERROR;
+        }
+    };
     let options = Options { instance, background: false, ..Options::default() };
-    let db = match Db::open(path, options) {
-        Ok(db) => db,
+    let db = match Db::open_device(std::sync::Arc::clone(&target.device), path, options) {
+        Ok((db, _)) => db,
         Err(error) => {
             let _ = writeln!(err, "lds compaction {verb}: {}", open_error(&error));
             return EXIT_ERROR;
@@ -170,6 +188,7 @@ fn change(
     let started = Instant::now();
     let result = if abort { db.abort_compaction() } else { db.finish_compaction() };
     let closed = db.close();
+    target.finish(path, err, &command);
     let (code, message) = match (result, closed) {
         (Ok(None), Ok(())) => (0, format!("{}: instance {instance}: no unfinished compaction", path.display())),
         (Ok(Some(id)), Ok(())) => (

@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
@@ -405,15 +406,27 @@ pub fn load_into(
 
 /// `lds recover`: opens the volume (running recovery), writes the replayed memtable to
 /// chunks, and reports what it did.
-pub fn recover(target: &Target, json_output: bool, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let (db, report) = match Db::open_waiting(&target.path, target.options(), target.wait()) {
+pub fn recover(
+    target: &Target,
+    json_output: bool,
+    undo: &crate::repair::UndoChoice,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let device = match crate::repair::UndoTarget::open(&target.path, undo, "recover", target.wait()) {
+        Ok(device) => device,
+        Err(message) => return fail(err, "recover", &message),
+    };
+    let (db, report) = match Db::open_device(Arc::clone(&device.device), &target.path, target.options()) {
         Ok(opened) => opened,
         Err(error) => return fail(err, "recover", &open_error(&error)),
     };
     let chunks_before = db.level_chunk_counts().iter().sum::<usize>();
     let flushed = db.flush();
     let chunks_written = db.level_chunk_counts().iter().sum::<usize>().saturating_sub(chunks_before);
-    if let Err(message) = flushed.map_err(|error| error.to_string()).and_then(|()| close(db)) {
+    let closed = flushed.map_err(|error| error.to_string()).and_then(|()| close(db));
+    device.finish(&target.path, err, "recover");
+    if let Err(message) = closed {
         return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {message}"));
     }
     if json_output {

@@ -56,6 +56,64 @@ pub struct UndoArgs {
     pub force: bool,
 }
 
+/// The undo file options of every offline tool that writes through the engine
+/// (`lds compaction resume|abort`, `lds recover`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct UndoChoice {
+    /// Where to save the bytes the command overwrites (default: next to an image file,
+    /// PATH.lds-undo; for a block device, NAME.lds-undo in the current directory).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_undo")]
+    pub undo_file: Option<PathBuf>,
+    /// Write no undo file.
+    #[arg(long)]
+    pub no_undo: bool,
+}
+
+/// A volume opened for writing (exclusive lock) through an undo log, for the engine
+/// (`Db::open_device`): the undo file is created at the first write and synced before it.
+pub struct UndoTarget {
+    /// The device the engine writes to.
+    pub device: Arc<dyn BlockDevice>,
+    undo: Option<Arc<UndoDevice>>,
+}
+
+impl UndoTarget {
+    /// Opens `path` for writing (refused while another process holds it, after waiting at
+    /// most `wait`) with an undo log unless `--no-undo`. Errors are messages for the user.
+    pub fn open(path: &Path, choice: &UndoChoice, tool: &str, wait: std::time::Duration) -> Result<Self, String> {
+        let device = Device::open_waiting(path, OpenMode::ReadWrite, wait).map_err(|error| match error {
+            error @ DeviceError::Locked { .. } => {
+                format!("{error}; refusing to write to a volume in use (--wait SECONDS waits for it)")
+            }
+            error => error.to_string(),
+        })?;
+        if choice.no_undo {
+            return Ok(Self { device: Arc::new(device), undo: None });
+        }
+        let undo_path = choice.undo_file.clone().unwrap_or_else(|| default_undo_path(path, device.kind()));
+        let log = undo_log(&device, &undo_path, tool).map_err(|error| error.to_string())?;
+        let undo = Arc::new(UndoDevice::new(Arc::new(device), log));
+        Ok(Self { device: Arc::clone(&undo) as Arc<dyn BlockDevice>, undo: Some(undo) })
+    }
+
+    /// Records the final state in the undo file (once the engine is closed) and says where
+    /// it is, when anything was written.
+    pub fn finish(self, path: &Path, err: &mut dyn Write, command: &str) {
+        let Some(undo) = self.undo else { return };
+        finish_undo(&undo, err, command);
+        let (undo_path, len) = undo.undo_file();
+        if len > 0 {
+            let _ = writeln!(
+                err,
+                "lds {command}: undo file {} ({len} bytes): lds undo {} {} restores the volume",
+                undo_path.display(),
+                undo_path.display(),
+                path.display()
+            );
+        }
+    }
+}
+
 /// The default undo file of a volume: next to an image file, in the current directory for a
 /// block device (`/dev` is no place for it).
 pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {

@@ -63,10 +63,12 @@ fn the_journal_fixture_reads_refuses_an_abort_resumes_and_ends_clean() {
     assert_eq!(shown["unfinished"][0]["cleaned"], serde_json::json!([3]), "{out}");
     let before = scan(&path);
     assert!(before.lines().count() > 40, "{before}");
-    let (code, _, err) = command(CompactionCommand::Abort { path: path.clone(), instance: 0, json: false });
+    let (code, _, err) =
+        command(CompactionCommand::Abort { path: path.clone(), instance: 0, json: false, undo: no_undo() });
     assert_eq!(code, EXIT_REFUSED, "{err}");
     assert!(err.contains("only resuming it is safe"), "{err}");
-    let (code, out, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false });
+    let (code, out, err) =
+        command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo: no_undo() });
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("compaction 1 resumed and finished"), "{out}");
     assert_eq!(scan(&path), before, "the resumed compaction changed what reads return");
@@ -74,7 +76,7 @@ fn the_journal_fixture_reads_refuses_an_abort_resumes_and_ends_clean() {
     assert!(lines.iter().all(|line| line.starts_with('I') && !line.starts_with("I603")), "{lines:#?}");
     let (_, out, _) = command(CompactionCommand::Show { path: path.clone(), json: false });
     assert!(out.contains("no unfinished compaction"), "{out}");
-    let (code, out, _) = command(CompactionCommand::Resume { path, instance: 0, json: false });
+    let (code, out, _) = command(CompactionCommand::Resume { path, instance: 0, json: false, undo: no_undo() });
     assert_eq!(code, 0);
     assert!(out.contains("no unfinished compaction"), "{out}");
 }
@@ -120,7 +122,8 @@ fn a_compaction_that_cleaned_nothing_aborts_and_frees_its_outputs() {
     let shown: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|error| panic!("{error}: {out}"));
     let outputs = shown["unfinished"][0]["outputs"].as_array().map_or(0, Vec::len);
     assert!(outputs >= 1, "{out}");
-    let (code, out, err) = command(CompactionCommand::Abort { path: path.clone(), instance: 0, json: false });
+    let (code, out, err) =
+        command(CompactionCommand::Abort { path: path.clone(), instance: 0, json: false, undo: no_undo() });
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("aborted"), "{out}");
     assert_eq!(scan(&path), before, "aborting changed what reads return");
@@ -140,15 +143,50 @@ fn resume_and_abort_refuse_a_volume_in_use() {
         Db::open_read_only(&path, Options::default(), Duration::ZERO).unwrap_or_else(|error| panic!("{error}"));
     for abort in [false, true] {
         let command_to_run = if abort {
-            CompactionCommand::Abort { path: path.clone(), instance: 0, json: false }
+            CompactionCommand::Abort { path: path.clone(), instance: 0, json: false, undo: no_undo() }
         } else {
-            CompactionCommand::Resume { path: path.clone(), instance: 0, json: false }
+            CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo: no_undo() }
         };
         let (code, _, err) = command(command_to_run);
         assert_eq!(code, EXIT_ERROR);
-        assert!(err.contains("in use by another process") && err.contains("refusing a volume in use"), "{err}");
+        assert!(
+            err.contains("in use by another process") && err.contains("refusing to write to a volume in use"),
+            "{err}"
+        );
     }
     // Reading while it is held works, through the redirection.
     assert!(!scan(&path).is_empty());
     drop(held);
+}
+
+fn no_undo() -> lds_cli::repair::UndoChoice {
+    lds_cli::repair::UndoChoice { undo_file: None, no_undo: true }
+}
+
+#[test]
+fn a_resume_saves_an_undo_file_that_restores_the_volume_byte_for_byte() {
+    let fixture = image("undo", &lds_fixtures::load("d_journal"));
+    let path = fixture.0.clone();
+    let original = std::fs::read(&path).unwrap_or_default();
+    let undo_file = path.with_extension("img.lds-undo");
+    let _ = std::fs::remove_file(&undo_file);
+    let undo = lds_cli::repair::UndoChoice { undo_file: None, no_undo: false };
+    let (code, out, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo });
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("resumed and finished"), "{out}");
+    assert!(err.contains("lds undo"), "the undo file is named: {err}");
+    assert!(undo_file.exists(), "no undo file at {}", undo_file.display());
+    assert!(std::fs::read(&path).unwrap_or_default() != original, "the resume wrote nothing");
+    // A second run refuses to overwrite the undo file, and writes nothing.
+    let resumed = std::fs::read(&path).unwrap_or_default();
+    let undo = lds_cli::repair::UndoChoice { undo_file: None, no_undo: false };
+    let (code, _, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo });
+    assert_eq!(code, EXIT_ERROR, "{err}");
+    assert!(err.contains("undo file exists"), "{err}");
+    assert!(std::fs::read(&path).unwrap_or_default() == resumed);
+    let args = lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(lds_cli::repair::run_undo(&args, &mut out, &mut err), 0, "{}", text(&err));
+    assert!(std::fs::read(&path).unwrap_or_default() == original, "undo did not restore the volume byte for byte");
+    let _ = std::fs::remove_file(&undo_file);
 }

@@ -138,13 +138,31 @@ fn recover_replays_the_backup_log_and_reports() {
         assert_eq!(kv::put(&target, &format!("k{number}"), "v", false, &mut Vec::new()), EXIT_OK);
     }
     let mut out = Vec::new();
-    assert_eq!(kv::recover(&target, true, &mut out, &mut Vec::new()), EXIT_OK);
+    assert_eq!(
+        kv::recover(
+            &target,
+            true,
+            &lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+            &mut out,
+            &mut Vec::new()
+        ),
+        EXIT_OK
+    );
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(report["batches_replayed"], 10);
     assert_eq!(report["entries_replayed"], 10);
     assert_eq!(report["chunks_written"], 1);
     let mut out = Vec::new();
-    assert_eq!(kv::recover(&target, true, &mut out, &mut Vec::new()), EXIT_OK);
+    assert_eq!(
+        kv::recover(
+            &target,
+            true,
+            &lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+            &mut out,
+            &mut Vec::new()
+        ),
+        EXIT_OK
+    );
     let again: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(again["batches_replayed"], 0, "recovery is idempotent once written");
     assert_eq!(again["chunks"], 1);

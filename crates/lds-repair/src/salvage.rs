@@ -96,6 +96,8 @@ pub enum SalvageError {
     },
 }
 
+/// Bytes read at each end of a slot to tell an empty one.
+const PROBE_LEN: u64 = 4096;
 /// Bytes read at a time while looking for footers.
 const SCAN_WINDOW: u64 = 16 << 20;
 /// Footers are looked for at every multiple of this (the smallest sector size).
@@ -215,12 +217,16 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     let single_instance = geometry.is_none_or(|geometry| geometry.instance_count == 1);
     for slot in 0..slot_count {
         let offset = ofs_slots + slot * slot_size;
-        let bytes = device.read_vec(offset, slot_size)?;
         progress((slot + 1) * slot_size, slot_count * slot_size);
         salvaged.slots_scanned += 1;
-        if bytes.iter().all(|&byte| byte == 0) {
+        // A slot that never held a chunk is zeros: its first block and its footer say so
+        // without reading the rest (a chunk starts with a block and ends with its footer).
+        let probe = PROBE_LEN.min(slot_size);
+        let zeros = |bytes: &[u8]| bytes.iter().all(|&byte| byte == 0);
+        if zeros(&device.read_vec(offset, probe)?) && zeros(&device.read_vec(offset + slot_size - probe, probe)?) {
             continue;
         }
+        let bytes = device.read_vec(offset, slot_size)?;
         let read = salvage_sub_chunk(&bytes, offset);
         let instance = match &read.footer {
             Some(footer) if footer.volume_uuid == uuid => footer.instance,
