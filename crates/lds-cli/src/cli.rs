@@ -75,6 +75,17 @@ pub enum Command {
     /// Example: lds undo volume.img.lds-undo volume.img
     #[command(verbatim_doc_comment)]
     Undo(crate::repair::UndoArgs),
+    /// Write a metadata image of a volume for a bug report (values removed, keys replaced).
+    ///
+    /// Labels, both logs and every chunk's structure, with every value zeroed and every key
+    /// replaced by one of the same length that keeps the keys' order (unless --keep-keys):
+    /// lengths, offsets, chains and tree shape stay the original's and checksums are
+    /// recomputed, so lds fsck (without --deep) and lds dump read it as they read the
+    /// original. OUT is a sparse file as long as the volume. Never writes to the volume.
+    ///
+    /// Example: lds metadump volume.img report.img
+    #[command(verbatim_doc_comment)]
+    Metadump(crate::metadump::MetadumpArgs),
     /// Copy what is readable from a volume repair cannot rebuild to a new volume.
     ///
     /// For the worst case (both labels or the whole version log lost): reads every slot's
@@ -258,6 +269,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Repair(args) => crate::repair::run(&args, out, err),
         Command::Undo(args) => crate::repair::run_undo(&args, out, err),
         Command::Salvage(args) => crate::salvage::run(&args, out, err),
+        Command::Metadump(args) => crate::metadump::run(&args, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
         Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),

@@ -12,6 +12,7 @@ pub mod dump;
 pub mod fsck;
 pub mod json;
 pub mod kv;
+pub mod metadump;
 pub mod mkfs;
 pub mod repair;
 pub mod salvage;

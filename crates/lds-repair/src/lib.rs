@@ -32,6 +32,7 @@
 mod flip;
 mod instance;
 mod labels;
+pub mod metadump;
 pub mod salvage;
 
 use std::collections::BTreeSet;

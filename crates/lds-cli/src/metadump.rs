@@ -1,0 +1,135 @@
+//! `lds metadump`: a metadata image for bug reports (see `lds_repair::metadump`), written as a
+//! sparse file: only pages that are not zeros take space.
+
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lds_repair::metadump::metadump;
+use lds_volume::{Device, DeviceError, OpenMode};
+use serde_json::json;
+
+/// Bytes of the pages the image is written in (all-zero pages are left as holes).
+const PAGE: usize = 4096;
+
+/// Arguments of `lds metadump`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MetadumpArgs {
+    /// The volume (read only).
+    pub path: PathBuf,
+    /// The image file to write (sparse, as long as the volume).
+    pub output: PathBuf,
+    /// Keep the keys as they are (values are always removed).
+    #[arg(long)]
+    pub keep_keys: bool,
+    /// Overwrite an existing output file.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the report as JSON (lds-metadump/1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `lds metadump`; returns the exit code: 0 written, 8 operational error, 16 usage error.
+pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    if args.output.exists() && !args.force {
+        let _ = writeln!(err, "lds metadump: {} exists; give another path or --force", args.output.display());
+        return 16;
+    }
+    let device = match Device::open(&args.path, OpenMode::ReadOnlyLocked) {
+        Ok(device) => device,
+        Err(error @ DeviceError::Locked { .. }) => {
+            let _ = writeln!(err, "lds metadump: {error}; refusing to read a volume in use");
+            return 8;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds metadump: {error}");
+            return 8;
+        }
+    };
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("reading [{bar:30}] {percent:>3}% {bytes}/{total_bytes}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let result = metadump(&device, args.keep_keys, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let dump = match result {
+        Ok(dump) => dump,
+        Err(error) => {
+            let _ = writeln!(err, "lds metadump: {error}");
+            return 8;
+        }
+    };
+    let written = (|| -> std::io::Result<u64> {
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&args.output)?;
+        file.set_len(dump.device_len)?;
+        let mut written = 0u64;
+        for (offset, bytes) in &dump.regions {
+            for (index, page) in bytes.chunks(PAGE).enumerate() {
+                if page.iter().any(|&byte| byte != 0) {
+                    file.write_all_at(page, offset + (index * PAGE) as u64)?;
+                    written += page.len() as u64;
+                }
+            }
+        }
+        file.sync_all()?;
+        Ok(written)
+    })();
+    let written = match written {
+        Ok(written) => written,
+        Err(error) => {
+            let _ = writeln!(err, "lds metadump: {}: {error}", args.output.display());
+            return 8;
+        }
+    };
+    let allocated = std::fs::metadata(&args.output).map_or(0, |metadata| metadata.blocks() * 512);
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        let document = json!({
+            "schema": "lds-metadump/1",
+            "device": args.path.display().to_string(),
+            "output": args.output.display().to_string(),
+            "keys_mapped": dump.keys,
+            "values_removed": dump.values,
+            "version_log_objects": dump.objects.0,
+            "backup_log_objects": dump.objects.1,
+            "chunks": dump.chunks,
+            "blocks_dropped": dump.blocks_dropped,
+            "volume_len": dump.device_len,
+            "used_bytes": dump.used_bytes,
+            "written_bytes": written,
+            "allocated_bytes": allocated,
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+    } else {
+        let keys = if args.keep_keys { "keys kept".to_string() } else { format!("{} keys mapped", dump.keys) };
+        let _ = writeln!(
+            out,
+            "{}: {} chunks, {} version log and {} backup log objects; {keys}, {} values removed{}",
+            args.output.display(),
+            dump.chunks,
+            dump.objects.0,
+            dump.objects.1,
+            dump.values,
+            if dump.blocks_dropped > 0 {
+                format!(", {} damaged blocks dropped", dump.blocks_dropped)
+            } else {
+                String::new()
+            }
+        );
+        let _ = writeln!(
+            out,
+            "{written} bytes written ({allocated} allocated) for a volume of {} bytes that uses {} (labels, logs, chunks), in {seconds:.1} s",
+            dump.device_len, dump.used_bytes
+        );
+    }
+    0
+}
