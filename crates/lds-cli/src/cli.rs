@@ -75,6 +75,21 @@ pub enum Command {
     /// Example: lds undo volume.img.lds-undo volume.img
     #[command(verbatim_doc_comment)]
     Undo(crate::repair::UndoArgs),
+    /// Grow or shrink a volume offline.
+    ///
+    /// Grows or shrinks the slot area; an image file is extended first, a block device must
+    /// already be long enough. Shrinking first moves the chunks in the removed slots below the
+    /// new end. The labels switch by one sector write, so a crash leaves the old or the new
+    /// geometry with every committed key; run lds resize again to finish. --dry-run prints
+    /// the plan, --min the smallest size. Saves an undo file before writing (lds undo).
+    /// A shrunk image file is truncated only with --no-undo. Exit 0 done, 1 refused, 8
+    /// operational error, 16 usage error. Refuses a volume in use.
+    ///
+    /// Examples:
+    ///   lds resize --min volume.img
+    ///   lds resize --size 2GiB volume.img
+    #[command(verbatim_doc_comment)]
+    Resize(crate::resize::ResizeArgs),
     /// Write a metadata image of a volume for a bug report (values removed, keys replaced).
     ///
     /// Labels, both logs and every chunk's structure, with every value zeroed and every key
@@ -270,6 +285,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Undo(args) => crate::repair::run_undo(&args, out, err),
         Command::Salvage(args) => crate::salvage::run(&args, out, err),
         Command::Metadump(args) => crate::metadump::run(&args, out, err),
+        Command::Resize(args) => crate::resize::run(&args, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
         Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),

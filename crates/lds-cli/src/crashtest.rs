@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
 use lds_sim::minimize::{minimize_failure, Budget, Progress};
 use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
+use lds_sim::resize::{enumerate_resize, record_resize, resize_cases};
 use lds_sim::workload::{formatted_image, named, run, seeded, Op, Workload};
 use serde_json::json;
 
@@ -24,7 +25,7 @@ pub struct CrashtestOptions {
     /// unflushed writes at each wrap; journal and random-journal run merges large enough to be
     /// journaled and clean inputs early). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
-    /// a second repair.
+    /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume.
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).
@@ -74,6 +75,9 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if options.workload == "repair" {
         return run_repair_crashtest(options, out, err);
     }
+    if options.workload == "resize" {
+        return run_resize_crashtest(options, out, err);
+    }
     let started = Instant::now();
     let mut total = Counts::default();
     let mut workloads = 0u64;
@@ -83,7 +87,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal or repair",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, repair or resize",
             options.workload
         );
         return 2;
@@ -301,6 +305,112 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
         let _ = writeln!(
             out,
             "{} repairs, {} crash points, {} crash images ({} distinct) checked against U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it): {} failures in {seconds:.1} s",
+            cases.len(),
+            total.crash_points,
+            total.images,
+            total.distinct_images,
+            total.failures
+        );
+    }
+    i32::from(total.failures > 0)
+}
+
+/// `--workload resize`: every crash state of `lds resize` growing and shrinking (with chunk
+/// moves) an engine-written volume, checked against I3, I1/I2, R (a second resize finishes)
+/// and U (the undo file restores the volume). A failing crash image is written to
+/// `--out/resize/`.
+fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let cases = match resize_cases() {
+        Ok(cases) => cases,
+        Err(error) => {
+            let _ = writeln!(err, "lds crashtest: cannot build the volumes to resize: {error}");
+            return 2;
+        }
+    };
+    let bounds = Bounds {
+        exhaustive_max: options.exhaustive,
+        samples: options.samples,
+        tears: !options.no_tears,
+        seed: options.seed,
+    };
+    let mut total = Counts::default();
+    let mut reproducers = Vec::new();
+    for (index, case) in cases.iter().enumerate() {
+        let recorded = match record_resize(case, lds_sim::device::SECTOR_SIZE_DEFAULT) {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                let _ = writeln!(err, "lds crashtest: {error}");
+                total.failures += 1;
+                continue;
+            }
+        };
+        let mut first: Option<Failure> = None;
+        let counts = enumerate_resize(&recorded, &bounds, &mut |failure| {
+            first.get_or_insert(failure);
+            ControlFlow::Continue(())
+        });
+        let _ = writeln!(
+            err,
+            "{}: {} chunks moved, {} writes; {} crash points, {} images ({} distinct): {} failures",
+            case.name,
+            recorded.moves,
+            recorded.history.writes.len(),
+            counts.crash_points,
+            counts.images,
+            counts.distinct_images,
+            counts.failures
+        );
+        total.crash_points += counts.crash_points;
+        total.images += counts.images;
+        total.distinct_images += counts.distinct_images;
+        total.failures += counts.failures;
+        if let Some(failure) = first {
+            let folder = options.out.join("resize").join(format!("case-{index}"));
+            let written = std::fs::create_dir_all(&folder)
+                .and_then(|()| std::fs::write(folder.join("before.img"), recorded.history.initial.as_slice()))
+                .and_then(|()| std::fs::write(folder.join("crash.img"), &failure.image))
+                .and_then(|()| {
+                    std::fs::write(
+                        folder.join("failure.txt"),
+                        format!(
+                            "{}\n{} at crash point {} ({}): {}\n",
+                            case.name, failure.oracle, failure.crash_point, failure.state, failure.message
+                        ),
+                    )
+                });
+            let _ = match written {
+                Ok(()) => writeln!(
+                    err,
+                    "lds crashtest: {}: first failure {} {} ({}); images in {}",
+                    case.name,
+                    failure.oracle,
+                    failure.message,
+                    failure.state,
+                    folder.display()
+                ),
+                Err(error) => writeln!(err, "lds crashtest: cannot write the reproducer: {error}"),
+            };
+            reproducers.push(folder.display().to_string());
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if options.json {
+        let document = json!({
+            "schema": "lds-crashtest/1",
+            "workloads": cases.len(),
+            "crash_points": total.crash_points,
+            "images": total.images,
+            "distinct_images": total.distinct_images,
+            "failures": total.failures,
+            "reproducers": reproducers,
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} resizes, {} crash points, {} crash images ({} distinct) checked against I3, I1/I2, R (a second resize finishes) and U (undo restores the volume): {} failures in {seconds:.1} s",
             cases.len(),
             total.crash_points,
             total.images,

@@ -15,5 +15,6 @@ pub mod kv;
 pub mod metadump;
 pub mod mkfs;
 pub mod repair;
+pub mod resize;
 pub mod salvage;
 pub mod units;

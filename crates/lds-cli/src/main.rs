@@ -9,7 +9,10 @@ fn main() {
         Err(error) => {
             let _ = error.print();
             // fsck(8) and e2fsck report usage errors as 16; the other commands use clap's 2.
-            let fsck = matches!(std::env::args().nth(1).as_deref(), Some("fsck" | "repair"));
+            let fsck = matches!(
+                std::env::args().nth(1).as_deref(),
+                Some("fsck" | "repair" | "resize" | "salvage" | "metadump")
+            );
             let code = match (error.use_stderr(), fsck) {
                 (false, _) => 0,
                 (true, true) => 16,

@@ -62,3 +62,15 @@ fn every_crash_state_of_lds_repair_undoes_or_finishes() {
     assert!(counts["workloads"].as_u64() >= Some(15), "{counts}");
     assert!(counts["distinct_images"].as_u64() > Some(300), "{counts}");
 }
+
+#[test]
+fn every_crash_state_of_lds_resize_is_consistent_and_finished_by_a_second_run() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("resize"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    // A grow and two shrinks that move chunks, each with its crash states.
+    assert_eq!(counts["workloads"], 3, "{counts}");
+    assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
+    assert!(String::from_utf8_lossy(&err).contains("chunks moved"), "{}", String::from_utf8_lossy(&err));
+}

@@ -46,6 +46,21 @@ impl Source {
         Ok(Self { instance, version_area, backup_area, recovery, good })
     }
 
+    /// The recovered version, when the version log recovers.
+    pub(crate) fn version(&self) -> Option<Version> {
+        self.recovery.as_ref().ok().map(|recovery| recovery.version_log.version.clone())
+    }
+
+    /// The geometry the live base version replicates.
+    pub(crate) fn base_geometry(&self) -> Option<Geometry> {
+        self.recovery.as_ref().ok().map(|recovery| recovery.version_log.base.geometry)
+    }
+
+    /// The label generation the live base version records (0 when it does not recover).
+    pub(crate) fn base_label_generation(&self) -> u64 {
+        self.recovery.as_ref().map_or(0, |recovery| recovery.version_log.base.label_generation)
+    }
+
     /// Every slot a version of the old state may read: the recovered version's, the newest
     /// good version's, and the outputs of their unfinished compactions.
     pub(crate) fn referenced_slots(&self) -> Vec<u64> {
@@ -140,6 +155,103 @@ fn header_maxima(area: &[u8], context: &AreaContext) -> (u64, u64) {
         }
     }
     maxima
+}
+
+/// The lsn of the new chain's first object (base version, WOR, WOL follow) and its SN. None
+/// of them may stand after the old chain's end before the switch (an object past a version
+/// log's next lsn is damage, SPEC.md §9.6), and nothing left in the area may continue the new
+/// chain after it. Where no header in the area is past the old chain, the base version reuses
+/// the old chain's last lsn, so that only the WOL (the switch itself) is past the old chain's
+/// next one.
+fn switch_numbers(source: &Source, version_context: &AreaContext) -> (u64, u64) {
+    let (version_lsn_max, version_sn_max) = header_maxima(&source.version_area, version_context);
+    let old_next = source.recovery.as_ref().ok().map(|recovery| recovery.version_log.head.next_lsn);
+    let next_lsn = match old_next {
+        Some(next) if next > 0 && version_lsn_max < next => next - 1,
+        _ => version_lsn_max + 1,
+    };
+    (next_lsn, version_sn_max + 1)
+}
+
+/// Why an instance cannot be rebased as it is.
+pub(crate) enum NotRebasable {
+    /// Recovery finds damage or cannot run (the message says what).
+    Damaged(String),
+    /// A journaled compaction is unfinished.
+    Unfinished(u64),
+    /// The device failed.
+    Device(DeviceError),
+}
+
+/// A new base version of the instance's recovered tree, replicating `geometry` with
+/// `label_generation`, with every chunk that uses a slot at or past `slot_limit` rewritten (to
+/// be placed below it) and the backup log left as it is (its start point carried over): the
+/// rebase `lds resize` switches each instance to (SPEC.md §14).
+pub(crate) fn rebase_plan(
+    device: &dyn BlockDevice,
+    source: &Source,
+    slot_limit: u64,
+    geometry: &Geometry,
+    label_generation: u64,
+) -> Result<InstancePlan, NotRebasable> {
+    let recovery = match &source.recovery {
+        Ok(recovery) => recovery,
+        Err(error) => return Err(NotRebasable::Damaged(error.to_string())),
+    };
+    if let Some(damage) = recovery.damage() {
+        return Err(NotRebasable::Damaged(format!("{damage:?}")));
+    }
+    if let Some(&id) = recovery.version_log.unfinished_compactions.keys().next() {
+        return Err(NotRebasable::Unfinished(id));
+    }
+    let version = &recovery.version_log.version;
+    let instance = source.instance;
+    let mut kept = Vec::new();
+    let mut runs = Vec::new();
+    for chunk in version.chunks.values() {
+        if chunk.slots().all(|slot| slot < slot_limit) {
+            kept.push(chunk.clone());
+            continue;
+        }
+        let read = read_entries(device, geometry, instance, chunk).map_err(NotRebasable::Device)?;
+        if !read.dropped.is_empty() {
+            return Err(NotRebasable::Damaged(format!("chunk {}: {}", chunk.chunk_id, read.dropped.join("; "))));
+        }
+        runs.push(Run::new(chunk.level, chunk.flags, read.entries));
+    }
+    let version_context = area_context(geometry, LogKind::Version, instance);
+    let (next_lsn, next_sn) = switch_numbers(source, &version_context);
+    let mut protected: Vec<(u64, u64)> =
+        recovery.version_log.sequence.iter().map(|object| (object.offset, object.header.total_len())).collect();
+    protected.push((recovery.version_log.head.offset, HEADER_LEN as u64));
+    let template = BaseVersion {
+        geometry: *geometry,
+        instance,
+        num_levels: version.num_levels,
+        last_sequence: version.last_sequence,
+        label_generation,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        compact_pointers: version
+            .compact_pointers
+            .iter()
+            .map(|(&level, key)| CompactPointer { level, key: key.clone() })
+            .collect(),
+        chunks: Vec::new(),
+    };
+    Ok(InstancePlan {
+        instance,
+        fixes: Vec::new(),
+        kept,
+        runs,
+        template,
+        needed: protected.clone(),
+        protected,
+        next_lsn,
+        next_sn,
+        source_slots: BTreeSet::new(),
+        apply: true,
+    })
 }
 
 /// What the entries of a chunk give, block by block.
@@ -906,17 +1018,7 @@ pub(crate) fn plan(
     let ofs_backup_start = backup_head
         .filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area)
         .unwrap_or(0);
-    let (version_lsn_max, version_sn_max) = header_maxima(&source.version_area, &version_context);
-    // The new chain's lsns (base version, WOR, WOL): none may stand after the old chain's end
-    // before the switch (an object past a version log's next lsn is damage, SPEC.md §9.6),
-    // and nothing left in the area may continue the new chain after it. Where no header in
-    // the area is past the old chain, the base version reuses the old chain's last lsn, so
-    // that only the WOL (the switch itself) is past the old chain's next one.
-    let old_next = source.recovery.as_ref().ok().map(|recovery| recovery.version_log.head.next_lsn);
-    let next_lsn = match old_next {
-        Some(next) if next > 0 && version_lsn_max < next => next - 1,
-        _ => version_lsn_max + 1,
-    };
+    let (next_lsn, next_sn) = switch_numbers(source, &version_context);
     let template = BaseVersion {
         geometry: *geometry,
         instance,
@@ -941,7 +1043,7 @@ pub(crate) fn plan(
         protected,
         needed,
         next_lsn,
-        next_sn: version_sn_max + 1,
+        next_sn,
         source_slots,
         apply: true,
     })

@@ -33,6 +33,7 @@ mod flip;
 mod instance;
 mod labels;
 pub mod metadump;
+pub mod resize;
 pub mod salvage;
 
 use std::collections::BTreeSet;
@@ -243,10 +244,10 @@ pub enum RepairError {
 }
 
 /// A write to make: device offset, bytes, what it is.
-struct PlannedWrite {
-    offset: u64,
-    bytes: Vec<u8>,
-    structure: String,
+pub(crate) struct PlannedWrite {
+    pub(crate) offset: u64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) structure: String,
 }
 
 /// Repairs the volume on `device` (opened for writing by the caller, who holds its lock).
@@ -315,7 +316,7 @@ pub fn repair(
         }
     }
     let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
-    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options)?;
+    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, geometry.num_slots)?;
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
         let base = plan.base();
@@ -346,9 +347,9 @@ pub fn repair(
         return Ok(report);
     }
     // The labels, then the chunks, then each instance's switch to its new state.
-    write_all(device, &writes, &mut report)?;
+    write_all(device, &writes, &mut report.writes)?;
     writes.clear();
-    write_all(device, &chunk_writes, &mut report)?;
+    write_all(device, &chunk_writes, &mut report.writes)?;
     for (instance, ofs_area, flip) in &flips {
         let structure = |what: &str| format!("{what} of the version log of instance {instance}");
         let (shadow, switch): (Vec<PlannedWrite>, Vec<PlannedWrite>) = flip
@@ -359,8 +360,8 @@ pub fn repair(
                 structure: structure(what),
             })
             .partition(|write| write.offset != *ofs_area);
-        write_all(device, &shadow, &mut report)?;
-        write_all(device, &switch, &mut report)?;
+        write_all(device, &shadow, &mut report.writes)?;
+        write_all(device, &switch, &mut report.writes)?;
     }
     for fix in &mut report.fixes {
         if fix.state == FixState::Planned {
@@ -377,31 +378,36 @@ fn is_label_problem(code: Code) -> bool {
     code.number() < 200
 }
 
-fn written(write: &PlannedWrite) -> Written {
+pub(crate) fn written(write: &PlannedWrite) -> Written {
     Written { structure: write.structure.clone(), offset: write.offset, len: write.bytes.len() as u64 }
 }
 
 /// Writes in order, then one flush (a group of writes that may land in any order).
-fn write_all(device: &dyn BlockDevice, writes: &[PlannedWrite], report: &mut RepairReport) -> Result<(), RepairError> {
+pub(crate) fn write_all(
+    device: &dyn BlockDevice,
+    writes: &[PlannedWrite],
+    done: &mut Vec<Written>,
+) -> Result<(), RepairError> {
     if writes.is_empty() {
         return Ok(());
     }
     for write in writes {
         device.write_at(write.offset, &write.bytes)?;
-        report.writes.push(written(write));
+        done.push(written(write));
     }
     device.flush()?;
     Ok(())
 }
 
-/// Packs every applied plan's runs into chunks, places them in slots no version uses (old or
-/// new), adds their metadata to the plans, and returns their writes.
-fn place_chunks(
+/// Packs every applied plan's runs into chunks, places them in slots below `slot_limit` that
+/// no version uses (old or new), adds their metadata to the plans, and returns their writes.
+pub(crate) fn place_chunks(
     name: &str,
     geometry: &Geometry,
     plans: &mut [instance::InstancePlan],
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
+    slot_limit: u64,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
@@ -425,7 +431,7 @@ fn place_chunks(
         .chain(used)
         .chain(old_slots.iter().copied())
         .collect();
-    let free: Vec<u64> = (0..geometry.num_slots).filter(|slot| !unavailable.contains(slot)).collect();
+    let free: Vec<u64> = (0..slot_limit.min(geometry.num_slots)).filter(|slot| !unavailable.contains(slot)).collect();
     if free.len() < packed.len() {
         return Err(RepairError::NoSpace { device: name.to_string(), needed: packed.len(), free: free.len() });
     }

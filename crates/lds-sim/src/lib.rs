@@ -13,4 +13,5 @@ pub mod media;
 pub mod minimize;
 pub mod repair;
 pub mod repeat;
+pub mod resize;
 pub mod workload;

@@ -156,7 +156,7 @@ impl BlockDevice for Noting {
     }
 }
 
-fn reads_of(image: Vec<u8>) -> Result<Model, String> {
+pub(crate) fn reads_of(image: Vec<u8>) -> Result<Model, String> {
     let device: Arc<dyn BlockDevice> = Arc::new(SimDevice::new(image));
     let (db, _) = Db::open_device_read_only(device, Path::new("repaired image"), options(true))
         .map_err(|error| error.to_string())?;
@@ -164,7 +164,7 @@ fn reads_of(image: Vec<u8>) -> Result<Model, String> {
 }
 
 /// fsck's warnings and errors on an image, by number.
-fn problems_of(image: &[u8]) -> Result<Vec<u16>, String> {
+pub(crate) fn problems_of(image: &[u8]) -> Result<Vec<u16>, String> {
     let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
         .map_err(|error| format!("fsck: {error}"))?;
     let mut problems: Vec<u16> = report
@@ -189,26 +189,13 @@ fn repair_outcome(device: &dyn BlockDevice, image_after: impl FnOnce() -> Vec<u8
 
 /// Runs `repair -y` on a damaged image through an undo log, recording everything.
 pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, String> {
-    let device = SimDevice::new(damaged.image.clone()).with_sector_size(sector_size);
-    let sink = MemorySink::default();
-    let lengths = Arc::new(Mutex::new(Vec::new()));
-    let noting = Noting { inner: device.clone(), sink: sink.clone(), lengths: Arc::clone(&lengths) };
-    let header = UndoHeader {
-        volume_uuid: [0; 16],
-        device_len: damaged.image.len() as u64,
-        sector_size: sector_size as u32,
-        tool: "repair".into(),
-        created: 0,
-    };
-    let log = UndoLog::with_sink(Box::new(sink.clone()), Path::new("undo file in memory"), header);
-    let undo_device = UndoDevice::new(Arc::new(noting), log);
-    let completed = repair_outcome(&undo_device, || device.current())?;
-    let undo_file = sink.0.lock().map_err(|_| "the undo sink is poisoned".to_string())?.clone();
-    let undo_len_at_write = lengths.lock().map_err(|_| "poisoned".to_string())?.clone();
+    let recording = Recording::new(damaged.image.clone(), sector_size, "repair");
+    let completed = repair_outcome(&recording.undo_device, || recording.device.current())?;
+    let (undo_file, undo_len_at_write) = recording.undo();
     Ok(RepairRun {
         damaged_problems: problems_of(&damaged.image)?,
         name: damaged.name.clone(),
-        history: device.history(),
+        history: recording.device.history(),
         undo_file,
         undo_len_at_write,
         completed,
@@ -219,21 +206,7 @@ pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, S
 /// Checks one crash image of a repair; `Err((oracle, message))` on a failure.
 fn check_image(run: &RepairRun, writes_issued: usize, image: &[u8]) -> Result<(), (&'static str, String)> {
     // U: the undo file as it was at the crash restores the damaged volume.
-    if writes_issued > 0 {
-        // The records of each write were saved (durably) before it was issued.
-        let end = run.undo_len_at_write.get(writes_issued - 1).copied().unwrap_or(run.undo_file.len());
-        let file = UndoFile::parse(&run.undo_file[..end], Path::new("undo file"))
-            .map_err(|error| ("U", format!("the undo file at the crash does not parse: {error}")))?;
-        let device = SimDevice::new(image.to_vec());
-        undo(&file, &device, None, false).map_err(|error| ("U", format!("undo refused: {error}")))?;
-        let restored = device.current();
-        if restored.as_slice() != run.history.initial.as_slice() {
-            let first = restored.iter().zip(run.history.initial.iter()).position(|(a, b)| a != b).unwrap_or(0);
-            return Err(("U", format!("undo left the volume different from the damaged original at offset {first}")));
-        }
-    } else if image != run.history.initial.as_slice() {
-        return Err(("U", "the image changed before repair issued any write".into()));
-    }
+    undo_restores(&run.history.initial, &run.undo_file, &run.undo_len_at_write, writes_issued, image)?;
     // A: no problem the damaged volume did not have.
     let problems = problems_of(image).map_err(|error| ("A", error))?;
     let refused = |number: &u16| matches!(number, 201..=205 | 207);
@@ -277,27 +250,43 @@ fn check_image(run: &RepairRun, writes_issued: usize, image: &[u8]) -> Result<()
     Ok(())
 }
 
-/// Enumerates the crash states of a recorded repair and checks each against U and R.
+/// Enumerates the crash states of a recorded repair and checks each against U, A and R.
 pub fn enumerate_repair(
     run: &RepairRun,
     bounds: &Bounds,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
+    let mut check = |writes_issued: usize, image: &[u8]| check_image(run, writes_issued, image);
+    enumerate_history(&run.history, run.sector_size, bounds, &mut check, on_failure)
+}
+
+/// An oracle's verdict on a crash image: `Err((oracle, what went wrong))`.
+pub(crate) type Verdict = Result<(), (&'static str, String)>;
+
+/// Enumerates the crash states of any tool's device history: `check(writes issued, image)`
+/// judges each distinct crash image.
+pub(crate) fn enumerate_history(
+    history: &History,
+    sector_size: u64,
+    bounds: &Bounds,
+    check: &mut dyn FnMut(usize, &[u8]) -> Verdict,
+    on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
+) -> Counts {
     let mut counts = Counts::default();
-    let mut builder = Builder::of_history(&run.history, run.sector_size);
+    let mut builder = Builder::of_history(history, sector_size);
     let mut seen: HashSet<u128> = HashSet::new();
     let mut random = Random(bounds.seed | 1);
     let mut point = 0;
     let mut writes_issued = 0;
     loop {
         counts.crash_points += 1;
-        for recipe in recipes(builder.pending(), &run.history.writes, run.sector_size, bounds, &mut random) {
+        for recipe in recipes(builder.pending(), &history.writes, sector_size, bounds, &mut random) {
             counts.images += 1;
             let checked = builder.with_image(&recipe, |digest, image| {
                 if !seen.insert(digest) {
                     return None;
                 }
-                Some(check_image(run, writes_issued, image).map_err(|failure| (failure, image.as_ref().clone())))
+                Some(check(writes_issued, image).map_err(|failure| (failure, image.as_ref().clone())))
             });
             let Some(checked) = checked else { continue };
             counts.distinct_images += 1;
@@ -309,7 +298,7 @@ pub fn enumerate_repair(
                 }
             }
         }
-        if let Some(Event::Write(_)) = run.history.events.get(point) {
+        if let Some(Event::Write(_)) = history.events.get(point) {
             writes_issued += 1;
         }
         if !builder.advance() {
@@ -318,6 +307,69 @@ pub fn enumerate_repair(
         point += 1;
     }
     counts
+}
+
+/// An undo log in memory whose length is noted at each write (the records of a write are
+/// saved before it is issued), around a simulated device.
+pub(crate) struct Recording {
+    /// The simulated device.
+    pub(crate) device: SimDevice,
+    /// The device tools write to.
+    pub(crate) undo_device: UndoDevice,
+    sink: MemorySink,
+    lengths: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Recording {
+    pub(crate) fn new(image: Vec<u8>, sector_size: u64, tool: &str) -> Self {
+        let len = image.len() as u64;
+        let device = SimDevice::new(image).with_sector_size(sector_size);
+        let sink = MemorySink::default();
+        let lengths = Arc::new(Mutex::new(Vec::new()));
+        let noting = Noting { inner: device.clone(), sink: sink.clone(), lengths: Arc::clone(&lengths) };
+        let header = UndoHeader {
+            volume_uuid: [0; 16],
+            device_len: len,
+            sector_size: sector_size as u32,
+            tool: tool.into(),
+            created: 0,
+        };
+        let log = UndoLog::with_sink(Box::new(sink.clone()), Path::new("undo file in memory"), header);
+        let undo_device = UndoDevice::new(Arc::new(noting), log);
+        Self { device, undo_device, sink, lengths }
+    }
+
+    /// The undo file and its length at each write.
+    pub(crate) fn undo(&self) -> (Vec<u8>, Vec<usize>) {
+        let file = self.sink.0.lock().map(|file| file.clone()).unwrap_or_default();
+        let lengths = self.lengths.lock().map(|lengths| lengths.clone()).unwrap_or_default();
+        (file, lengths)
+    }
+}
+
+/// Oracle U: the undo file as it stood after `writes_issued` writes restores `original`.
+pub(crate) fn undo_restores(
+    original: &[u8],
+    undo_file: &[u8],
+    undo_len_at_write: &[usize],
+    writes_issued: usize,
+    image: &[u8],
+) -> Result<(), (&'static str, String)> {
+    if writes_issued == 0 {
+        return if image == original { Ok(()) } else { Err(("U", "the image changed before any write".into())) };
+    }
+    // The records of each write were saved (durably) before it was issued.
+    let end = undo_len_at_write.get(writes_issued - 1).copied().unwrap_or(undo_file.len());
+    let file = UndoFile::parse(&undo_file[..end], Path::new("undo file"))
+        .map_err(|error| ("U", format!("the undo file at the crash does not parse: {error}")))?;
+    let device = SimDevice::new(image.to_vec());
+    undo(&file, &device, None, false).map_err(|error| ("U", format!("undo refused: {error}")))?;
+    let restored = device.current();
+    if restored.as_slice() != original {
+        let first = restored.iter().zip(original.iter()).position(|(a, b)| a != b).unwrap_or(0);
+        return Err(("U", format!("undo left the volume different from the original at offset {first}")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -137,8 +137,15 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             ));
         }
     }
+    // Slots every geometry in force holds: after a crash in the middle of a resize the label
+    // and a base version may disagree (SPEC.md §14), and a delta version must not add a chunk
+    // on a slot its base version's geometry lacks.
+    let usable_slots = std::iter::once(&recovery.version_log.version)
+        .chain(others.iter().map(|(_, state)| &state.version))
+        .map(|version| version.num_slots)
+        .fold(geometry.num_slots, u64::min);
     let mut online = online_map(
-        geometry.num_slots,
+        usable_slots,
         std::iter::once((instance, &recovery.version_log.version, &recovery.version_log.unfinished_compactions))
             .chain(others.iter().map(|(other, state)| (*other, &state.version, &state.unfinished_compactions))),
     )

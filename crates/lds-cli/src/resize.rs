@@ -1,0 +1,283 @@
+//! `lds resize`: grow or shrink a volume offline (resize2fs, xfs_growfs). See
+//! `lds_repair::resize` for the order of writes that makes every crash leave the old or the
+//! new geometry; run it again after a crash to finish.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lds_repair::resize::{plan, resize, ResizeError, ResizePlan};
+use lds_volume::device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+use serde_json::json;
+
+use crate::repair::{default_undo_path, finish_undo, undo_log, UndoChoice};
+
+/// Exit codes: 0 done or nothing to do, 1 refused (too small, damage, an unfinished
+/// compaction), 8 operational error, 16 usage error.
+const EXIT_REFUSED: i32 = 1;
+const EXIT_OPERATIONAL: i32 = 8;
+const EXIT_USAGE: i32 = 16;
+
+/// Arguments of `lds resize`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResizeArgs {
+    /// Block device or image file.
+    pub path: PathBuf,
+    /// The new size (bytes, or with K/M/G/T and KiB/MiB/GiB/TiB). An image file is extended
+    /// to it first; a block device must already be that long (losetup -c, a grown partition).
+    #[arg(long, value_parser = crate::units::parse_size, required_unless_present = "min")]
+    pub size: Option<u64>,
+    /// Print what would be done (slots added or removed, chunks to move, bytes to copy) and
+    /// write nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Print the smallest size the volume can shrink to, and why; write nothing.
+    #[arg(long)]
+    pub min: bool,
+    /// The undo file.
+    #[command(flatten)]
+    pub undo: UndoChoice,
+    /// Print JSON (lds-resize/1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn describe(plan: &ResizePlan) -> String {
+    let (old, new) = (&plan.old, &plan.new);
+    if plan.done() {
+        return format!("nothing to do: the volume is {} bytes with {} slots", new.volume_len, new.num_slots);
+    }
+    let what = match new.num_slots.cmp(&old.num_slots) {
+        std::cmp::Ordering::Greater => format!("{} slots added", new.num_slots - old.num_slots),
+        std::cmp::Ordering::Less => format!(
+            "{} slots removed, {} chunks to move ({} bytes)",
+            old.num_slots - new.num_slots,
+            plan.moves.len(),
+            plan.bytes_to_copy()
+        ),
+        std::cmp::Ordering::Equal if old == new => format!("{} base versions to finish", plan.rebase.len()),
+        std::cmp::Ordering::Equal => "the same slots".to_string(),
+    };
+    format!(
+        "{} -> {} bytes, {} -> {} slots of {} bytes: {what}",
+        old.volume_len, new.volume_len, old.num_slots, new.num_slots, new.slot_size
+    )
+}
+
+fn plan_json(plan: &ResizePlan) -> serde_json::Value {
+    json!({
+        "old": { "volume_len": plan.old.volume_len, "num_slots": plan.old.num_slots },
+        "new": { "volume_len": plan.new.volume_len, "num_slots": plan.new.num_slots },
+        "slot_size": plan.new.slot_size,
+        "slots_in_use": plan.slots_in_use,
+        "min_len": plan.min_len,
+        "moves": plan.moves.iter().map(|(instance, chunk, slots, bytes)| json!({
+            "instance": instance, "chunk_id": chunk, "slots": slots, "bytes": bytes,
+        })).collect::<Vec<_>>(),
+        "bytes_to_copy": plan.bytes_to_copy(),
+        "rebase": plan.rebase,
+        "done": plan.done(),
+    })
+}
+
+fn refused(error: &ResizeError) -> i32 {
+    match error {
+        ResizeError::Device(_) => EXIT_OPERATIONAL,
+        _ => EXIT_REFUSED,
+    }
+}
+
+/// Runs `lds resize`.
+pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let read_only = args.dry_run || args.min;
+    let mode = if read_only { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
+    let mut device = match Device::open(&args.path, mode) {
+        Ok(device) => device,
+        Err(error @ DeviceError::Locked { .. }) => {
+            let _ = writeln!(err, "lds resize: {error}; refusing to resize a volume in use");
+            return EXIT_OPERATIONAL;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    };
+    if args.min {
+        return match plan(&device, device.len()) {
+            Ok(plan) => {
+                if args.json {
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        json!({ "schema": "lds-resize/1", "min_len": plan.min_len, "plan": plan_json(&plan) })
+                    );
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "{}: smallest size {} bytes: the logs and labels take {} bytes and the data uses {} slots of {} bytes (at that size no slot is left for new writes)",
+                        args.path.display(),
+                        plan.min_len,
+                        plan.old.ofs_slot_area + plan.old.sector(),
+                        plan.slots_in_use,
+                        plan.old.slot_size
+                    );
+                }
+                0
+            }
+            Err(error) => {
+                let _ = writeln!(err, "lds resize: {error}");
+                refused(&error)
+            }
+        };
+    }
+    let Some(size) = args.size else {
+        let _ = writeln!(err, "lds resize: give --size SIZE or --min");
+        return EXIT_USAGE;
+    };
+    if size > device.len() && device.kind() == DeviceKind::BlockDevice {
+        let _ = writeln!(
+            err,
+            "lds resize: {}: the device holds {} bytes, fewer than {size}; grow the device first (losetup -c, a partition)",
+            args.path.display(),
+            device.len()
+        );
+        return EXIT_REFUSED;
+    }
+    let planned = match plan(&device, size) {
+        Ok(plan) => plan,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {error}");
+            return refused(&error);
+        }
+    };
+    if args.dry_run {
+        if args.json {
+            let _ =
+                writeln!(out, "{}", json!({ "schema": "lds-resize/1", "dry_run": true, "plan": plan_json(&planned) }));
+        } else {
+            let _ = writeln!(out, "{}: {}; nothing was written (-n)", args.path.display(), describe(&planned));
+            if planned.new.num_slots < planned.slots_in_use {
+                let _ = writeln!(out, "refused: the smallest size is {} bytes", planned.min_len);
+            }
+        }
+        return if planned.new.num_slots < planned.slots_in_use { EXIT_REFUSED } else { 0 };
+    }
+    if planned.done() {
+        let truncated = shrink_image(&args.path, device.kind(), planned.new.volume_len, false, Arc::new(device), err);
+        let _ = writeln!(
+            out,
+            "{}: {}{}",
+            args.path.display(),
+            describe(&planned),
+            if truncated { " (image truncated)" } else { "" }
+        );
+        return 0;
+    }
+    // An image file grows first (pre-allocated): the old labels still describe the volume.
+    if size > device.len() {
+        if let Err(error) = device.allocate(size).and_then(|()| device.set_image_len(size)) {
+            let _ = writeln!(err, "lds resize: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    }
+    let kind = device.kind();
+    let undo = if args.undo.no_undo {
+        None
+    } else {
+        let path = args.undo.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, kind));
+        match undo_log(&device, &path, "resize") {
+            Ok(log) => Some(log),
+            Err(error) => {
+                let _ = writeln!(err, "lds resize: {error}");
+                return EXIT_OPERATIONAL;
+            }
+        }
+    };
+    let device = Arc::new(device);
+    let undo_device =
+        undo.map(|log| lds_volume::undo::UndoDevice::new(Arc::clone(&device) as Arc<dyn BlockDevice>, log));
+    let target: &dyn BlockDevice = match &undo_device {
+        Some(undo_device) => undo_device,
+        None => device.as_ref(),
+    };
+    let result = resize(target, size);
+    if let (Some(undo_device), Ok(_)) = (&undo_device, &result) {
+        finish_undo(undo_device, err, "resize");
+    }
+    let (plan, writes) = match result {
+        Ok(done) => done,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {error}");
+            if let Some((path, len)) =
+                undo_device.as_ref().map(lds_volume::undo::UndoDevice::undo_file).filter(|(_, len)| *len > 0)
+            {
+                let _ = writeln!(err, "lds resize: lds undo {} {} restores what was written ({len} bytes of undo records); or run lds resize again to finish", path.display(), args.path.display());
+            }
+            return refused(&error);
+        }
+    };
+    let undo_file = undo_device.as_ref().map(lds_volume::undo::UndoDevice::undo_file).filter(|(_, len)| *len > 0);
+    drop(undo_device);
+    let truncated = shrink_image(&args.path, kind, plan.new.volume_len, undo_file.is_some(), device, err);
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        let document = json!({
+            "schema": "lds-resize/1",
+            "device": args.path.display().to_string(),
+            "plan": plan_json(&plan),
+            "writes": writes.len(),
+            "bytes_written": writes.iter().map(|write| write.len).sum::<u64>(),
+            "truncated": truncated,
+            "undo_file": undo_file.as_ref().map(|(path, len)| json!({ "path": path.display().to_string(), "bytes": len })),
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+    } else {
+        let _ = writeln!(out, "{}: {} in {seconds:.2} s", args.path.display(), describe(&plan));
+        if let Some((path, len)) = &undo_file {
+            let _ = writeln!(
+                out,
+                "undo file: {} ({len} bytes; lds undo {} {} restores the volume)",
+                path.display(),
+                path.display(),
+                args.path.display()
+            );
+        }
+    }
+    0
+}
+
+/// Truncates a shrunk image file to the volume, unless an undo file may still need the bytes
+/// past it (then says how to truncate later). Returns whether it truncated.
+fn shrink_image(
+    path: &Path,
+    kind: DeviceKind,
+    volume_len: u64,
+    undo_kept: bool,
+    device: Arc<Device>,
+    err: &mut dyn Write,
+) -> bool {
+    if kind != DeviceKind::ImageFile || device.len() <= volume_len {
+        return false;
+    }
+    if undo_kept {
+        let _ = writeln!(
+            err,
+            "lds resize: {} keeps its {} bytes (the volume ends at {volume_len}) so that lds undo can restore it; truncate -s {volume_len} {} once the undo file is no longer needed",
+            path.display(),
+            device.len(),
+            path.display()
+        );
+        return false;
+    }
+    let Ok(mut device) = Arc::try_unwrap(device) else { return false };
+    match device.set_image_len(volume_len) {
+        Ok(()) => true,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: the volume is resized but the image could not be truncated: {error}");
+            false
+        }
+    }
+}

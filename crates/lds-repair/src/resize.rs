@@ -1,0 +1,279 @@
+//! Offline resize (`lds resize`, SPEC.md §14): grow or shrink a volume's slot area.
+//!
+//! The order of writes makes every crash leave the old geometry or the new one, each with
+//! every committed key, and a second run finish the job:
+//! 1. (shrink) every chunk using a slot at or past the new slot count is copied below it and
+//!    each instance switches, by one sector write (as repair switches), to a new base version
+//!    of the same tree that references the copies; the old geometry still holds;
+//! 2. the backup label of the new geometry (generation + 1) is written at the new end, where
+//!    nothing reads it yet, and flushed;
+//! 3. the primary label of the new geometry is written and flushed: one sector, the switch
+//!    (a reader finds the backup label where the primary's geometry puts it);
+//! 4. each instance switches to a new base version replicating the new geometry, with the
+//!    labels' generation (until then a reader uses the label's geometry, SPEC.md §14, and the
+//!    engine allocates only slots both geometries hold).
+//!
+//! The caller extends an image file before (grow) and truncates it after (shrink).
+
+use std::collections::BTreeSet;
+
+use lds_check::{check, CheckOptions, Severity};
+use lds_format::image::area_context;
+use lds_format::label::{Geometry, Label, LogKind, SLOTS_COUNT_MIN};
+use lds_format::version::Version;
+use lds_volume::{BlockDevice, DeviceError};
+
+use crate::instance::{rebase_plan, NotRebasable, Source};
+use crate::{flip, place_chunks, write_all, PlannedWrite, RepairError, RepairOptions, Written};
+
+/// Why a resize could not run (nothing was written unless the message says so).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResizeError {
+    /// The device failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The writes failed or found no room (see the repair error).
+    #[error(transparent)]
+    Repair(#[from] RepairError),
+    /// The volume has problems to repair first.
+    #[error("{device}: fsck reports {problem}; run lds repair first (nothing was written)")]
+    Damaged {
+        /// The device.
+        device: String,
+        /// The first problem.
+        problem: String,
+    },
+    /// A journaled compaction is unfinished.
+    #[error("{device}: instance {instance} has an unfinished compaction ({id}); finish it with lds compaction resume first (nothing was written)")]
+    Unfinished {
+        /// The device.
+        device: String,
+        /// The instance.
+        instance: u32,
+        /// The compaction.
+        id: u64,
+    },
+    /// The target cannot be laid out or holds too little.
+    #[error("{device}: {reason} (nothing was written)")]
+    Refused {
+        /// The device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What a resize will do or did.
+#[derive(Debug, Clone)]
+pub struct ResizePlan {
+    /// The geometry now (the label's).
+    pub old: Geometry,
+    /// The geometry asked for.
+    pub new: Geometry,
+    /// Chunks to move below the new slot count: (instance, chunk id, slots, bytes).
+    pub moves: Vec<(u32, u64, Vec<u64>, u64)>,
+    /// Instances whose base version does not replicate the new geometry yet.
+    pub rebase: Vec<u32>,
+    /// Slots in use, over every instance.
+    pub slots_in_use: u64,
+    /// The smallest volume length the data allows.
+    pub min_len: u64,
+}
+
+impl ResizePlan {
+    /// Bytes of chunk data to copy.
+    pub fn bytes_to_copy(&self) -> u64 {
+        self.moves.iter().map(|(_, _, _, bytes)| bytes).sum()
+    }
+
+    /// Nothing is left to do.
+    pub fn done(&self) -> bool {
+        self.old == self.new && self.rebase.is_empty()
+    }
+}
+
+/// The geometry of the volume with `volume_len` bytes: the same areas, as many slots as fit
+/// before the backup label (SPEC.md §3).
+pub fn resized(geometry: &Geometry, volume_len: u64) -> Geometry {
+    let sector = geometry.sector();
+    let volume_len = volume_len / sector * sector;
+    let room = volume_len.saturating_sub(sector).saturating_sub(geometry.ofs_slot_area);
+    Geometry { volume_len, num_slots: room / geometry.slot_size, ..*geometry }
+}
+
+fn device_name(device: &dyn BlockDevice) -> String {
+    device.name().display().to_string()
+}
+
+fn label_of(device: &dyn BlockDevice) -> Result<Label, ResizeError> {
+    let labels = lds_volume::volume::read_labels(device)?;
+    let chosen = labels.choose().map(|(_, label)| label.clone());
+    chosen.map_err(|_| ResizeError::Damaged { device: device_name(device), problem: "no usable label".into() })
+}
+
+/// The versions of every instance (refusing damage and unfinished compactions).
+fn versions(device: &dyn BlockDevice, geometry: &Geometry) -> Result<Vec<(Source, Version)>, ResizeError> {
+    let mut all = Vec::new();
+    for instance in 0..geometry.instance_count {
+        let source = Source::read(device, geometry, instance)?;
+        let version = source.version().ok_or_else(|| ResizeError::Damaged {
+            device: device_name(device),
+            problem: format!("instance {instance}: its version log does not recover"),
+        })?;
+        all.push((source, version));
+    }
+    Ok(all)
+}
+
+/// Plans a resize of the volume on `device` to `volume_len` bytes (rounded down to a sector).
+pub fn plan(device: &dyn BlockDevice, volume_len: u64) -> Result<ResizePlan, ResizeError> {
+    let label = label_of(device)?;
+    let old = label.geometry;
+    let new = resized(&old, volume_len);
+    let all = versions(device, &old)?;
+    let used: BTreeSet<u64> = all
+        .iter()
+        .flat_map(|(_, version)| version.chunks.values().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()))
+        .collect();
+    let slots_in_use = used.len() as u64;
+    let min_len = old.ofs_slot_area + slots_in_use.max(SLOTS_COUNT_MIN) * old.slot_size + old.sector();
+    let mut moves = Vec::new();
+    let mut rebase = Vec::new();
+    for (source, version) in &all {
+        for chunk in version.chunks.values() {
+            let slots: Vec<u64> = chunk.slots().collect();
+            if slots.iter().any(|&slot| slot >= new.num_slots) {
+                moves.push((source.instance, chunk.chunk_id, slots, chunk.len_data));
+            }
+        }
+        // Every instance once the labels change; after that, those whose base version does
+        // not replicate the labels' geometry and generation yet.
+        let lags = source.base_geometry() != Some(new) || source.base_label_generation() < label.generation;
+        if old != new || lags {
+            rebase.push(source.instance);
+        }
+    }
+    Ok(ResizePlan { old, new, moves, rebase, slots_in_use, min_len })
+}
+
+/// Resizes the volume on `device` (opened for writing by the caller, who holds its lock, and,
+/// to grow, already at least `volume_len` bytes long). Returns the plan and the writes made.
+pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, Vec<Written>), ResizeError> {
+    let name = device_name(device);
+    let report = check(device, CheckOptions { deep: false }, &mut |_, _| {}).map_err(RepairError::from)?;
+    if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
+        return Err(ResizeError::Damaged { device: name, problem: problem.line() });
+    }
+    let plan = plan(device, volume_len)?;
+    let (old, new) = (plan.old, plan.new);
+    if let Err(error) = new.validate(0) {
+        return Err(ResizeError::Refused {
+            device: name,
+            reason: format!(
+                "{volume_len} bytes give no valid volume ({error}); the smallest size is {} bytes",
+                plan.min_len
+            ),
+        });
+    }
+    if new.volume_len > device.len() {
+        return Err(ResizeError::Refused {
+            device: name,
+            reason: format!("the device holds {} bytes, fewer than {}", device.len(), new.volume_len),
+        });
+    }
+    if new.num_slots < plan.slots_in_use {
+        return Err(ResizeError::Refused {
+            device: name,
+            reason: format!(
+                "the data uses {} slots and {} bytes hold only {}: the smallest size is {} bytes (lds resize --min)",
+                plan.slots_in_use, new.volume_len, new.num_slots, plan.min_len
+            ),
+        });
+    }
+    let mut label = label_of(device)?;
+    let mut done = Vec::new();
+    if plan.done() {
+        return Ok((plan, done));
+    }
+    // 1. Chunks past the new end move below it (the old geometry still holds).
+    if !plan.moves.is_empty() {
+        rebase_all(device, &old, new.num_slots, &old, label.generation, &mut done)?;
+    }
+    // 2 and 3. The labels: the backup where the new geometry puts it, then the primary.
+    if label.geometry != new {
+        label.geometry = new;
+        label.generation += 1;
+        let bytes = label.encode();
+        let sector = new.sector() as usize;
+        let mut padded = vec![0u8; sector.max(bytes.len())];
+        padded[..bytes.len()].copy_from_slice(&bytes);
+        let backup = PlannedWrite {
+            offset: new.ofs_backup_label(),
+            bytes: padded.clone(),
+            structure: "backup label (new geometry)".into(),
+        };
+        write_all(device, &[backup], &mut done)?;
+        let primary =
+            PlannedWrite { offset: 0, bytes: padded, structure: "primary label (new geometry): the switch".into() };
+        write_all(device, &[primary], &mut done)?;
+    }
+    // 4. Every instance's base version replicates the new geometry.
+    rebase_all(device, &new, new.num_slots, &new, label.generation, &mut done)?;
+    Ok((plan, done))
+}
+
+/// Switches every instance to a new base version replicating `geometry` with
+/// `label_generation`, its chunks below `slot_limit` (reading the volume as `read_as`).
+fn rebase_all(
+    device: &dyn BlockDevice,
+    read_as: &Geometry,
+    slot_limit: u64,
+    geometry: &Geometry,
+    label_generation: u64,
+    done: &mut Vec<Written>,
+) -> Result<(), ResizeError> {
+    let name = device_name(device);
+    let mut sources = Vec::new();
+    for instance in 0..read_as.instance_count {
+        sources.push(Source::read(device, read_as, instance)?);
+    }
+    let old_slots: BTreeSet<u64> = sources.iter().flat_map(Source::referenced_slots).collect();
+    let mut plans = Vec::new();
+    for source in &sources {
+        let plan = rebase_plan(device, source, slot_limit, geometry, label_generation).map_err(|why| match why {
+            NotRebasable::Damaged(problem) => ResizeError::Damaged { device: name.clone(), problem },
+            NotRebasable::Unfinished(id) => {
+                ResizeError::Unfinished { device: name.clone(), instance: source.instance, id }
+            }
+            NotRebasable::Device(error) => ResizeError::Device(error),
+        })?;
+        plans.push(plan);
+    }
+    let options = RepairOptions::new(crate::Mode::Yes);
+    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, slot_limit)?;
+    write_all(device, &chunk_writes, done)?;
+    for plan in &plans {
+        let base = plan.base();
+        Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
+            device: name.clone(),
+            instance: plan.instance,
+            reason: error.to_string(),
+        })?;
+        let context = area_context(read_as, LogKind::Version, plan.instance);
+        let flip = flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.protected)
+            .map_err(|len| RepairError::NoRoom { device: name.clone(), instance: plan.instance, len })?;
+        let structure = |what: &str| format!("{what} of the version log of instance {}", plan.instance);
+        let (shadow, switch): (Vec<PlannedWrite>, Vec<PlannedWrite>) = flip
+            .writes()
+            .map(|(offset, bytes, what)| PlannedWrite {
+                offset: context.ofs_area + offset,
+                bytes: bytes.to_vec(),
+                structure: structure(what),
+            })
+            .partition(|write| write.offset != context.ofs_area);
+        write_all(device, &shadow, done)?;
+        write_all(device, &switch, done)?;
+    }
+    Ok(())
+}
