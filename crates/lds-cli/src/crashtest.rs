@@ -196,8 +196,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
 /// `--workload repair`: every crash state of `lds repair -y` on each damaged volume of
 /// `lds_sim::repair::damaged_volumes`, checked against U (the undo file at the crash restores
 /// the damaged original), A (no problem the damaged volume did not have: the switch is atomic)
-/// and R (a second repair ends where the completed one did). A failing
-/// crash image is written to `--out/repair/` with what failed.
+/// and R (a second repair ends where the completed one did).
 fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
     let (volume, cases) = match damaged_volumes() {
@@ -207,48 +206,121 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
             return 2;
         }
     };
+    let bounds = tool_bounds(options);
+    let runs = cases.iter().map(|case| {
+        let recorded = record_repair(case, volume.geometry.sector())
+            .map_err(|error| format!("repair of {}: {error}", case.name))?;
+        let (counts, first) = first_of(|on_failure| enumerate_repair(&recorded, &bounds, on_failure));
+        let summary =
+            format!("repair exits {}, {} writes", recorded.completed.exit_code, recorded.history.writes.len());
+        Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
+    });
+    report_tool_runs(
+        "repair",
+        "U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it)",
+        runs,
+        options,
+        started,
+        out,
+        err,
+    )
+}
+
+/// `--workload resize`: every crash state of `lds resize` growing and shrinking (with chunk
+/// moves) an engine-written volume, checked against I3, I1/I2, W (the engine writes), R (a
+/// second resize finishes) and U (the undo file restores the volume).
+fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let cases = match resize_cases() {
+        Ok(cases) => cases,
+        Err(error) => {
+            let _ = writeln!(err, "lds crashtest: cannot build the volumes to resize: {error}");
+            return 2;
+        }
+    };
+    let bounds = tool_bounds(options);
+    let runs = cases.iter().map(|case| {
+        let recorded = record_resize(case, lds_sim::device::SECTOR_SIZE_DEFAULT)?;
+        let (counts, first) = first_of(|on_failure| enumerate_resize(&recorded, &bounds, on_failure));
+        let summary = format!("{} chunks moved, {} writes", recorded.moves, recorded.history.writes.len());
+        Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
+    });
+    report_tool_runs(
+        "resize",
+        "I3, I1/I2, W (the engine writes), R (a second resize finishes) and U (undo restores the volume)",
+        runs,
+        options,
+        started,
+        out,
+        err,
+    )
+}
+
+/// One offline tool's run under the crash enumerator.
+struct ToolRun {
+    name: String,
+    summary: String,
+    counts: Counts,
+    first: Option<Failure>,
+    initial: Vec<u8>,
+}
+
+fn tool_bounds(options: &CrashtestOptions) -> Bounds {
+    Bounds {
+        exhaustive_max: options.exhaustive,
+        samples: options.samples,
+        tears: !options.no_tears,
+        seed: options.seed,
+    }
+}
+
+/// Runs an enumeration, keeping its first failure.
+fn first_of(enumerate: impl FnOnce(&mut dyn FnMut(Failure) -> ControlFlow<()>) -> Counts) -> (Counts, Option<Failure>) {
+    let mut first: Option<Failure> = None;
+    let counts = enumerate(&mut |failure| {
+        first.get_or_insert(failure);
+        ControlFlow::Continue(())
+    });
+    (counts, first)
+}
+
+/// Prints each tool run as it ends (a progress bar on a terminal), writes the first failing
+/// crash image of each to `--out/TOOL/case-N/`, and the totals; returns the exit code.
+fn report_tool_runs(
+    tool: &str,
+    oracles: &str,
+    runs: impl ExactSizeIterator<Item = Result<ToolRun, String>>,
+    options: &CrashtestOptions,
+    started: Instant,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let count = runs.len();
     let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(cases.len() as u64).with_style(
-            ProgressStyle::with_template("{spinner} {pos}/{len} repairs [{bar:30}] {elapsed} {msg}")
+        ProgressBar::new(count as u64).with_style(
+            ProgressStyle::with_template("{spinner} {pos}/{len} runs [{bar:30}] {elapsed}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         )
     } else {
         ProgressBar::hidden()
     };
-    let bounds = Bounds {
-        exhaustive_max: options.exhaustive,
-        samples: options.samples,
-        tears: !options.no_tears,
-        seed: options.seed,
-    };
     let mut total = Counts::default();
     let mut reproducers = Vec::new();
-    for (index, case) in cases.iter().enumerate() {
-        bar.set_message(case.name.clone());
-        let recorded = match record_repair(case, volume.geometry.sector()) {
-            Ok(recorded) => recorded,
+    for (index, run) in runs.enumerate() {
+        let run = match run {
+            Ok(run) => run,
             Err(error) => {
-                bar.suspend(|| writeln!(err, "lds crashtest: repair of {}: {error}", case.name)).ok();
+                bar.suspend(|| writeln!(err, "lds crashtest: {error}")).ok();
                 total.failures += 1;
                 continue;
             }
         };
-        let mut first: Option<Failure> = None;
-        let counts = enumerate_repair(&recorded, &bounds, &mut |failure| {
-            first.get_or_insert(failure);
-            ControlFlow::Continue(())
-        });
+        let counts = run.counts;
         bar.suspend(|| {
             writeln!(
                 err,
-                "{}: repair exits {}, {} writes; {} crash points, {} images ({} distinct): {} failures",
-                case.name,
-                recorded.completed.exit_code,
-                recorded.history.writes.len(),
-                counts.crash_points,
-                counts.images,
-                counts.distinct_images,
-                counts.failures
+                "{}: {}; {} crash points, {} images ({} distinct): {} failures",
+                run.name, run.summary, counts.crash_points, counts.images, counts.distinct_images, counts.failures
             )
         })
         .ok();
@@ -256,25 +328,21 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
         total.images += counts.images;
         total.distinct_images += counts.distinct_images;
         total.failures += counts.failures;
-        if let Some(failure) = first {
-            let folder = options.out.join("repair").join(format!("case-{index}"));
+        if let Some(failure) = run.first {
+            let folder = options.out.join(tool).join(format!("case-{index}"));
+            let text = format!(
+                "{}\n{} at crash point {} ({}): {}\n",
+                run.name, failure.oracle, failure.crash_point, failure.state, failure.message
+            );
             let written = std::fs::create_dir_all(&folder)
-                .and_then(|()| std::fs::write(folder.join("damaged.img"), recorded.history.initial.as_slice()))
+                .and_then(|()| std::fs::write(folder.join("before.img"), &run.initial))
                 .and_then(|()| std::fs::write(folder.join("crash.img"), &failure.image))
-                .and_then(|()| {
-                    std::fs::write(
-                        folder.join("failure.txt"),
-                        format!(
-                            "{}\n{} at crash point {} ({}): {}\n",
-                            case.name, failure.oracle, failure.crash_point, failure.state, failure.message
-                        ),
-                    )
-                });
+                .and_then(|()| std::fs::write(folder.join("failure.txt"), text));
             bar.suspend(|| match written {
                 Ok(()) => writeln!(
                     err,
                     "lds crashtest: {}: first failure {} {} ({}); images in {}",
-                    case.name,
+                    run.name,
                     failure.oracle,
                     failure.message,
                     failure.state,
@@ -292,7 +360,7 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     if options.json {
         let document = json!({
             "schema": "lds-crashtest/1",
-            "workloads": cases.len(),
+            "workloads": count,
             "crash_points": total.crash_points,
             "images": total.images,
             "distinct_images": total.distinct_images,
@@ -304,118 +372,8 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     } else {
         let _ = writeln!(
             out,
-            "{} repairs, {} crash points, {} crash images ({} distinct) checked against U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it): {} failures in {seconds:.1} s",
-            cases.len(),
-            total.crash_points,
-            total.images,
-            total.distinct_images,
-            total.failures
-        );
-    }
-    i32::from(total.failures > 0)
-}
-
-/// `--workload resize`: every crash state of `lds resize` growing and shrinking (with chunk
-/// moves) an engine-written volume, checked against I3, I1/I2, R (a second resize finishes)
-/// and U (the undo file restores the volume). A failing crash image is written to
-/// `--out/resize/`.
-fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let started = Instant::now();
-    let cases = match resize_cases() {
-        Ok(cases) => cases,
-        Err(error) => {
-            let _ = writeln!(err, "lds crashtest: cannot build the volumes to resize: {error}");
-            return 2;
-        }
-    };
-    let bounds = Bounds {
-        exhaustive_max: options.exhaustive,
-        samples: options.samples,
-        tears: !options.no_tears,
-        seed: options.seed,
-    };
-    let mut total = Counts::default();
-    let mut reproducers = Vec::new();
-    for (index, case) in cases.iter().enumerate() {
-        let recorded = match record_resize(case, lds_sim::device::SECTOR_SIZE_DEFAULT) {
-            Ok(recorded) => recorded,
-            Err(error) => {
-                let _ = writeln!(err, "lds crashtest: {error}");
-                total.failures += 1;
-                continue;
-            }
-        };
-        let mut first: Option<Failure> = None;
-        let counts = enumerate_resize(&recorded, &bounds, &mut |failure| {
-            first.get_or_insert(failure);
-            ControlFlow::Continue(())
-        });
-        let _ = writeln!(
-            err,
-            "{}: {} chunks moved, {} writes; {} crash points, {} images ({} distinct): {} failures",
-            case.name,
-            recorded.moves,
-            recorded.history.writes.len(),
-            counts.crash_points,
-            counts.images,
-            counts.distinct_images,
-            counts.failures
-        );
-        total.crash_points += counts.crash_points;
-        total.images += counts.images;
-        total.distinct_images += counts.distinct_images;
-        total.failures += counts.failures;
-        if let Some(failure) = first {
-            let folder = options.out.join("resize").join(format!("case-{index}"));
-            let written = std::fs::create_dir_all(&folder)
-                .and_then(|()| std::fs::write(folder.join("before.img"), recorded.history.initial.as_slice()))
-                .and_then(|()| std::fs::write(folder.join("crash.img"), &failure.image))
-                .and_then(|()| {
-                    std::fs::write(
-                        folder.join("failure.txt"),
-                        format!(
-                            "{}\n{} at crash point {} ({}): {}\n",
-                            case.name, failure.oracle, failure.crash_point, failure.state, failure.message
-                        ),
-                    )
-                });
-            let _ = match written {
-                Ok(()) => writeln!(
-                    err,
-                    "lds crashtest: {}: first failure {} {} ({}); images in {}",
-                    case.name,
-                    failure.oracle,
-                    failure.message,
-                    failure.state,
-                    folder.display()
-                ),
-                Err(error) => writeln!(err, "lds crashtest: cannot write the reproducer: {error}"),
-            };
-            reproducers.push(folder.display().to_string());
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    if options.json {
-        let document = json!({
-            "schema": "lds-crashtest/1",
-            "workloads": cases.len(),
-            "crash_points": total.crash_points,
-            "images": total.images,
-            "distinct_images": total.distinct_images,
-            "failures": total.failures,
-            "reproducers": reproducers,
-            "seconds": seconds,
-        });
-        let _ = writeln!(out, "{document}");
-    } else {
-        let _ = writeln!(
-            out,
-            "{} resizes, {} crash points, {} crash images ({} distinct) checked against I3, I1/I2, R (a second resize finishes) and U (undo restores the volume): {} failures in {seconds:.1} s",
-            cases.len(),
-            total.crash_points,
-            total.images,
-            total.distinct_images,
-            total.failures
+            "{count} {tool} runs, {} crash points, {} crash images ({} distinct) checked against {oracles}: {} failures in {seconds:.1} s",
+            total.crash_points, total.images, total.distinct_images, total.failures
         );
     }
     i32::from(total.failures > 0)

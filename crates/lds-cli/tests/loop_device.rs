@@ -1,49 +1,11 @@
 //! Guards mkfs and dump on a real block device: a loop device this test attaches itself and
 //! detaches (exactly the one it got) even when an assertion fails.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use common::{is_root, LoopDevice};
 use lds_cli::dump::{DumpOptions, DumpWhat};
 use lds_cli::mkfs::{run, MkfsOptions};
-
-/// A loop device attached for the test's lifetime.
-struct LoopDevice {
-    device: PathBuf,
-    backing: PathBuf,
-}
-
-impl LoopDevice {
-    fn attach(backing: &Path, len: u64) -> Option<Self> {
-        std::fs::write(backing, vec![0u8; len as usize]).ok()?;
-        let output = Command::new("losetup").args(["--find", "--show"]).arg(backing).output().ok()?;
-        if !output.status.success() {
-            eprintln!("losetup failed: {}", String::from_utf8_lossy(&output.stderr));
-            let _ = std::fs::remove_file(backing);
-            return None;
-        }
-        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-        Some(Self { device, backing: backing.to_path_buf() })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let status = Command::new("losetup").arg("--detach").arg(&self.device).status();
-        if !status.is_ok_and(|status| status.success()) {
-            eprintln!("could not detach {}", self.device.display());
-        }
-        let _ = std::fs::remove_file(&self.backing);
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|status| {
-            status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
 
 #[test]
 fn mkfs_and_dump_on_a_loop_device() {

@@ -4,6 +4,9 @@
 //! exits 0 and lds scan returns every key. The loop device test attaches its own device,
 //! grows its backing file, tells the kernel (losetup -c) and detaches exactly that device.
 
+mod common;
+
+use common::{is_root, LoopDevice};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -134,43 +137,6 @@ fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
     load(&image, 1);
     assert_eq!(fsck(&image), 0);
     let _ = std::fs::remove_file(&image);
-}
-
-/// A loop device attached for the test's lifetime, detached (exactly it) when dropped.
-struct LoopDevice {
-    device: PathBuf,
-    backing: PathBuf,
-}
-
-impl LoopDevice {
-    fn attach(backing: &Path, len: u64) -> Option<Self> {
-        std::fs::write(backing, vec![0u8; len as usize]).ok()?;
-        let output = Command::new("losetup").args(["--find", "--show"]).arg(backing).output().ok()?;
-        if !output.status.success() {
-            let _ = std::fs::remove_file(backing);
-            return None;
-        }
-        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-        Some(Self { device, backing: backing.to_path_buf() })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let status = Command::new("losetup").arg("--detach").arg(&self.device).status();
-        if !status.is_ok_and(|status| status.success()) {
-            eprintln!("could not detach {}", self.device.display());
-        }
-        let _ = std::fs::remove_file(&self.backing);
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|status| {
-            status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 #[test]
