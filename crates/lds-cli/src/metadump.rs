@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_repair::metadump::metadump;
-use lds_volume::{Device, DeviceError, OpenMode};
+use lds_volume::OpenMode;
 use serde_json::json;
 
 /// Bytes of the pages the image is written in (all-zero pages are left as holes).
@@ -39,16 +39,9 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
         let _ = writeln!(err, "lds metadump: {} exists; give another path or --force", args.output.display());
         return 16;
     }
-    let device = match Device::open(&args.path, OpenMode::ReadOnlyLocked) {
+    let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "metadump", err) {
         Ok(device) => device,
-        Err(error @ DeviceError::Locked { .. }) => {
-            let _ = writeln!(err, "lds metadump: {error}; refusing to read a volume in use");
-            return 8;
-        }
-        Err(error) => {
-            let _ = writeln!(err, "lds metadump: {error}");
-            return 8;
-        }
+        Err(code) => return code,
     };
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(

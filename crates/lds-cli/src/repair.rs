@@ -114,6 +114,18 @@ impl UndoTarget {
     }
 }
 
+/// Opens the volume of an offline tool: `ReadWrite` takes the exclusive lock, refused while
+/// another process holds it. Prints the error as `lds COMMAND: ...` and returns exit code 8.
+pub fn open_volume(path: &Path, mode: OpenMode, command: &str, err: &mut dyn Write) -> Result<Device, i32> {
+    Device::open(path, mode).map_err(|error| {
+        let _ = match error {
+            DeviceError::Locked { .. } => writeln!(err, "lds {command}: {error}; refusing a volume in use"),
+            error => writeln!(err, "lds {command}: {error}"),
+        };
+        EXIT_OPERATIONAL
+    })
+}
+
 /// The default undo file of a volume: next to an image file, in the current directory for a
 /// block device (`/dev` is no place for it).
 pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {
@@ -289,16 +301,9 @@ pub fn run(args: &RepairArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         }
     };
     let open_mode = if mode == Mode::DryRun { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let device = match Device::open(&args.path, open_mode) {
+    let device = match open_volume(&args.path, open_mode, "repair", err) {
         Ok(device) => device,
-        Err(error @ DeviceError::Locked { .. }) => {
-            let _ = writeln!(err, "lds repair: {error}; refusing to repair a volume in use");
-            return EXIT_OPERATIONAL;
-        }
-        Err(error) => {
-            let _ = writeln!(err, "lds repair: {error}");
-            return EXIT_OPERATIONAL;
-        }
+        Err(code) => return code,
     };
     let undo_path = args.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, device.kind()));
     let log = if mode == Mode::DryRun || args.no_undo {

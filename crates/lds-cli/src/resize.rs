@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lds_repair::resize::{plan, resize, ResizeError, ResizePlan};
-use lds_volume::device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+use lds_volume::device::{BlockDevice, Device, DeviceKind, OpenMode};
 use serde_json::json;
 
 use crate::repair::{default_undo_path, finish_undo, undo_log, UndoChoice};
@@ -93,16 +93,9 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
     let read_only = args.dry_run || args.min;
     let mode = if read_only { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let mut device = match Device::open(&args.path, mode) {
+    let mut device = match crate::repair::open_volume(&args.path, mode, "resize", err) {
         Ok(device) => device,
-        Err(error @ DeviceError::Locked { .. }) => {
-            let _ = writeln!(err, "lds resize: {error}; refusing to resize a volume in use");
-            return EXIT_OPERATIONAL;
-        }
-        Err(error) => {
-            let _ = writeln!(err, "lds resize: {error}");
-            return EXIT_OPERATIONAL;
-        }
+        Err(code) => return code,
     };
     if args.min {
         return match plan(&device, device.len()) {

@@ -11,7 +11,7 @@ use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::batch::EntryKind;
 use lds_format::error::hex;
 use lds_repair::salvage::{salvage, Salvaged};
-use lds_volume::{Device, DeviceError, OpenMode};
+use lds_volume::OpenMode;
 use serde_json::json;
 
 use crate::kv::pair_json;
@@ -63,16 +63,9 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
             return EXIT_USAGE;
         }
     }
-    let device = match Device::open(&args.path, OpenMode::ReadOnlyLocked) {
+    let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "salvage", err) {
         Ok(device) => device,
-        Err(error @ DeviceError::Locked { .. }) => {
-            let _ = writeln!(err, "lds salvage: {error}; refusing to read a volume in use");
-            return EXIT_OPERATIONAL;
-        }
-        Err(error) => {
-            let _ = writeln!(err, "lds salvage: {error}");
-            return EXIT_OPERATIONAL;
-        }
+        Err(code) => return code,
     };
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(

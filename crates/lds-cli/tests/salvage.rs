@@ -71,6 +71,13 @@ fn written_volume(name: &str) -> (PathBuf, String) {
     (path, expected)
 }
 
+fn geometry_of(path: &Path) -> lds_format::label::Geometry {
+    let device =
+        lds_volume::Device::open(path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
+    pair.choose().map(|(_, label)| label.geometry).unwrap_or_else(|error| panic!("{error:?}"))
+}
+
 fn zero(path: &Path, offset: u64, len: u64) {
     use std::io::{Seek, SeekFrom, Write};
     let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap_or_else(|error| panic!("{error}"));
@@ -81,11 +88,7 @@ fn zero(path: &Path, offset: u64, len: u64) {
 #[test]
 fn salvage_recovers_every_key_without_version_log_or_labels() {
     let (source, expected) = written_volume("source-whole");
-    let device =
-        lds_volume::Device::open(&source, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
-    let geometry = pair.choose().map(|(_, label)| label.geometry).unwrap_or_else(|error| panic!("{error:?}"));
-    drop(device);
+    let geometry = geometry_of(&source);
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
     zero(&source, version_offset, version_len);
     assert_eq!(fsck(&source), 4, "a zeroed version log is an error");
@@ -125,11 +128,7 @@ fn salvage_recovers_every_key_without_version_log_or_labels() {
 fn a_damaged_block_loses_only_its_keys_and_is_reported() {
     let (source, expected) = written_volume("source-block");
     // Damage the middle of the first slot holding a chunk of level 1 or deeper.
-    let device =
-        lds_volume::Device::open(&source, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
-    let geometry = pair.choose().map(|(_, label)| label.geometry).unwrap_or_else(|error| panic!("{error:?}"));
-    drop(device);
+    let geometry = geometry_of(&source);
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
     zero(&source, version_offset, version_len);
     let slot = (0..geometry.num_slots)
