@@ -1,0 +1,150 @@
+//! Writes the frozen fixtures of one released format version: volumes the engine of that
+//! version wrote, kept forever so that every later build proves it still reads them (SPEC.md
+//! §17). `cargo run -p lds-sim --example freeze_fixtures -- VERSION` writes
+//! fixtures/vVERSION/<name>/{image.gz, state.ndjson, description} and refuses to touch a
+//! version folder that exists: frozen fixtures are never regenerated.
+//!
+//! The volumes are the simulator's (512-byte sectors, tiny logs), written through the
+//! simulated device by ordinary workloads, so that they hold levels, wrapped logs, trims,
+//! odd chunks and batches left to replay. `state.ndjson` is what reads must return.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use lds_engine::{Db, Options};
+use lds_format::image::ImageBuilder;
+use lds_format::label::{plan_layout, Label};
+use lds_sim::device::SimDevice;
+use lds_sim::workload::{apply_op, formatted_image, layout, named, random_wrap, Op, Workload};
+
+/// The key/value pairs of each instance.
+type States = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
+
+struct Frozen {
+    name: &'static str,
+    description: &'static str,
+    image: Vec<u8>,
+    /// Per instance, the key/value pairs reads return.
+    states: States,
+}
+
+fn options() -> Options {
+    Options { background: false, level1_max_bytes: 2 * (64 << 10), level_size_multiplier: 4, ..Options::default() }
+}
+
+/// Runs `workloads[i]` on instance i of `image`, then reads every instance back.
+fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
+    let device = SimDevice::new(image);
+    let mut states = Vec::new();
+    for (instance, workload) in workloads.iter().enumerate() {
+        let open = || {
+            let options = Options { instance: instance as u32, ..options() };
+            Db::open_device(Arc::new(device.clone()), Path::new("freeze"), options)
+                .map(|(db, _)| db)
+                .unwrap_or_else(|error| panic!("{}: open: {error}", workload.name))
+        };
+        let mut db = open();
+        for op in &workload.ops {
+            match op {
+                Op::Reopen => {
+                    db.close().unwrap_or_else(|error| panic!("{}: close: {error}", workload.name));
+                    db = open();
+                }
+                _ => apply_op(&db, op).unwrap_or_else(|error| panic!("{}: {error}", workload.name)),
+            }
+        }
+        db.close().unwrap_or_else(|error| panic!("{}: close: {error}", workload.name));
+    }
+    for instance in 0..workloads.len() {
+        let options = Options { instance: instance as u32, ..options() };
+        let (db, _) = Db::open_device_read_only(Arc::new(device.clone()), Path::new("freeze"), options)
+            .unwrap_or_else(|error| panic!("read back: {error}"));
+        let state: Vec<(Vec<u8>, Vec<u8>)> =
+            db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("read back: {error}"));
+        states.push(state);
+    }
+    (device.current(), states)
+}
+
+fn two_instances_image() -> Vec<u8> {
+    let mut request = layout();
+    request.instance_count = Some(2);
+    request.volume_len = 4 << 20;
+    let geometry = plan_layout(&request, [0x52; 16]).unwrap_or_else(|error| panic!("{error}"));
+    ImageBuilder::format(Label::new(geometry, "frozen-two")).bytes
+}
+
+fn frozen() -> Vec<Frozen> {
+    let base = || formatted_image().unwrap_or_else(|error| panic!("{error}"));
+    let workload = |name: &str| named(name).unwrap_or_else(|| panic!("workload {name}"));
+    let mut volumes = Vec::new();
+    let (image, states) = write(base(), &[workload("compaction")]);
+    volumes.push(Frozen {
+        name: "levels",
+        description: "the compaction workload: chunks in several levels, compact pointers, trims of the version log",
+        image,
+        states,
+    });
+    let (image, states) = write(base(), &[random_wrap(17, 300)]);
+    volumes.push(Frozen {
+        name: "wrapped",
+        description: "a wrap-heavy random workload: both logs wrapped, batches left in the backup log to replay",
+        image,
+        states,
+    });
+    let mut reopened = workload("wrap");
+    reopened.ops.push(Op::Reopen);
+    reopened.ops.extend(workload("basic").ops);
+    let (image, states) = write(base(), &[reopened]);
+    volumes.push(Frozen {
+        name: "reopened",
+        description: "the wrap workload, a reopen, then the basic workload, on one instance",
+        image,
+        states,
+    });
+    let (image, states) = write(two_instances_image(), &[workload("compaction"), random_wrap(23, 200)]);
+    volumes.push(Frozen { name: "two_instances", description: "two instances sharing one slot area", image, states });
+    volumes
+}
+
+fn ndjson(states: &[Vec<(Vec<u8>, Vec<u8>)>]) -> String {
+    let mut text = String::new();
+    for (instance, state) in states.iter().enumerate() {
+        for (key, value) in state {
+            let hex = |bytes: &[u8]| bytes.iter().map(|byte| format!("{byte:02x}")).collect::<String>();
+            text.push_str(&format!(
+                "{{\"instance\":{instance},\"key_hex\":\"{}\",\"value_hex\":\"{}\"}}\n",
+                hex(key),
+                hex(value)
+            ));
+        }
+    }
+    text
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).unwrap_or_else(|error| panic!("{error}"));
+    encoder.finish().unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn main() {
+    let version = std::env::args().nth(1).unwrap_or_else(|| panic!("usage: freeze_fixtures VERSION (e.g. 1.0)"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(format!("v{version}"));
+    if root.exists() {
+        eprintln!("{} exists: frozen fixtures are never regenerated", root.display());
+        std::process::exit(1);
+    }
+    for volume in frozen() {
+        let folder = root.join(volume.name);
+        std::fs::create_dir_all(&folder).unwrap_or_else(|error| panic!("{error}"));
+        let compressed = gzip(&volume.image);
+        std::fs::write(folder.join("image.gz"), &compressed).unwrap_or_else(|error| panic!("{error}"));
+        std::fs::write(folder.join("state.ndjson"), ndjson(&volume.states)).unwrap_or_else(|error| panic!("{error}"));
+        std::fs::write(folder.join("description"), format!("{}\n", volume.description))
+            .unwrap_or_else(|error| panic!("{error}"));
+        let keys: usize = volume.states.iter().map(Vec::len).sum();
+        println!("{}: {} bytes ({} gzipped), {keys} keys", folder.display(), volume.image.len(), compressed.len());
+    }
+}
