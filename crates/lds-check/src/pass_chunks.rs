@@ -9,6 +9,7 @@ use lds_format::label::Geometry;
 use lds_format::recovery::VersionLogState;
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
+use lds_volume::volume::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 
 use crate::problem::{Code, Report};
@@ -85,23 +86,43 @@ fn check_tree(
     // reading overlaps checking and the device sees one sequential read per slot. A small
     // tree is read inline: a thread costs more than it saves there (the crash simulator
     // checks thousands of tiny volumes).
-    let read_chunk = |chunk: &ChunkMeta| -> Vec<Result<Vec<u8>, DeviceError>> {
+    let read_chunk = |chunk: &ChunkMeta| -> Vec<SlotRead> {
         chunk
             .slots()
             .filter(|&slot| slot < geometry.num_slots)
-            .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
+            .map(|slot| read_tolerant(device, geometry.slot_offset(slot), geometry.slot_size, geometry.sector()))
             .collect()
+    };
+    // Sectors that cannot be read are zeros (their blocks fail their checksums), reported.
+    let images_of = |chunk: &ChunkMeta, read: Vec<SlotRead>, report: &mut Report| -> Result<Vec<Vec<u8>>, CheckError> {
+        let mut images = Vec::new();
+        for result in read {
+            let (image, unreadable) = result?;
+            if let (Some(&first), Some(&last)) = (unreadable.first(), unreadable.last()) {
+                report.add(
+                    Code::UnreadableSector,
+                    format!("chunk {} of instance {instance}", chunk.chunk_id),
+                    first,
+                    format!(
+                        "{} sectors from offset {first} to {last} cannot be read; they are read as zeros",
+                        unreadable.len()
+                    ),
+                );
+            }
+            images.push(image);
+        }
+        Ok(images)
     };
     if chunks.len() <= INLINE_CHUNKS_MAX {
         for chunk in chunks {
-            let images = read_chunk(chunk).into_iter().collect::<Result<Vec<_>, _>>()?;
+            let images = images_of(chunk, read_chunk(chunk), report)?;
             check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, report);
             progress(chunk.len_data);
         }
         return Ok(());
     }
     std::thread::scope(|scope| -> Result<(), CheckError> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<Result<Vec<u8>, DeviceError>>>(2);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<SlotRead>>(2);
         let reader_chunks = chunks.clone();
         scope.spawn(move || {
             for chunk in reader_chunks {
@@ -111,14 +132,17 @@ fn check_tree(
             }
         });
         for chunk in chunks {
-            let images = receiver.recv().map_err(|_| CheckError::ReaderStopped)?;
-            let images = images.into_iter().collect::<Result<Vec<_>, _>>()?;
+            let read = receiver.recv().map_err(|_| CheckError::ReaderStopped)?;
+            let images = images_of(chunk, read, report)?;
             check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, report);
             progress(chunk.len_data);
         }
         Ok(())
     })
 }
+
+/// A slot's bytes (unreadable sectors as zeros) and the offsets of those sectors.
+type SlotRead = Result<(Vec<u8>, Vec<u64>), DeviceError>;
 
 /// Trees of at most this many chunks are read without a reader thread.
 const INLINE_CHUNKS_MAX: usize = 16;

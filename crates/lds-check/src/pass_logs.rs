@@ -28,8 +28,22 @@ pub(crate) fn recover_all(
     for instance in 0..geometry.instance_count {
         let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
         let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
-        let version_area = device.read_vec(version_offset, version_len)?;
-        let backup_area = device.read_vec(backup_offset, backup_len)?;
+        let version_area = read_reporting(
+            device,
+            version_offset,
+            version_len,
+            geometry.sector(),
+            &format!("version log of instance {instance}"),
+            report,
+        )?;
+        let backup_area = read_reporting(
+            device,
+            backup_offset,
+            backup_len,
+            geometry.sector(),
+            &format!("backup log of instance {instance}"),
+            report,
+        )?;
         for area in [&version_area, &backup_area] {
             report.summary.log_objects += physical_walk(area, 0, geometry.sector()).len() as u64;
         }
@@ -161,4 +175,28 @@ fn report_chain_end(verdict: &ChainEndVerdict, context: &AreaContext, report: &m
             report.add(code, structure, context.ofs_area + offset, format!("the object at the head (lsn {next_lsn}) is incomplete or damaged ({why}); recovery ignores it, as a write a crash interrupted{after}"));
         }
     }
+}
+
+/// Reads a structure, sectors that cannot be read as zeros, reporting them (107).
+pub(crate) fn read_reporting(
+    device: &(impl ReadAt + ?Sized),
+    offset: u64,
+    len: u64,
+    sector: u64,
+    structure: &str,
+    report: &mut Report,
+) -> Result<Vec<u8>, CheckError> {
+    let (bytes, unreadable) = lds_volume::volume::read_tolerant(device, offset, len, sector)?;
+    if let (Some(&first), Some(&last)) = (unreadable.first(), unreadable.last()) {
+        report.add(
+            Code::UnreadableSector,
+            structure.to_string(),
+            first,
+            format!(
+                "{} sectors from offset {first} to {last} cannot be read; they are read as zeros",
+                unreadable.len()
+            ),
+        );
+    }
+    Ok(bytes)
 }

@@ -62,7 +62,8 @@ pub(crate) fn check_free_slots(
         let mut stale = Vec::new();
         for &slot in slots {
             let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
-            let bytes = device.read_vec(offset, FOOTER_LEN as u64)?;
+            // A free slot whose footer cannot be read holds nothing reads can reach.
+            let Ok(bytes) = device.read_vec(offset, FOOTER_LEN as u64) else { continue };
             if Footer::decode(&bytes, offset, geometry.slot_size)
                 .is_ok_and(|footer| footer.volume_uuid == geometry.volume_uuid)
             {

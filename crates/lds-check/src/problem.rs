@@ -108,6 +108,9 @@ problems! {
     /// 106.
     VolumeBeyondDevice = 106, Error, "the volume is longer than the device",
         Salvage("cannot repair in place: lds salvage copies what the slots and the backup log still hold to a new volume");
+    /// 107.
+    UnreadableSector = 107, Error, "sectors of a structure cannot be read (I/O error); they are read as zeros, and the structure's own problems follow",
+        Fix("rebuild the structure from what is readable, as for its other problems (a device remaps a bad sector when it is written)");
     /// 201.
     VersionLogNoStart = 201, Error, "the version log has no valid object at offset 0",
         Fix("rebuild the version from the newest good base version and the objects chained after it, add the newer data that chunks in free slots and the backup log hold (SPEC.md §8.5), and switch to a new base version");

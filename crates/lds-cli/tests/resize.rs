@@ -15,6 +15,15 @@ use lds_cli::mkfs::MkfsOptions;
 use lds_cli::repair::UndoChoice;
 use lds_cli::resize::{run, ResizeArgs};
 
+/// The tests run one at a time: the loop device test forks losetup, and a forked child holds
+/// a copy of every descriptor the other test has open until it execs, its lock included (a
+/// writer opening in that window finds the volume in use).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn scratch(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("lds-resize-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_file(&path);
@@ -73,6 +82,7 @@ fn load(path: &Path, rounds: u32) {
 
 #[test]
 fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
+    let _serial = serial();
     let image = scratch("image.img");
     let undo_file = PathBuf::from(format!("{}.lds-undo", image.display()));
     let _ = std::fs::remove_file(&undo_file);
@@ -141,6 +151,7 @@ fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
 
 #[test]
 fn grow_a_loop_device_after_losetup_c_then_shrink_it() {
+    let _serial = serial();
     if !is_root() {
         eprintln!("skipped: attaching a loop device needs root");
         return;

@@ -13,6 +13,7 @@ use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
 use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, Version, CHUNK_FLAG_ODD};
+use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
 use crate::{Fix, FixClass, RepairError};
@@ -35,8 +36,9 @@ impl Source {
     pub(crate) fn read(device: &dyn BlockDevice, geometry: &Geometry, instance: u32) -> Result<Self, DeviceError> {
         let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
         let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
-        let version_area = device.read_vec(version_offset, version_len)?;
-        let backup_area = device.read_vec(backup_offset, backup_len)?;
+        // Unreadable sectors read as zeros: damage, as a zeroed sector is.
+        let (version_area, _) = read_tolerant(device, version_offset, version_len, geometry.sector())?;
+        let (backup_area, _) = read_tolerant(device, backup_offset, backup_len, geometry.sector())?;
         let recovery = recover_instance(geometry, instance, &version_area, &backup_area);
         let good = if version_log_broken(&recovery) {
             last_good_version(&version_area, &area_context(geometry, LogKind::Version, instance))
@@ -278,7 +280,15 @@ fn read_entries(
             continue;
         }
         let offset = geometry.slot_offset(slot);
-        let image = device.read_vec(offset, geometry.slot_size)?;
+        // Unreadable sectors read as zeros: the blocks there fail their checksums and are
+        // dropped like damaged ones.
+        let (image, unreadable) = read_tolerant(device, offset, geometry.slot_size, geometry.sector())?;
+        if let (Some(first), Some(last)) = (unreadable.first(), unreadable.last()) {
+            read.dropped.push(format!(
+                "slot {slot}: {} unreadable sectors from offset {first} to {last} (read error)",
+                unreadable.len()
+            ));
+        }
         let salvaged = salvage_sub_chunk(&image, offset);
         match salvaged.footer {
             // The footer was written for this sub-chunk when its identity fields say so, or
@@ -335,7 +345,10 @@ fn read_entries(
 fn chunk_images(device: &dyn BlockDevice, geometry: &Geometry, meta: &ChunkMeta) -> Result<Vec<Vec<u8>>, DeviceError> {
     meta.slots()
         .filter(|&slot| slot < geometry.num_slots)
-        .map(|slot| device.read_vec(geometry.slot_offset(slot), geometry.slot_size))
+        .map(|slot| {
+            read_tolerant(device, geometry.slot_offset(slot), geometry.slot_size, geometry.sector())
+                .map(|(image, _)| image)
+        })
         .collect()
 }
 
@@ -377,7 +390,7 @@ fn newer_in_free_slots(
     for slot in (0..geometry.num_slots).filter(|slot| !old_slots.contains(slot)) {
         let offset = geometry.slot_offset(slot);
         let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
-        let footer_bytes = device.read_vec(footer_offset, FOOTER_LEN as u64)?;
+        let Ok(footer_bytes) = device.read_vec(footer_offset, FOOTER_LEN as u64) else { continue };
         let Ok(footer) = Footer::decode(&footer_bytes, footer_offset, geometry.slot_size) else { continue };
         if footer.volume_uuid != geometry.volume_uuid
             || footer.instance != instance
@@ -387,7 +400,7 @@ fn newer_in_free_slots(
         {
             continue;
         }
-        let image = device.read_vec(offset, geometry.slot_size)?;
+        let Ok(image) = device.read_vec(offset, geometry.slot_size) else { continue };
         let Ok(view) = SubChunkView::open(&image, offset) else { continue };
         if view.verify_digest(offset).is_err() {
             continue;

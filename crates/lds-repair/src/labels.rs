@@ -6,6 +6,7 @@ use lds_check::Code;
 use lds_format::image::label_sector;
 use lds_format::instance::recover_instance;
 use lds_format::label::{Label, LabelChoiceError, LogKind};
+use lds_volume::volume::read_tolerant;
 use lds_volume::{read_labels, BlockDevice, DeviceError};
 
 use crate::{Fix, FixClass, LabelPlan, PlannedWrite, RepairError, RepairReport};
@@ -19,8 +20,8 @@ fn base_version_agrees(device: &dyn BlockDevice, label: &Label) -> Result<bool, 
     }
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
     let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, 0);
-    let version_area = device.read_vec(version_offset, version_len)?;
-    let backup_area = device.read_vec(backup_offset, backup_len)?;
+    let version_area = read_tolerant(device, version_offset, version_len, geometry.sector())?.0;
+    let backup_area = read_tolerant(device, backup_offset, backup_len, geometry.sector())?.0;
     Ok(recover_instance(geometry, 0, &version_area, &backup_area)
         .is_ok_and(|recovery| recovery.version_log.base.geometry == *geometry))
 }

@@ -20,6 +20,7 @@ use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::Payload;
 use lds_format::salvage::{salvage_sub_chunk, valid_objects};
+use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
 /// The newest entry of a key: sequence, kind, value.
@@ -223,10 +224,16 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
         // without reading the rest (a chunk starts with a block and ends with its footer).
         let probe = PROBE_LEN.min(slot_size);
         let zeros = |bytes: &[u8]| bytes.iter().all(|&byte| byte == 0);
-        if zeros(&device.read_vec(offset, probe)?) && zeros(&device.read_vec(offset + slot_size - probe, probe)?) {
+        let head = read_tolerant(device, offset, probe, SCAN_ALIGN)?.0;
+        if zeros(&head) && zeros(&read_tolerant(device, offset + slot_size - probe, probe, SCAN_ALIGN)?.0) {
             continue;
         }
-        let bytes = device.read_vec(offset, slot_size)?;
+        let (bytes, unreadable) = read_tolerant(device, offset, slot_size, SCAN_ALIGN)?;
+        if let (Some(first), Some(last)) = (unreadable.first(), unreadable.last()) {
+            salvaged
+                .damaged
+                .push(format!("slot {slot}: {} unreadable sectors from offset {first} to {last}", unreadable.len()));
+        }
         let read = salvage_sub_chunk(&bytes, offset);
         let instance = match &read.footer {
             Some(footer) if footer.volume_uuid == uuid => footer.instance,

@@ -214,6 +214,12 @@ pub struct Cell {
     pub engine_wrong: u64,
     /// Cases where fsck or the engine panicked, or recovery wrote.
     pub broken: u64,
+    /// Cases fsck reported, given to `lds repair -y`.
+    pub repair_tried: u64,
+    /// Of them, repaired: fsck clean afterwards.
+    pub repaired: u64,
+    /// Of those, with every key reading the value it had before the fault.
+    pub repaired_intact: u64,
 }
 
 /// The whole matrix.
@@ -242,6 +248,9 @@ impl Matrix {
             total.wrong += cell.wrong;
             total.engine_wrong += cell.engine_wrong;
             total.broken += cell.broken;
+            total.repair_tried += cell.repair_tried;
+            total.repaired += cell.repaired;
+            total.repaired_intact += cell.repaired_intact;
         }
         total
     }
@@ -574,6 +583,24 @@ pub fn run_case(volume: &Volume, device: &SimDevice) -> Case {
     Case { verdict, fsck_reported, engine_wrong, wrote, panicked: false, detail }
 }
 
+/// Runs `lds repair -y` on a case's device (the fault still armed: an unreadable sector
+/// stays unreadable): whether fsck is clean afterwards, and whether every key then reads the
+/// value it had after the last operation.
+fn repair_case(volume: &Volume, device: &SimDevice) -> (bool, bool) {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let options = lds_repair::RepairOptions::new(lds_repair::Mode::Yes);
+        let repaired = lds_repair::repair(device, options, &mut |_, _| {}).is_ok_and(|report| report.exit_code() == 1);
+        if !repaired {
+            return (false, false);
+        }
+        let reads = read_everything(volume, device);
+        let intact =
+            reads.wrong.is_empty() && reads.explicit_error.is_none() && reads.state == Some(volume.models.len() - 1);
+        (true, intact)
+    }));
+    outcome.unwrap_or((false, false))
+}
+
 /// Runs every fault on every target, with `flips` bit positions per sector.
 pub fn run_matrix(volume: &Volume, targets: &[Target], flips: u64) -> Matrix {
     let mut matrix = Matrix::default();
@@ -600,6 +627,12 @@ pub fn run_matrix(volume: &Volume, targets: &[Target], flips: u64) -> Matrix {
                     Verdict::Prefix => cell.prefix += 1,
                     Verdict::RolledBack => cell.rolled_back += 1,
                     Verdict::Wrong => cell.wrong += 1,
+                }
+                if case.fsck_reported && !case.panicked {
+                    cell.repair_tried += 1;
+                    let (repaired, intact) = repair_case(volume, &device);
+                    cell.repaired += u64::from(repaired);
+                    cell.repaired_intact += u64::from(intact);
                 }
                 let counted = matches!(case.verdict, Verdict::Wrong | Verdict::RolledBack);
                 cell.engine_wrong += u64::from(case.engine_wrong && !counted);
@@ -670,12 +703,15 @@ a `get` for each).
   data instead of an error. Must be 0.
 - **n/a**: the fault changes nothing (zeroing a zero sector, a sector with no earlier content,
   a misdirection to identical bytes).
-- **repair**: what `lds repair` does for the problem fsck reports (the checker's table,
-  docs/fsck-json.md).
+- **repair**: of the cases fsck reports, how many `lds repair -y` repaired (fsck clean after,
+  with the fault still armed: an unreadable sector stays unreadable), and of those how many
+  read every key with the value it had after the last operation (intact); the others lost
+  what the damaged sector held, each loss reported by repair.
 
 Totals: {cases} cases: {detected} detected, {tolerated} tolerated, {prefix} prefix,
 {rolled_back} rolled back, **{wrong} wrong**, **{engine_wrong} engine wrong**, {broken} panics
-or recovery writes.
+or recovery writes. `lds repair -y` repaired {repaired} of the {repair_tried} cases fsck
+reports ({repaired_intact} with every key intact).
 
 | structure | sectors | fault | cases | detected | tolerated (fsck too) | prefix | rolled back | wrong | engine wrong | n/a | repair |
 |---|---|---|---|---|---|---|---|---|---|---|---|
@@ -702,13 +738,16 @@ or recovery writes.
         wrong = total.wrong,
         engine_wrong = total.engine_wrong,
         broken = total.broken,
+        repaired = total.repaired,
+        repair_tried = total.repair_tried,
+        repaired_intact = total.repaired_intact,
     ));
     for structure in Structure::ALL {
         let sectors = matrix.sectors.get(&structure).copied().unwrap_or(0);
         for fault in MediaFault::ALL {
             let cell = matrix.cells.get(&(structure, fault)).copied().unwrap_or_default();
             text.push_str(&format!(
-                "| {} | {sectors} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | not implemented |\n",
+                "| {} | {sectors} | {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} |\n",
                 structure.name(),
                 fault.name(),
                 cell.cases,
@@ -720,6 +759,11 @@ or recovery writes.
                 cell.wrong,
                 cell.engine_wrong,
                 cell.not_applicable,
+                if cell.repair_tried == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{} of {} ({} intact)", cell.repaired, cell.repair_tried, cell.repaired_intact)
+                },
             ));
         }
     }
@@ -727,9 +771,12 @@ or recovery writes.
         "
 ## Reading the matrix
 
-- Labels: either copy may be lost; the other is used (fsck reports the bad one). An
-  unreadable label sector fails the open: the engine does not yet fall back to the other copy
-  on a read error.
+- Labels: either copy may be lost or unreadable; the other is used (fsck reports the bad
+  one, repair rewrites it from the good one).
+- Unreadable sectors (EIO) stay unreadable in the simulator, where a real device would remap
+  a sector when it is written. fsck reads them as zeros and reports them (107) with the
+  damage that follows; repair rewrites what they held elsewhere where it can (every such
+  chunk case), but it rewrites labels and log areas in place, so those cases stay reported.
 - Version log: every append is flushed before the next (SPEC.md §10.1), so valid objects
   after the end of the live chain prove damage: fsck reports 207 and the engine refuses to
   open rather than serve an older version (and then overwrite the later ones).

@@ -147,3 +147,18 @@ fn a_damaged_single_sector_backup_batch_is_fsck_303_and_open_refuses() {
     assert!(matches!(error, Error::Recovery { .. }), "{error}");
     assert!(error.to_string().contains("303"), "{error}");
 }
+
+#[test]
+fn an_unreadable_chunk_sector_is_reported_and_repaired_around() {
+    let volume = volume();
+    let device = case_with_code(&volume, Structure::ChunkData, MediaFault::ReadError, 107);
+    // fsck reads the sector as zeros: the unreadable sectors and the block they break.
+    let codes = fsck_codes(&device);
+    assert!(codes.contains(&107) && codes.contains(&405), "{codes:?}");
+    // repair rewrites the chunk's readable blocks elsewhere; the sector stays unreadable but
+    // nothing references it any more.
+    let report = lds_repair::repair(&device, lds_repair::RepairOptions::new(lds_repair::Mode::Yes), &mut |_, _| {});
+    let report = report.unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report.exit_code(), 1, "{:?}", report.fixes.iter().map(lds_repair::Fix::line).collect::<Vec<_>>());
+    assert!(fsck_codes(&device).is_empty(), "{:?}", fsck_codes(&device));
+}

@@ -70,6 +70,41 @@ impl<T: crate::device::BlockDevice + ?Sized> ReadAt for T {
     }
 }
 
+/// Reads `len` bytes at `offset` as far as the device allows, for the tools that work around
+/// bad sectors (fsck, repair, salvage): where the whole read fails, each `sector` is read
+/// alone, and the ones that fail are returned as zeros and listed by offset. Fails only when
+/// every sector fails (the device itself is gone).
+pub fn read_tolerant(
+    device: &(impl ReadAt + ?Sized),
+    offset: u64,
+    len: u64,
+    sector: u64,
+) -> Result<(Vec<u8>, Vec<u64>), DeviceError> {
+    let first_error = match device.read_vec(offset, len) {
+        Ok(bytes) => return Ok((bytes, Vec::new())),
+        Err(error) => error,
+    };
+    let sector = sector.max(1);
+    let mut bytes = Vec::with_capacity(len as usize);
+    let mut unreadable = Vec::new();
+    let mut at = 0u64;
+    while at < len {
+        let piece = sector.min(len - at);
+        match device.read_vec(offset + at, piece) {
+            Ok(read) => bytes.extend_from_slice(&read),
+            Err(_) => {
+                bytes.resize(bytes.len() + piece as usize, 0);
+                unreadable.push(offset + at);
+            }
+        }
+        at += piece;
+    }
+    if unreadable.len() as u64 == len.div_ceil(sector) {
+        return Err(first_error);
+    }
+    Ok((bytes, unreadable))
+}
+
 /// A volume image held in memory (tests, the crash simulator).
 pub struct MemoryImage<'a>(pub &'a [u8]);
 
@@ -92,7 +127,8 @@ impl ReadAt for MemoryImage<'_> {
     }
 }
 
-/// Reads both label copies (SPEC.md §4.2).
+/// Reads both label copies (SPEC.md §4.2); a copy whose sector cannot be read counts as
+/// invalid, so that the other one is used.
 pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceError> {
     let read_label = |offset: u64| -> Result<Result<Label, FormatError>, DeviceError> {
         if offset + LABEL_LEN as u64 > device.len() {
@@ -103,8 +139,11 @@ pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceE
                 available: device.len().saturating_sub(offset),
             }));
         }
-        let bytes = device.read_vec(offset, LABEL_LEN as u64)?;
-        Ok(Label::decode(&bytes, offset))
+        // A copy that cannot be read is a copy lost: the other one is used (SPEC.md §4.2).
+        match device.read_vec(offset, LABEL_LEN as u64) {
+            Ok(bytes) => Ok(Label::decode(&bytes, offset)),
+            Err(error) => Ok(Err(FormatError::invalid("label", "sector", offset, format!("cannot be read: {error}")))),
+        }
     };
     let primary = read_label(0)?;
     let backup = match &primary {
