@@ -39,7 +39,9 @@ class Loop:
             f.truncate(size)
         # Direct I/O on the backing file: the loop device passes writes and flushes to the
         # disk below instead of caching them a second time.
-        self.device = sh("losetup", "--direct-io=on", "--find", "--show", str(image))
+        # 4096-byte logical and physical blocks, as a 4Kn drive: lds mkfs takes the sector size
+        # the device reports (SPEC.md §2), and the peers' file systems use 4 KiB blocks.
+        self.device = sh("losetup", "--direct-io=on", "--sector-size", "4096", "--find", "--show", str(image))
         self.name = os.path.basename(self.device)
 
     def close(self):

@@ -158,9 +158,29 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
         Some(uuid) => uuid,
         None => random_uuid()?,
     };
+    // A block device says which unit it writes atomically (SPEC.md §2): the sector size is at
+    // least that, by default exactly that.
+    let block_sizes = if existing_len.is_some_and(|(_, kind)| kind == DeviceKind::BlockDevice) {
+        Device::open(path, OpenMode::ReadOnly).ok().and_then(|device| device.block_sizes())
+    } else {
+        None
+    };
+    let sector_size = match (options.sector_size, block_sizes) {
+        (Some(asked), Some((logical, physical))) if asked < logical.max(physical) => {
+            return Err(format!(
+                "{}: --sector-size {asked} is below the device's {} ({}-byte logical, {physical}-byte physical blocks): a sector write would not be atomic (SPEC.md §2)",
+                path.display(),
+                logical.max(physical),
+                logical
+            ));
+        }
+        (Some(asked), _) => Some(asked),
+        (None, Some((logical, physical))) => Some(logical.max(physical).clamp(512, 65536)),
+        (None, None) => None,
+    };
     let request = LayoutRequest {
         volume_len,
-        sector_size: options.sector_size,
+        sector_size,
         slot_size: options.slot_size,
         len_version_log: options.version_log_size,
         len_backup_log: options.backup_log_size,

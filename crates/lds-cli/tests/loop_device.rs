@@ -3,12 +3,13 @@
 
 mod common;
 
-use common::{is_root, LoopDevice};
+use common::{is_root, serial, LoopDevice};
 use lds_cli::dump::{DumpOptions, DumpWhat};
 use lds_cli::mkfs::{run, MkfsOptions};
 
 #[test]
 fn mkfs_and_dump_on_a_loop_device() {
+    let _serial = serial();
     if !is_root() {
         eprintln!("skipped: attaching a loop device needs root");
         return;
@@ -67,6 +68,7 @@ fn mkfs_and_dump_on_a_loop_device() {
 
 #[test]
 fn a_range_flush_also_flushes_a_volatile_write_cache() {
+    let _serial = serial();
     use lds_volume::device::{Device, OpenMode};
     if !is_root() {
         eprintln!("skipped: attaching a loop device needs root");
@@ -86,4 +88,38 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
         assert_eq!(open().has_volatile_cache(), volatile, "after writing {set:?}");
     }
     let _ = std::fs::write(&mode, original.trim());
+}
+
+#[test]
+fn mkfs_takes_the_sector_size_the_device_writes_atomically() {
+    let _serial = serial();
+    if !is_root() {
+        eprintln!("skipped: attaching a loop device needs root");
+        return;
+    }
+    let backing = std::env::temp_dir().join(format!("lds-loop-test-{}-4k.img", std::process::id()));
+    let loop_device = LoopDevice::attach_with_sector(&backing, 32 << 20, Some(4096))
+        .unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let device = loop_device.device.clone();
+    // Below the device's 4096-byte blocks: refused, nothing written.
+    let options = MkfsOptions { path: device.clone(), sector_size: Some(512), ..MkfsOptions::default() };
+    let mut err = Vec::new();
+    assert_eq!(run(&options, &mut Vec::new(), &mut err), 1);
+    assert!(String::from_utf8_lossy(&err).contains("below the device's 4096"), "{}", String::from_utf8_lossy(&err));
+    // By default: the device's size.
+    let options = MkfsOptions { path: device.clone(), ..MkfsOptions::default() };
+    assert_eq!(run(&options, &mut Vec::new(), &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let dump = DumpOptions {
+        path: device.clone(),
+        what: DumpWhat::Label,
+        instance: 0,
+        json: true,
+        entries: false,
+        wait: std::time::Duration::ZERO,
+    };
+    let mut out = Vec::new();
+    assert_eq!(lds_cli::dump::run(&dump, &mut out, &mut err), 0);
+    let label: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(label["primary"]["geometry"]["sector_size"], 4096);
+    drop(loop_device);
 }

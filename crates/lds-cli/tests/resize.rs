@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{is_root, LoopDevice};
+use common::{is_root, serial, LoopDevice};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -14,15 +14,6 @@ use lds_cli::kv::{self, ScanRange, Target};
 use lds_cli::mkfs::MkfsOptions;
 use lds_cli::repair::UndoChoice;
 use lds_cli::resize::{run, ResizeArgs};
-
-/// The tests run one at a time: the loop device test forks losetup, and a forked child holds
-/// a copy of every descriptor the other test has open until it execs, its lock included (a
-/// writer opening in that window finds the volume in use).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 fn scratch(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("lds-resize-test-{}-{name}", std::process::id()));

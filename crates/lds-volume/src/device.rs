@@ -122,6 +122,22 @@ fn volatile_write_cache(metadata: &std::fs::Metadata) -> bool {
         .is_none_or(|mode| mode.trim() != "write through")
 }
 
+/// The logical and physical block sizes of the block device `metadata` describes, from
+/// `/sys/dev/block/MAJ:MIN/queue/{logical,physical}_block_size` (a partition's queue is its
+/// disk's), when the kernel says.
+fn block_sizes(metadata: &std::fs::Metadata) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let device = metadata.rdev();
+    let base = PathBuf::from(format!("/sys/dev/block/{}:{}", libc::major(device), libc::minor(device)));
+    let read = |name: &str| {
+        [base.join("queue").join(name), base.join("..").join("queue").join(name)]
+            .iter()
+            .find_map(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| text.trim().parse::<u32>().ok())
+    };
+    Some((read("logical_block_size")?, read("physical_block_size")?))
+}
+
 /// How long `OpenMode::wait` waits for a lock at most, and how often it tries.
 const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
@@ -225,6 +241,15 @@ impl Device {
     /// True for a zero-length device.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// A block device's logical block size (the smallest write it takes) and physical block
+    /// size (the unit it writes atomically), when the kernel says; `None` for image files.
+    pub fn block_sizes(&self) -> Option<(u32, u32)> {
+        if self.kind != DeviceKind::BlockDevice {
+            return None;
+        }
+        block_sizes(&self.file.metadata().ok()?)
     }
 
     /// Whether a range flush must also flush a volatile write cache (SPEC.md §2.5).

@@ -15,8 +15,17 @@ pub struct LoopDevice {
 impl LoopDevice {
     /// Creates a backing file of `len` zeros and attaches it; `None` when losetup fails.
     pub fn attach(backing: &Path, len: u64) -> Option<Self> {
+        Self::attach_with_sector(backing, len, None)
+    }
+
+    /// As `attach`, with the device's logical (and physical) block size set to `sector`.
+    pub fn attach_with_sector(backing: &Path, len: u64, sector: Option<u32>) -> Option<Self> {
         std::fs::write(backing, vec![0u8; len as usize]).ok()?;
-        let output = Command::new("losetup").args(["--find", "--show"]).arg(backing).output().ok()?;
+        let mut command = Command::new("losetup");
+        if let Some(sector) = sector {
+            command.args(["--sector-size", &sector.to_string()]);
+        }
+        let output = command.args(["--find", "--show"]).arg(backing).output().ok()?;
         if !output.status.success() {
             eprintln!("losetup failed: {}", String::from_utf8_lossy(&output.stderr));
             let _ = std::fs::remove_file(backing);
@@ -44,4 +53,14 @@ pub fn is_root() -> bool {
             status.lines().any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+/// Tests that fork (losetup) run one at a time: a forked child holds a copy of every
+/// descriptor the other tests have open until it execs, their locks included, and a writer
+/// opening in that window would find its volume in use.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds the other forking tests of this binary off while it lives.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
