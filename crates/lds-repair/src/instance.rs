@@ -12,7 +12,7 @@ use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, Version, CHUNK_FLAG_ODD};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, Version, CHUNK_FLAG_ODD};
 use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -175,6 +175,17 @@ fn switch_numbers(source: &Source, version_context: &AreaContext) -> (u64, u64) 
     (next_lsn, version_sn_max + 1)
 }
 
+/// The version log ranges the old chain reads (its objects), and where its next append would
+/// go: a new chain must stay clear of both before its switch (anything new at the next append
+/// would read as the old chain's continuation, or as its damaged head).
+fn old_chain_ranges(recovery: &InstanceRecovery) -> Vec<(u64, u64)> {
+    let state = &recovery.version_log;
+    let mut ranges: Vec<(u64, u64)> =
+        state.sequence.iter().map(|object| (object.offset, object.header.total_len())).collect();
+    ranges.push((state.head.offset, HEADER_LEN as u64));
+    ranges
+}
+
 /// Why an instance cannot be rebased as it is.
 pub(crate) enum NotRebasable {
     /// Recovery finds damage or cannot run (the message says what).
@@ -223,24 +234,8 @@ pub(crate) fn rebase_plan(
     }
     let version_context = area_context(geometry, LogKind::Version, instance);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
-    let mut protected: Vec<(u64, u64)> =
-        recovery.version_log.sequence.iter().map(|object| (object.offset, object.header.total_len())).collect();
-    protected.push((recovery.version_log.head.offset, HEADER_LEN as u64));
-    let template = BaseVersion {
-        geometry: *geometry,
-        instance,
-        num_levels: version.num_levels,
-        last_sequence: version.last_sequence,
-        label_generation,
-        ofs_backup_start: version.ofs_backup_start,
-        lsn_backup_start: version.lsn_backup_start,
-        compact_pointers: version
-            .compact_pointers
-            .iter()
-            .map(|(&level, key)| CompactPointer { level, key: key.clone() })
-            .collect(),
-        chunks: Vec::new(),
-    };
+    let protected = old_chain_ranges(recovery);
+    let template = BaseVersion { label_generation, chunks: Vec::new(), ..version.to_base(*geometry, instance) };
     Ok(InstancePlan {
         instance,
         fixes: Vec::new(),
@@ -545,14 +540,7 @@ impl Rebuild<'_> {
 
     /// The version to rebuild from: the recovered one, or the newest good one.
     fn start(&mut self, label: &Label, source: &Source) -> Result<Start, RepairError> {
-        let mut protected: Vec<(u64, u64)> = Vec::new();
-        if let Ok(recovery) = &source.recovery {
-            protected
-                .extend(recovery.version_log.sequence.iter().map(|object| (object.offset, object.header.total_len())));
-            // Nothing new where the old chain's next append would go: it would read as the
-            // old chain's continuation, or as its damaged head.
-            protected.push((recovery.version_log.head.offset, HEADER_LEN as u64));
-        }
+        let mut protected = source.recovery.as_ref().map(old_chain_ranges).unwrap_or_default();
         let lost = version_log_broken(&source.recovery);
         if let (Ok(recovery), false) = (&source.recovery, lost) {
             let state = &recovery.version_log;
@@ -1033,19 +1021,12 @@ pub(crate) fn plan(
         .unwrap_or(0);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
     let template = BaseVersion {
-        geometry: *geometry,
-        instance,
-        num_levels: version.num_levels,
         last_sequence,
         label_generation: label.generation,
         ofs_backup_start,
         lsn_backup_start: backup_lsn_max.max(version.lsn_backup_start) + 1,
-        compact_pointers: version
-            .compact_pointers
-            .iter()
-            .map(|(&level, key)| CompactPointer { level, key: key.clone() })
-            .collect(),
         chunks: Vec::new(),
+        ..version.to_base(*geometry, instance)
     };
     Ok(InstancePlan {
         instance,
