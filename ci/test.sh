@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: formatting and lints, the Rust workspace, and the Kaitai cross-check of every
-# fixture. Installs what it needs (Python packages from PyPI, the Kaitai compiler from npm).
+# fixture in three languages. Installs what it needs (Python packages from PyPI, the Kaitai
+# compiler and JavaScript runtime from npm, the Kaitai Java runtime from Maven Central).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -27,6 +28,6 @@ for fault in fault-drop-chunk-flush fault-skip-payload-checksum fault-clean-befo
   cargo test --quiet -p lds-sim --features "$fault" --test oracle_self_check
 done
 
-step "Kaitai: compile formats/*.ksy and compare with lds dump on every fixture"
+step "Kaitai: compile formats/*.ksy to Python, JavaScript and Java; the three readers against lds dump and lds scan"
 bash tools/kaitai/compile.sh
 LDS_BIN="$PWD/target/release/lds" python3 -m pytest -q tools/tests

@@ -42,9 +42,12 @@ types:
         size: len_value
     instances:
       sequence:
-        value: seq_kind >> 8
+        value: (seq_kind / 256).as<u8>
+        doc: |
+          `seq_kind >> 8`, written as a division so that languages whose
+          shifts are 32-bit (JavaScript) keep every bit.
       kind:
-        value: seq_kind & 0xff
+        value: seq_kind % 256
         enum: kind
 enums:
   kind:

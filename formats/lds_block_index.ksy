@@ -37,7 +37,12 @@ types:
         doc: Key of the last entry of the block.
     instances:
       last_seq:
-        value: last_seq_kind >> 8
+        value: (last_seq_kind / 256).as<u8>
+        doc: '`last_seq_kind >> 8`, as a division (see lds_block::entry::sequence).'
       last_kind:
-        value: last_seq_kind & 0xff
-        doc: 1 put, 0 delete (lds_block::kind).
+        value: last_seq_kind % 256
+        enum: kind
+enums:
+  kind:
+    0: delete
+    1: put

@@ -14,15 +14,15 @@ seq:
   - id: num_probes
     type: u1
     valid:
-      min: 1
-      max: 30
+      expr: '_ <= 30'
+    doc: 1 to 30, or 0 exactly when `num_bits` is 0 (checked by `num_bits`).
   - id: reserved
     size: 3
     valid: '[0, 0, 0]'
   - id: num_bits
     type: u4
     valid:
-      expr: _ % 8 == 0
+      expr: '_ % 8 == 0 and (_ == 0) == (num_probes == 0)'
     doc: A multiple of 8; 0 means "no filter" (every key may be present).
   - id: bits
     size: num_bits / 8

@@ -66,9 +66,9 @@ instances:
     value: primary_usable or backup_candidates.last.is_usable
   ofs_backup_label:
     value: >-
-      primary_usable
+      (primary_usable
       ? primary.geometry.volume_len - primary.geometry.sector_size
-      : _io.size - backup_candidates.last.sector_size
+      : _io.size - backup_candidates.last.sector_size).as<u8>
     if: has_ofs_backup_label
   backup_magic:
     pos: ofs_backup_label
@@ -97,19 +97,16 @@ instances:
       : backup
     if: has_label
     doc: The label whose geometry locates the areas.
-  geometry:
-    value: label.geometry
-    if: has_label
   instance_areas:
     type: instance_area(_index)
     repeat: expr
-    repeat-expr: geometry.instance_count
+    repeat-expr: label.geometry.instance_count
     if: has_label
     doc: The log areas of instance 0 .. instance_count - 1.
   slots:
     type: slot(_index)
     repeat: expr
-    repeat-expr: geometry.num_slots
+    repeat-expr: label.geometry.num_slots
     if: has_label
     doc: Slot 0 .. num_slots - 1.
 types:
@@ -145,21 +142,21 @@ types:
         type: u4
     instances:
       ofs_version_log:
-        value: _root.geometry.ofs_version_log + instance * _root.geometry.len_version_log
+        value: (_root.label.geometry.ofs_version_log + instance * _root.label.geometry.len_version_log).as<u8>
       version_log:
         io: _root._io
         pos: ofs_version_log
-        size: _root.geometry.len_version_log
-        type: log_area(_root.geometry.sector_size)
-        if: ofs_version_log + _root.geometry.len_version_log <= _root._io.size
+        size: _root.label.geometry.len_version_log
+        type: log_area(_root.label.geometry.sector_size)
+        if: ofs_version_log + _root.label.geometry.len_version_log <= _root._io.size
       ofs_backup_log:
-        value: _root.geometry.ofs_backup_log + instance * _root.geometry.len_backup_log
+        value: (_root.label.geometry.ofs_backup_log + instance * _root.label.geometry.len_backup_log).as<u8>
       backup_log:
         io: _root._io
         pos: ofs_backup_log
-        size: _root.geometry.len_backup_log
-        type: log_area(_root.geometry.sector_size)
-        if: ofs_backup_log + _root.geometry.len_backup_log <= _root._io.size
+        size: _root.label.geometry.len_backup_log
+        type: log_area(_root.label.geometry.sector_size)
+        if: ofs_backup_log + _root.label.geometry.len_backup_log <= _root._io.size
   log_area:
     doc: |
       One log area, listed by the physical walk: `left` from offset 0 and, if
@@ -236,7 +233,7 @@ types:
         value: has_room and magic == [0x4c, 0x44, 0x53, 0x4f]
         doc: The magic is at `ofs`.
       ofs_sector:
-        value: (ofs + sector_size - 1) / sector_size * sector_size
+        value: ((ofs + sector_size - 1) / sector_size * sector_size).as<u8>
         doc: The first multiple of `sector_size` at or after `ofs`.
       may_move:
         value: >-
@@ -250,7 +247,7 @@ types:
         value: may_move and magic_at_sector == [0x4c, 0x44, 0x53, 0x4f]
         doc: The magic is not at `ofs` but at the next sector boundary.
       ofs_object:
-        value: 'is_moved ? ofs_sector : ofs'
+        value: '(is_moved ? ofs_sector : ofs).as<u8>'
         doc: Where the object is, in the area.
       len_payload:
         pos: ofs_object + 40
@@ -262,9 +259,9 @@ types:
           and ofs_object + 64 + len_payload <= _io.size
       ofs_next:
         value: >-
-          (ofs_object + 64 + len_payload + 7) / 8 * 8 > _io.size
+          ((ofs_object + 64 + len_payload + 7) / 8 * 8 > _io.size
           ? _io.size
-          : (ofs_object + 64 + len_payload + 7) / 8 * 8
+          : (ofs_object + 64 + len_payload + 7) / 8 * 8).as<u8>
         if: is_object
         doc: |
           Where the walk goes on: `align8(ofs_object + 64 + len_payload)`
@@ -279,11 +276,11 @@ types:
         type: u8
     instances:
       ofs_slot:
-        value: _root.geometry.ofs_slot_area + slot * _root.geometry.slot_size
+        value: (_root.label.geometry.ofs_slot_area + slot * _root.label.geometry.slot_size).as<u8>
       ofs_footer:
-        value: ofs_slot + _root.geometry.slot_size - 160
+        value: (ofs_slot + _root.label.geometry.slot_size - 160).as<u8>
       in_device:
-        value: ofs_slot + _root.geometry.slot_size <= _root._io.size
+        value: ofs_slot + _root.label.geometry.slot_size <= _root._io.size
       footer_magic:
         io: _root._io
         pos: ofs_footer

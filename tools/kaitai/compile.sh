@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Compiles every formats/*.ksy to Python into tools/kaitai/generated/ with the
-# kaitai-struct-compiler pinned in package.json (installed here by npm when
-# missing). generated/ is not versioned: it is rebuilt from scratch each run.
-# Exit status is non-zero on any compilation error.
+# Compiles every formats/*.ksy to Python, JavaScript and Java into
+# tools/kaitai/generated/{python,javascript,java} with the kaitai-struct-compiler
+# pinned in package.json (installed here by npm with the JavaScript runtime,
+# when missing), fetches the Java runtime pinned below from Maven Central, and
+# compiles the generated Java and tools/kaitai/java/LdsReader.java into
+# generated/classes. generated/ is not versioned: it is rebuilt from scratch
+# each run. Exit status is non-zero on any compilation error.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,5 +41,14 @@ if [[ ${#ksy[@]} -eq 0 ]]; then
 fi
 
 rm -rf "$out"
-mkdir -p "$out"
-node "$here/ksc.js" python "$out" "${ksy[@]}"
+mkdir -p "$out"/{python,javascript,java,classes,lib}
+node "$here/ksc.js" python "$out/python" "${ksy[@]}"
+node "$here/ksc.js" javascript "$out/javascript" "${ksy[@]}"
+node "$here/ksc.js" java "$out/java" "${ksy[@]}"
+
+# The Java runtime of the same Kaitai version, from Maven Central (~/.m2 caches it).
+java_runtime=io.kaitai:kaitai-struct-runtime:0.11
+command -v mvn >/dev/null || { echo "compile.sh: mvn is required for the Java runtime" >&2; exit 1; }
+command -v javac >/dev/null || { echo "compile.sh: javac is required" >&2; exit 1; }
+mvn -q dependency:copy -Dartifact="$java_runtime" -DoutputDirectory="$out/lib" >&2
+javac -d "$out/classes" -cp "$out/lib/*" "$out"/java/*.java "$here"/java/*.java

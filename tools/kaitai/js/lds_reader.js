@@ -1,0 +1,459 @@
+#!/usr/bin/env node
+// Reads an LDS volume with the JavaScript parsers generated from formats/*.ksy.
+//
+// usage: node tools/kaitai/js/lds_reader.js volume IMAGE[.gz]
+//        node tools/kaitai/js/lds_reader.js chunks IMAGE[.gz]
+//        node tools/kaitai/js/lds_reader.js state IMAGE[.gz]
+//
+// The twin of tools/kaitai/lds_reader.py (see its docstring): `volume` prints the
+// `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
+// chunk as `lds dump IMAGE chunk ID --entries --json` prints it, `state` the
+// key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1.
+//
+// JavaScript specifics: a u8 field is a Number, exact up to 2^53 (the generated code
+// has no BigInt); `sequence` is computed with a division, not a 32-bit shift. An image
+// is not read whole (Node reads at most 2 GiB at once): the reader allocates one
+// ArrayBuffer of the image's size, which stays virtual, and reads into it only the
+// regions it parses (labels, log areas, slot footers, the slots of live chunks).
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const zlib = require("zlib");
+
+const HERE = __dirname;
+const GENERATED = path.join(HERE, "..", "generated", "javascript");
+const VIEW = JSON.parse(fs.readFileSync(path.join(HERE, "..", "view.json"), "utf8"));
+const KaitaiStream = require(path.join(HERE, "..", "node_modules", "kaitai-struct", "KaitaiStream"));
+const gen = (name) => require(path.join(GENERATED, name + ".js"))[name];
+const LdsVolume = gen("LdsVolume");
+const LdsLogObject = gen("LdsLogObject");
+const LdsBlock = gen("LdsBlock");
+
+// ---- the image, read by regions ----
+
+class Image {
+  constructor(file) {
+    if (file.endsWith(".gz")) {
+      const data = zlib.gunzipSync(fs.readFileSync(file));
+      this.bytes = new Uint8Array(data.buffer, data.byteOffset, data.length);
+      this.fd = null;
+    } else {
+      this.fd = fs.openSync(file, "r");
+      this.bytes = new Uint8Array(new ArrayBuffer(fs.fstatSync(this.fd).size));
+      this.loaded = new Set(); // 64 KiB pages read so far
+    }
+  }
+  /** Makes bytes [ofs, ofs + len) of the image readable in `bytes`. */
+  ensure(ofs, len) {
+    if (this.fd === null) return;
+    const PAGE = 65536;
+    const end = Math.min(ofs + len, this.bytes.length);
+    for (let page = Math.floor(Math.max(ofs, 0) / PAGE); page * PAGE < end; page++) {
+      if (this.loaded.has(page)) continue;
+      const at = page * PAGE;
+      const n = Math.min(PAGE, this.bytes.length - at);
+      fs.readSync(this.fd, this.bytes, at, n, at);
+      this.loaded.add(page);
+    }
+  }
+  stream() {
+    return new KaitaiStream(this.bytes.buffer, this.bytes.byteOffset);
+  }
+  slice(ofs, len) {
+    this.ensure(ofs, len);
+    return this.bytes.subarray(ofs, ofs + len);
+  }
+}
+
+/** Parses the volume, reading the label regions first. */
+function parseVolume(image) {
+  const size = image.bytes.length;
+  image.ensure(0, 65536);
+  image.ensure(size - 65536, 65536);
+  const vol = new LdsVolume(image.stream());
+  if (vol.label) {
+    const g = vol.label.geometry;
+    image.ensure(g.ofsVersionLog, g.lenVersionLog * g.instanceCount);
+    image.ensure(g.ofsBackupLog, g.lenBackupLog * g.instanceCount);
+    for (let s = 0; s < g.numSlots; s++) {
+      image.ensure(g.ofsSlotArea + (s + 1) * g.slotSize - 160, 160);
+    }
+  }
+  return vol;
+}
+
+// ---- the projection of view.json ----
+
+const camel = (id) => id.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase());
+const hex = (b) => Buffer.from(b).toString("hex");
+const ENUMS = { object_type: LdsLogObject.ObjectType, kind: LdsBlock.Kind, last_kind: LdsBlock.Kind };
+
+function enumName(key, v) {
+  const name = ENUMS[key][v];
+  return typeof name === "string" ? name.toLowerCase() : `unknown_${v}`;
+}
+
+function project(value, how, key) {
+  if (how.startsWith("[")) return value.map((item) => project(item, how.slice(1, -1), key));
+  switch (how) {
+    case "int":
+    case "enum_int":
+      return value;
+    case "enum":
+      return enumName(key, value);
+    case "hex":
+      return hex(value);
+    case "uuid": {
+      const h = hex(value);
+      return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+    }
+    case "ascii":
+      return Array.from(value, (b) => (b < 128 ? String.fromCharCode(b) : "\ufffd")).join("");
+    case "utf8":
+      return new TextDecoder("utf-8").decode(value);
+    default:
+      return projectType(value, how);
+  }
+}
+
+function projectType(obj, typeName) {
+  const doc = {};
+  for (const [key, how, field] of VIEW.types[typeName]) {
+    const p = (field || key).split(".");
+    let value = obj[camel(p[0])];
+    if (p.length > 1) value = value.map((item) => item[camel(p[1])]);
+    doc[key] = project(value, how, key);
+  }
+  return doc;
+}
+
+function objectJson(o, position) {
+  const doc = projectType(o, "log_object_header");
+  doc.log_offset = position;
+  const payloadType = VIEW.payloads[doc.object_type];
+  try {
+    doc.payload = payloadType ? projectType(o.payload, payloadType) : null;
+  } catch (e) {
+    doc.payload = null; // a payload that does not decode
+  }
+  return Object.fromEntries(VIEW.object_key_order.map((k) => [k, doc[k]]));
+}
+
+const walk = (steps) => (steps || []).filter((s) => s.isObject).map((s) => objectJson(s.logObject, s.ofsObject));
+const logAreaJson = (area) => (area ? { left: walk(area.left), right: walk(area.right) } : { left: [], right: [] });
+
+/** A label copy, or null when it is not valid by SPEC.md §4.2 (SPEC.md §15.1). */
+function labelJson(image, label, ofs) {
+  if (!label || !label.isValidExceptCrc || crc32c(image.slice(ofs, 508)) !== label.crc32c) return null;
+  return projectType(label, "label");
+}
+
+function volumeJson(image, device) {
+  const vol = parseVolume(image);
+  return {
+    schema: "lds-dump/1",
+    what: "volume",
+    device,
+    labels: {
+      primary: labelJson(image, vol.primary, 0),
+      backup: labelJson(image, vol.backup, vol.backup ? vol.ofsBackupLabel : 0),
+    },
+    instances: (vol.instanceAreas || []).map((area, i) => ({
+      instance: i,
+      version_log: logAreaJson(area.versionLog),
+      backup_log: logAreaJson(area.backupLog),
+    })),
+    slots: (vol.slots || []).map((s) => ({ slot: s.slot, footer: s.footer ? projectType(s.footer, "chunk_footer") : null })),
+  };
+}
+
+// ---- the rules of SPEC.md §15.1 ----
+
+const CRC_TABLE = (() => {
+  const t = new Uint32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
+    t[n] = c >>> 0;
+  }
+  return t;
+})();
+
+function crc32c(bytes) {
+  let c = 0xffffffff;
+  for (const b of bytes) c = CRC_TABLE[(c ^ b) & 0xff] ^ (c >>> 8);
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+const VERSION_LOG = 1, BACKUP_LOG = 2;
+const BV = 1, DV = 2, CJ = 3, WB = 4, WOL = 5, WOR = 6;
+const ALLOWED = { [VERSION_LOG]: [BV, DV, CJ, WOL, WOR], [BACKUP_LOG]: [WB, WOL, WOR] };
+const u32 = (d, at) => d[at] | (d[at + 1] << 8) | (d[at + 2] << 16) | ((d[at + 3] << 24) >>> 0);
+const alignUp = (x, a) => Math.ceil(x / a) * a;
+
+class Area {
+  constructor(image, label, instance, kind) {
+    const g = label.geometry;
+    const [start, size] = kind === VERSION_LOG
+      ? [g.ofsVersionLog + instance * g.lenVersionLog, g.lenVersionLog]
+      : [g.ofsBackupLog + instance * g.lenBackupLog, g.lenBackupLog];
+    this.data = image.slice(start, size);
+    Object.assign(this, { size, kind, instance, sector: g.sectorSize, uuid: hex(g.volumeUuid) });
+  }
+
+  /** The object valid at `ofs` (SPEC.md §5) as {ofs, type, o}, or null. */
+  validAt(ofs) {
+    const d = this.data;
+    if (ofs + 64 > this.size || hex(d.subarray(ofs, ofs + 4)) !== "4c44534f") return null;
+    const len = u32(d, ofs + 40) >>> 0;
+    const end = ofs + 64 + len;
+    if (end > this.size || crc32c(d.subarray(ofs + 8, ofs + 64)) !== u32(d, ofs + 4) >>> 0) return null;
+    const bytes = d.slice(ofs, end);
+    const o = new LdsLogObject(new KaitaiStream(bytes.buffer, 0));
+    const type = o.objectType;
+    const wrap = type === WOL || type === WOR;
+    if (o.logKind !== this.kind || o.instance !== this.instance || o.logOffset !== ofs
+      || hex(o.volumeUuid) !== this.uuid || o.flags !== 0 || !ALLOWED[this.kind].includes(type)
+      || len > this.size - 3 * this.sector - 64
+      || (wrap && (len !== this.sector - 64 || ofs % this.sector !== 0))
+      || crc32c(d.subarray(ofs + 64, end)) !== o.payloadCrc32c) return null;
+    try {
+      projectType(o.payload, VIEW.payloads[enumName("object_type", type)]);
+    } catch (e) {
+      return null; // the payload does not decode
+    }
+    return { ofs, type, o };
+  }
+
+  /** chain(area, ofs, expected_lsn) of SPEC.md §9.1. */
+  chain(ofs, expectedLsn) {
+    let first = this.validAt(ofs);
+    if (!first || (expectedLsn !== undefined && first.o.lsn !== expectedLsn)) {
+      first = null;
+      if (expectedLsn !== undefined && ofs % this.sector !== 0) {
+        const wor = this.validAt(alignUp(ofs, this.sector));
+        if (wor && wor.type === WOR && wor.o.lsn === expectedLsn) first = wor;
+      }
+      if (!first) return [];
+    }
+    const chain = [first];
+    while (chain[chain.length - 1].type !== WOR) {
+      const prev = chain[chain.length - 1];
+      const next = Math.ceil((prev.ofs + 64 + prev.o.lenPayload) / 8) * 8;
+      const follows = (c) => c && c.o.lsn === prev.o.lsn + 1 && c.o.sn >= prev.o.sn;
+      let cand = this.validAt(next);
+      if (!follows(cand)) {
+        cand = null;
+        if (next % this.sector !== 0) {
+          const wor = this.validAt(alignUp(next, this.sector));
+          if (follows(wor) && wor.type === WOR) cand = wor;
+        }
+      }
+      if (!cand) break;
+      chain.push(cand);
+    }
+    return chain;
+  }
+}
+
+/** The live BV and the live DVs and CJs after it (SPEC.md §9.2), or null. */
+function liveVersion(vlog) {
+  const left = vlog.chain(0);
+  if (left.length === 0 || ![BV, WOL].includes(left[0].type)) return null;
+  let seq = left;
+  if (left[0].type === WOL && !left.some((c) => c.type === BV)) {
+    const wol = left[0].o.payload;
+    const right = vlog.chain(wol.ofsFirstLive, wol.lsnFirstLive);
+    const last = right[right.length - 1];
+    if (!last || last.type !== WOR || last.o.lsn + 1 !== left[0].o.lsn || !right.some((c) => c.type === BV)) return null;
+    seq = right.concat(left);
+  }
+  let lastBv = -1;
+  seq.forEach((c, i) => { if (c.type === BV) lastBv = i; });
+  const live = seq.slice(lastBv + 1).filter((c) => c.type === DV || c.type === CJ);
+  if (live.some((c) => c.o.sn !== seq[lastBv].o.sn)) return null; // E_VLOG_SN
+  return { bv: seq[lastBv].o.payload, changes: live.map((c) => ({ type: c.type, p: c.o.payload })) };
+}
+
+const cmp = (a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
+/**
+ * Slot `slotNo` of a live chunk, once the checksums of its footer, index, filter and blocks
+ * hold (SPEC.md §8.2, §8.3); throws naming what does not.
+ */
+function checkedSlot(image, vol, slotNo) {
+  const g = vol.label.geometry;
+  if (slotNo >= g.numSlots || !vol.slots[slotNo].footer) throw new Error(`slot ${slotNo}: no chunk footer`);
+  const slot = vol.slots[slotNo];
+  const f = slot.footer;
+  image.ensure(slot.ofsSlot, g.slotSize);
+  const check = (what, ofs, len, stored) => {
+    if (crc32c(image.slice(slot.ofsSlot + ofs, len)) !== stored) {
+      throw new Error(`slot ${slotNo}: ${what} at offset ${slot.ofsSlot + ofs}: checksum mismatch`);
+    }
+  };
+  check("chunk footer", g.slotSize - 160, 156, f.footerCrc32c);
+  check("block index", f.ofsIndex, f.lenIndex, f.indexCrc32c);
+  check("filter", f.ofsFilter, f.lenFilter, f.filterCrc32c);
+  slot.index.entries.forEach((e, i) => check("block", e.ofsBlock, e.lenBlock - 4, slot.blocks[i].block.crc32c));
+  return slot;
+}
+
+/**
+ * The live version of an instance with its DVs applied (SPEC.md §6.2): chunks by id, last
+ * sequence, backup start, and the last CJ of every unfinished compaction; or null.
+ */
+function liveTree(image, vol, instance) {
+  const found = liveVersion(new Area(image, vol.label, instance, VERSION_LOG));
+  if (!found) return null;
+  const { bv, changes } = found;
+  const chunks = new Map(bv.chunks.map((c) => [c.chunkId, c]));
+  let [lastSequence, ofsStart, lsnStart] = [bv.lastSequence, bv.ofsBackupStart, bv.lsnBackupStart];
+  const journals = new Map(); // compaction id -> its last CJ, while unfinished
+  for (const { type, p } of changes) {
+    if (type === CJ) {
+      journals.set(p.compactionId, p);
+      continue;
+    }
+    // A DV that contradicts the version is E_VLOG_REPLAY (SPEC.md §6.2).
+    for (const d of p.deleted) {
+      if (!chunks.has(d.chunkId) || chunks.get(d.chunkId).level !== d.level) return null;
+      chunks.delete(d.chunkId);
+    }
+    for (const c of p.added) {
+      const used = new Set([...chunks.values()].flatMap((o) => o.subChunks.map((sub) => sub.slot)));
+      if (chunks.has(c.chunkId) || c.level >= bv.numLevels || c.subChunks.some((sub) => used.has(sub.slot))) return null;
+      chunks.set(c.chunkId, c);
+    }
+    journals.delete(p.compactionId);
+    [lastSequence, ofsStart, lsnStart] = [p.lastSequence, p.ofsBackupStart, p.lsnBackupStart];
+  }
+  return { chunks, lastSequence, ofsStart, lsnStart, journals };
+}
+
+function instanceState(image, vol, instance) {
+  const label = vol.label;
+  const tree = liveTree(image, vol, instance);
+  if (!tree) return null;
+  const { chunks, lastSequence, ofsStart, lsnStart, journals } = tree;
+  // Reads of an unfinished compaction (SPEC.md §12).
+  let sources = [...chunks.values()].map((c) => ({ c, skip: null }));
+  for (const cj of journals.values()) {
+    const cleaned = new Set(cj.cleaned.map((c) => c.chunkId));
+    const inputs = new Set(cj.inputs);
+    sources = sources.filter((s) => !cleaned.has(s.c.chunkId))
+      .map((s) => ({ c: s.c, skip: inputs.has(s.c.chunkId) ? cj.resumeKey : s.skip }));
+    sources.push(...cj.outputs.map((c) => ({ c, skip: null })));
+  }
+  // The backup log after the version's last sequence (SPEC.md §9.3).
+  const blog = new Area(image, label, instance, BACKUP_LOG);
+  let batches = 0;
+  const replayed = [];
+  let chain = blog.chain(ofsStart, lsnStart);
+  for (let lap = 0; lap < 3; lap++) {
+    for (const { type, o } of chain) {
+      if (type !== WB) continue;
+      const p = o.payload;
+      batches++;
+      p.entries.forEach((e, i) => {
+        if (p.firstSequence + i > lastSequence) replayed.push([e.key, p.firstSequence + i, e.kind === 1, e.value]);
+      });
+    }
+    const last = chain[chain.length - 1];
+    if (!last || last.type !== WOR) break;
+    chain = blog.chain(0, last.o.lsn + 1);
+    if (chain.length === 0 || chain[0].type !== WOL || chain[0].o.sn < last.o.sn) break;
+  }
+  const newest = new Map(); // hex key -> {seq, put, value}
+  // Reads see sequence numbers up to the last one written: the version's, or the last
+  // replayed (a chunk entry above it is not visible, fsck warning 410).
+  const visible = Math.max(lastSequence, ...replayed.map((r) => r[1]));
+  const apply = (key, seq, put, value) => {
+    const k = hex(key);
+    const had = newest.get(k);
+    if (seq <= visible && (!had || had.seq < seq)) newest.set(k, { seq, put, value: hex(value) });
+  };
+  const g = label.geometry;
+  for (const { c, skip } of sources) {
+    for (const sub of c.subChunks) {
+      for (const b of checkedSlot(image, vol, sub.slot).blocks) {
+        for (const e of b.block.entries) {
+          if (skip === null || cmp(e.key, skip) > 0) apply(e.key, e.sequence, e.kind === 1, e.value);
+        }
+      }
+    }
+  }
+  for (const r of replayed) apply(...r);
+  const lines = [{
+    instance,
+    last_sequence: lastSequence,
+    chunks: sources.map((s) => s.c.chunkId).sort((a, b) => a - b),
+    replayed_batches: batches,
+  }];
+  for (const k of [...newest.keys()].sort()) {
+    const v = newest.get(k);
+    if (v.put) lines.push({ instance, key: k, value: v.value, sequence: v.seq });
+  }
+  return lines;
+}
+
+/**
+ * The `lds dump IMAGE chunk ID --instance I --entries --json` document of every chunk of every
+ * instance's live version but the cleaned inputs of an unfinished compaction, with `instance`.
+ */
+function chunkDocs(image, device) {
+  const vol = parseVolume(image);
+  const docs = [];
+  const g = vol.label ? vol.label.geometry : null;
+  for (let instance = 0; g && instance < g.instanceCount; instance++) {
+    const tree = liveTree(image, vol, instance);
+    if (!tree) continue;
+    const cleaned = new Set([...tree.journals.values()].flatMap((cj) => cj.cleaned.map((c) => c.chunkId)));
+    const ids = [...tree.chunks.keys()].filter((id) => !cleaned.has(id)).sort((a, b) => a - b);
+    for (const id of ids) {
+      const meta = tree.chunks.get(id);
+      const subChunks = meta.subChunks.map((sub) => {
+        const slot = checkedSlot(image, vol, sub.slot);
+        return {
+          slot: sub.slot,
+          footer: projectType(slot.footer, "chunk_footer"),
+          index: project(slot.index.entries, "[index_entry]"),
+          filter: projectType(slot.filter, "filter"),
+          entries: slot.blocks.flatMap((b) => b.block.entries.map((e) => projectType(e, "block_entry"))),
+        };
+      });
+      docs.push({ schema: "lds-dump/1", what: "chunk", device, chunk_id: id, meta: projectType(meta, "chunk_meta"), sub_chunks: subChunks, instance });
+    }
+  }
+  return docs;
+}
+
+function stateLines(image) {
+  const vol = parseVolume(image);
+  const lines = [];
+  if (!vol.label) return lines;
+  for (let i = 0; i < vol.label.geometry.instanceCount; i++) {
+    lines.push(...(instanceState(image, vol, i) || [{ instance: i, live_version: null }]));
+  }
+  return lines;
+}
+
+function main() {
+  const [what, file] = process.argv.slice(2);
+  if (!["volume", "chunks", "state"].includes(what) || !file) {
+    console.error("usage: lds_reader.js volume|chunks|state IMAGE[.gz]");
+    process.exit(2);
+  }
+  let lines;
+  try {
+    const image = new Image(file);
+    lines = what === "volume" ? [volumeJson(image, file)] : what === "chunks" ? chunkDocs(image, file) : stateLines(image);
+  } catch (e) {
+    console.error(`lds_reader.js: ${file}: cannot read the volume: ${e.name}: ${e.message}`);
+    process.exit(1);
+  }
+  process.stdout.write(lines.map((l) => JSON.stringify(l) + "\n").join(""));
+}
+
+main();

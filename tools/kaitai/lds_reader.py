@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""Read an LDS volume with the Python parsers generated from formats/*.ksy.
+
+usage: python3 tools/kaitai/lds_reader.py volume IMAGE[.gz]
+       python3 tools/kaitai/lds_reader.py chunks IMAGE[.gz]
+       python3 tools/kaitai/lds_reader.py state IMAGE[.gz]
+
+`volume` prints the volume as `lds dump IMAGE volume --json` does (docs/dump-json.md, without
+`status` keys), through the projection of tools/kaitai/view.json. `chunks` prints, one per
+line, the `lds dump IMAGE chunk ID --instance I --entries --json` document of every live chunk
+of every instance, with an `instance` key added. `state` reconstructs what
+the engine serves (SPEC.md §15.1) and prints it as NDJSON: per instance, one line naming its
+live version, then one line per live key in key order.
+
+This reader and its JavaScript and Java twins (tools/kaitai/js, tools/kaitai/java) use only
+the generated parsers and the few rules SPEC.md §15.1 lists; tools/tests checks that all three
+agree with `lds dump` and `lds scan` on every fixture.
+"""
+
+import gzip
+import io
+import json
+import os
+import sys
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GENERATED = os.path.join(HERE, "generated", "python")
+VIEW = json.load(open(os.path.join(HERE, "view.json")))
+
+
+def _load_parser():
+    if not os.path.isfile(os.path.join(GENERATED, "lds_volume.py")):
+        sys.exit(f"{GENERATED}/lds_volume.py is missing: run tools/kaitai/compile.sh first")
+    if GENERATED not in sys.path:
+        sys.path.insert(0, GENERATED)
+    import lds_volume  # noqa: E402  (generated)
+
+    return lds_volume
+
+
+def open_image(path):
+    """A binary stream over a raw volume image, or over a gzip-compressed one (*.gz)."""
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return io.BytesIO(f.read())
+    return open(path, "rb")
+
+
+# ---- the projection of view.json ----
+
+def _enum_name(v):
+    return v.name if hasattr(v, "name") else f"unknown_{int(v)}"
+
+
+def project(value, how):
+    if how.startswith("["):
+        return [project(item, how[1:-1]) for item in value]
+    if how == "int":
+        return int(value.value) if hasattr(value, "value") else int(value)
+    if how == "enum":
+        return _enum_name(value)
+    if how == "enum_int":
+        return int(value.value) if hasattr(value, "value") else int(value)
+    if how == "hex":
+        return bytes(value).hex()
+    if how == "uuid":
+        return str(uuid.UUID(bytes=bytes(value)))
+    if how == "ascii":
+        return bytes(value).decode("ascii", errors="replace")
+    if how == "utf8":
+        return bytes(value).decode("utf-8", errors="replace")
+    return project_type(value, how)
+
+
+def project_type(obj, type_name):
+    doc = {}
+    for spec in VIEW["types"][type_name]:
+        key, how = spec[0], spec[1]
+        path = spec[2].split(".") if len(spec) > 2 else [key]
+        value = getattr(obj, path[0])
+        if len(path) > 1:
+            value = [getattr(item, path[1]) for item in value]
+        doc[key] = project(value, how)
+    return doc
+
+
+def object_json(o, position):
+    """An OBJECT of docs/dump-json.md: the object `o` found at `position` of its area."""
+    doc = project_type(o, "log_object_header")
+    doc["log_offset"] = position
+    kind = doc["object_type"]
+    try:
+        payload_type = VIEW["payloads"].get(kind)
+        doc["payload"] = project_type(o.payload, payload_type) if payload_type else None
+    except Exception:  # noqa: BLE001 - a payload that does not decode is null
+        doc["payload"] = None
+    return {key: doc[key] for key in VIEW["object_key_order"]}
+
+
+def _walk(steps):
+    return [object_json(s.log_object, s.ofs_object) for s in (steps or []) if s.is_object]
+
+
+def _log_area_json(area):
+    if area is None:  # the area does not lie inside the device
+        return {"left": [], "right": []}
+    return {"left": _walk(area.left), "right": _walk(area.right)}
+
+
+def parse_volume(image):
+    lds_volume = _load_parser()
+    from kaitaistruct import KaitaiStream
+
+    if isinstance(image, (bytes, bytearray)):
+        image = io.BytesIO(image)
+    return lds_volume.LdsVolume(KaitaiStream(image))
+
+
+def label_json(image, label, ofs):
+    """A label copy, or None when it is not valid by SPEC.md §4.2 (SPEC.md §15.1)."""
+    if label is None or not label.is_valid_except_crc:
+        return None
+    image.seek(ofs)
+    if crc32c(image.read(508)) != label.crc32c:
+        return None
+    return project_type(label, "label")
+
+
+def volume_json(image, device=None):
+    """The `what: "volume"` document of `image` (bytes, or a binary stream)."""
+    if isinstance(image, (bytes, bytearray)):
+        image = io.BytesIO(image)
+    vol = parse_volume(image)
+    doc = {"schema": "lds-dump/1", "what": "volume"}
+    if device is not None:
+        doc["device"] = device
+    doc["labels"] = {
+        "primary": label_json(image, vol.primary, 0),
+        "backup": label_json(image, vol.backup, vol.ofs_backup_label if vol.backup else 0),
+    }
+    doc["instances"] = [
+        {
+            "instance": i,
+            "version_log": _log_area_json(area.version_log),
+            "backup_log": _log_area_json(area.backup_log),
+        }
+        for i, area in enumerate(vol.instance_areas or [])
+    ]
+    doc["slots"] = [
+        {"slot": s.slot, "footer": project_type(s.footer, "chunk_footer") if s.footer else None}
+        for s in (vol.slots or [])
+    ]
+    return doc
+
+
+# ---- the rules of SPEC.md §15.1 ----
+
+def _crc32c_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+VERSION_LOG, BACKUP_LOG = 1, 2
+ALLOWED = {VERSION_LOG: {1, 2, 3, 5, 6}, BACKUP_LOG: {4, 5, 6}}
+BV, DV, CJ, WB, WOL, WOR = 1, 2, 3, 4, 5, 6
+
+
+class Area:
+    """One log area: its bytes, and the object valid at an offset (SPEC.md §5), or None."""
+
+    def __init__(self, image, label, instance, kind):
+        g = label.geometry
+        if kind == VERSION_LOG:
+            start, self.size = g.ofs_version_log + instance * g.len_version_log, g.len_version_log
+        else:
+            start, self.size = g.ofs_backup_log + instance * g.len_backup_log, g.len_backup_log
+        image.seek(start)
+        self.data = image.read(self.size)
+        self.kind, self.instance, self.sector = kind, instance, g.sector_size
+        self.uuid = bytes(g.volume_uuid)
+
+    def valid_at(self, ofs):
+        from kaitaistruct import KaitaiStream
+        import lds_log_object
+
+        d = self.data
+        if ofs + 64 > self.size or d[ofs:ofs + 4] != b"LDSO":
+            return None
+        length = int.from_bytes(d[ofs + 40:ofs + 44], "little")
+        end = ofs + 64 + length
+        if end > self.size or crc32c(d[ofs + 8:ofs + 64]) != int.from_bytes(d[ofs + 4:ofs + 8], "little"):
+            return None
+        o = lds_log_object.LdsLogObject(KaitaiStream(io.BytesIO(d[ofs:end])))
+        kind = int(getattr(o.object_type, "value", o.object_type))
+        wrap = kind in (WOL, WOR)
+        if (int(getattr(o.log_kind, "value", o.log_kind)) != self.kind or o.instance != self.instance
+                or o.log_offset != ofs or bytes(o.volume_uuid) != self.uuid or o.flags != 0
+                or kind not in ALLOWED[self.kind]
+                or length > self.size - 3 * self.sector - 64
+                or (wrap and (length != self.sector - 64 or ofs % self.sector))
+                or crc32c(d[ofs + 64:end]) != o.payload_crc32c):
+            return None
+        try:
+            project_type(o.payload, VIEW["payloads"][_enum_name(o.object_type)])
+        except Exception:  # noqa: BLE001 - the payload does not decode
+            return None
+        return (ofs, kind, o)
+
+    def chain(self, ofs, expected_lsn=None):
+        """chain(area, ofs, expected_lsn) of SPEC.md §9.1: a list of (offset, type, object)."""
+        first = self.valid_at(ofs)
+        if first is None or (expected_lsn is not None and first[2].lsn != expected_lsn):
+            first = None
+            if expected_lsn is not None and ofs % self.sector:
+                wor = self.valid_at(-(-ofs // self.sector) * self.sector)
+                if wor and wor[1] == WOR and wor[2].lsn == expected_lsn:
+                    first = wor
+            if first is None:
+                return []
+        chain = [first]
+        while chain[-1][1] != WOR:
+            at, _, prev = chain[-1]
+            nxt = (at + 64 + prev.len_payload + 7) // 8 * 8
+            follows = lambda c: c and c[2].lsn == prev.lsn + 1 and c[2].sn >= prev.sn  # noqa: E731
+            cand = self.valid_at(nxt)
+            if not follows(cand):
+                cand = None
+                if nxt % self.sector:
+                    wor = self.valid_at(-(-nxt // self.sector) * self.sector)
+                    cand = wor if follows(wor) and wor[1] == WOR else None
+            if cand is None:
+                break
+            chain.append(cand)
+        return chain
+
+
+def live_version(vlog):
+    """The live BV and the live DVs and CJs after it (SPEC.md §9.2), or None."""
+    left = vlog.chain(0)
+    if not left or left[0][1] not in (BV, WOL):
+        return None
+    seq = left
+    if left[0][1] == WOL and not any(t == BV for _, t, _ in left):
+        wol = left[0][2].payload
+        right = vlog.chain(wol.ofs_first_live, wol.lsn_first_live)
+        if (not right or right[-1][1] != WOR or right[-1][2].lsn + 1 != left[0][2].lsn
+                or not any(t == BV for _, t, _ in right)):
+            return None
+        seq = right + left
+    last_bv = max(i for i, (_, t, _) in enumerate(seq) if t == BV)
+    live = [(t, o) for _, t, o in seq[last_bv + 1:] if t in (DV, CJ)]
+    if any(o.sn != seq[last_bv][2].sn for _, o in live):
+        return None  # E_VLOG_SN
+    return seq[last_bv][2].payload, [(t, o.payload) for t, o in live]
+
+
+def checked_slot(image, vol, slot_no):
+    """Slot `slot_no` of a live chunk, once the checksums of its footer, index, filter and
+    blocks hold (SPEC.md §8.2, §8.3); raises naming what does not."""
+    g = vol.label.geometry
+    if slot_no >= g.num_slots or vol.slots[slot_no].footer is None:
+        raise ValueError(f"slot {slot_no}: no chunk footer")
+    slot = vol.slots[slot_no]
+    f = slot.footer
+
+    def check(what, ofs, length, stored):
+        image.seek(slot.ofs_slot + ofs)
+        if crc32c(image.read(length)) != stored:
+            raise ValueError(f"slot {slot_no}: {what} at offset {slot.ofs_slot + ofs}: checksum mismatch")
+
+    check("chunk footer", g.slot_size - 160, 156, f.footer_crc32c)
+    check("block index", f.ofs_index, f.len_index, f.index_crc32c)
+    check("filter", f.ofs_filter, f.len_filter, f.filter_crc32c)
+    for b, e in zip(slot.blocks, slot.index.entries):
+        check("block", e.ofs_block, e.len_block - 4, b.block.crc32c)
+    return slot
+
+
+def live_tree(image, vol, instance):
+    """The live version of an instance with its DVs applied (SPEC.md §6.2): (chunks by id,
+    last_sequence, ofs_backup_start, lsn_backup_start, the last CJ of every unfinished
+    compaction by id), or None when it has no live version."""
+    found = live_version(Area(image, vol.label, instance, VERSION_LOG))
+    if found is None:
+        return None
+    bv, changes = found
+    chunks = {c.chunk_id: c for c in bv.chunks}
+    last_sequence, ofs_start, lsn_start = bv.last_sequence, bv.ofs_backup_start, bv.lsn_backup_start
+    journals = {}  # compaction id -> its last CJ, while unfinished
+    for kind, p in changes:
+        if kind == CJ:
+            journals[p.compaction_id] = p
+            continue
+        # A DV that contradicts the version is E_VLOG_REPLAY (SPEC.md §6.2).
+        for d in p.deleted:
+            if d.chunk_id not in chunks or chunks[d.chunk_id].level != d.level:
+                return None
+            del chunks[d.chunk_id]
+        for c in p.added:
+            used = {sub.slot for other in chunks.values() for sub in other.sub_chunks}
+            if c.chunk_id in chunks or c.level >= bv.num_levels or any(sub.slot in used for sub in c.sub_chunks):
+                return None
+            chunks[c.chunk_id] = c
+        journals.pop(p.compaction_id, None)
+        last_sequence, ofs_start, lsn_start = p.last_sequence, p.ofs_backup_start, p.lsn_backup_start
+    return chunks, last_sequence, ofs_start, lsn_start, journals
+
+
+def instance_state(image, vol, instance):
+    """(summary, {key: (sequence, value)}) of one instance, or None when it has no live version."""
+    label = vol.label
+    tree = live_tree(image, vol, instance)
+    if tree is None:
+        return None
+    chunks, last_sequence, ofs_start, lsn_start, journals = tree
+    # Reads of an unfinished compaction (SPEC.md §12): keys at or below the resume key come
+    # from its outputs, the others from its inputs; a cleaned input is never read.
+    sources = [(c, None) for c in chunks.values()]
+    for cj in journals.values():
+        cleaned = {c.chunk_id for c in cj.cleaned}
+        inputs = set(cj.inputs)
+        sources = [(c, bytes(cj.resume_key) if c.chunk_id in inputs else skip)
+                   for c, skip in sources if c.chunk_id not in cleaned]
+        sources += [(c, None) for c in cj.outputs]
+    # The backup log after the version's last sequence (SPEC.md §9.3).
+    blog = Area(image, label, instance, BACKUP_LOG)
+    batches, replayed = 0, []
+    chain = blog.chain(ofs_start, lsn_start)
+    for _lap in range(3):
+        for _, kind, o in chain:
+            if kind != WB:
+                continue
+            p = o.payload
+            batches += 1
+            for i, e in enumerate(p.entries):
+                if p.first_sequence + i > last_sequence:
+                    replayed.append((bytes(e.key), p.first_sequence + i,
+                                     int(getattr(e.kind, "value", e.kind)) == 1, bytes(e.value)))
+        if not chain or chain[-1][1] != WOR:
+            break
+        wor = chain[-1][2]
+        chain = blog.chain(0, wor.lsn + 1)
+        if not chain or chain[0][1] != WOL or chain[0][2].sn < wor.sn:
+            break
+    newest = {}
+
+    # Reads see sequence numbers up to the last one written: the version's, or the last
+    # replayed (a chunk entry above it is not visible, fsck warning 410).
+    visible = max([last_sequence] + [seq for _, seq, _, _ in replayed])
+
+    def apply(key, seq, is_put, value):
+        if seq <= visible and (key not in newest or newest[key][0] < seq):
+            newest[key] = (seq, is_put, value)
+
+    for meta, at_or_below in sources:
+        for sub in meta.sub_chunks:
+            for block in checked_slot(image, vol, sub.slot).blocks:
+                for e in block.block.entries:
+                    key = bytes(e.key)
+                    if at_or_below is None or key > at_or_below:
+                        apply(key, e.sequence, int(getattr(e.kind, "value", e.kind)) == 1, bytes(e.value))
+    for entry in replayed:
+        apply(*entry)
+    summary = {
+        "instance": instance,
+        "last_sequence": last_sequence,
+        "chunks": sorted(c.chunk_id for c, _ in sources),
+        "replayed_batches": batches,
+    }
+    return summary, {k: (seq, v) for k, (seq, is_put, v) in newest.items() if is_put}
+
+
+def chunk_docs(image, device=None):
+    """The `what: "chunk"` document (`lds dump IMAGE chunk ID --instance I --entries --json`)
+    of every chunk of every instance's live version but the cleaned inputs of an unfinished
+    compaction, as (instance, document)."""
+    vol = parse_volume(image)
+    docs = []
+    for instance in range(vol.label.geometry.instance_count if vol.label else 0):
+        tree = live_tree(image, vol, instance)
+        if tree is None:
+            continue
+        chunks, _, _, _, journals = tree
+        cleaned = {c.chunk_id for cj in journals.values() for c in cj.cleaned}
+        for chunk_id in sorted(set(chunks) - cleaned):
+            meta = chunks[chunk_id]
+            subs = []
+            for sub in meta.sub_chunks:
+                slot = checked_slot(image, vol, sub.slot)
+                subs.append({
+                    "slot": sub.slot,
+                    "footer": project_type(slot.footer, "chunk_footer"),
+                    "index": project(slot.index.entries, "[index_entry]"),
+                    "filter": project_type(slot.filter, "filter"),
+                    "entries": [project_type(e, "block_entry") for b in slot.blocks for e in b.block.entries],
+                })
+            doc = {"schema": "lds-dump/1", "what": "chunk", "device": device, "chunk_id": chunk_id,
+                   "meta": project_type(meta, "chunk_meta"), "sub_chunks": subs}
+            docs.append((instance, doc))
+    return docs
+
+
+def state_lines(image):
+    """The NDJSON lines of `state` for `image` (a binary stream)."""
+    vol = parse_volume(image)
+    lines = []
+    if vol.label is None:
+        return lines
+    for instance in range(vol.label.geometry.instance_count):
+        found = instance_state(image, vol, instance)
+        if found is None:
+            lines.append({"instance": instance, "live_version": None})
+            continue
+        summary, kv = found
+        lines.append(summary)
+        lines.extend({"instance": instance, "key": k.hex(), "value": kv[k][1].hex(), "sequence": kv[k][0]}
+                     for k in sorted(kv))
+    return lines
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] not in ("volume", "state", "chunks"):
+        sys.exit(__doc__.split("\n\n")[1])
+    with open_image(argv[1]) as f:
+        try:
+            if argv[0] == "volume":
+                out = [volume_json(f, device=argv[1])]
+            elif argv[0] == "chunks":
+                out = [dict(doc, instance=i) for i, doc in chunk_docs(f, device=argv[1])]
+            else:
+                out = state_lines(f)
+        except Exception as e:  # noqa: BLE001 - a structure the parsers cannot read
+            sys.exit(f"lds_reader.py: {argv[1]}: cannot read the volume: {type(e).__name__}: {e}")
+    for line in out:
+        sys.stdout.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,521 @@
+"""Cross-checks the three Kaitai readers (Python, JavaScript, Java) against lds.
+
+tools/kaitai/compile.sh compiles formats/*.ksy to the three languages; each reader
+(tools/kaitai/lds_reader.py, js/lds_reader.js, java/LdsReader.java) uses only its generated
+parsers and the rules of SPEC.md §15.1. For every fixture image (`fixtures/d_*`, `f_*` and the
+frozen `fixtures/v*/`), for an engine-written volume with levels, wrapped logs and batches to
+replay, for a 3 GiB sparse volume past 2^24 sequence numbers, and for damaged copies of the
+fixtures (DAMAGE below):
+- `READER volume IMAGE` equals `lds dump IMAGE volume --json` field by field (keys named
+  `status` and `device` are ignored);
+- `READER state IMAGE` is the same in every language (sequence numbers included), its key/value
+  lines equal `lds scan --hex` of every instance, and its per-instance line names the live
+  chunks and last sequence that `lds dump tree --json` shows.
+Where lds refuses a volume (REFUSED below), the fixture is listed with the reason.
+
+The lds binary is env LDS_BIN (default target/release/lds; a relative path is taken from the
+repository root). Run: pip install -r tools/requirements.txt && pytest tools/tests
+"""
+
+import gzip
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KAITAI = ROOT / "tools" / "kaitai"
+GENERATED = KAITAI / "generated"
+FIXTURES = sorted(ROOT.glob("fixtures/d_*/image.gz")) + sorted(ROOT.glob("fixtures/f_*/image.gz")) + sorted(
+    ROOT.glob("fixtures/v*/*/image.gz")
+)
+IGNORED_KEYS = {"status", "device"}
+READERS = {
+    "python": [sys.executable, str(KAITAI / "lds_reader.py")],
+    "javascript": ["node", str(KAITAI / "js" / "lds_reader.js")],
+    "java": ["java", "-cp", f"{GENERATED / 'classes'}{os.pathsep}{GENERATED / 'lib' / '*'}", "LdsReader"],
+}
+# Fixtures lds itself refuses to dump (fsck's tests read them): the readers are not compared.
+REFUSED = {
+    "f_labels_conflict": "both labels valid, different, same generation (SPEC.md §4.2)",
+    "f_no_valid_label": "no valid label",
+    "f_volume_beyond_device": "the label's volume_len is past the device",
+}
+
+
+def lds_bin():
+    path = Path(os.environ.get("LDS_BIN", "target/release/lds"))
+    return path if path.is_absolute() else ROOT / path
+
+
+@pytest.fixture(scope="session")
+def kaitai_dump():
+    """Compiles formats/*.ksy and the readers (tools/kaitai/compile.sh), then imports the
+    Python reader (the damage cases use it to find what to damage)."""
+    run = subprocess.run(["bash", str(KAITAI / "compile.sh")], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, f"tools/kaitai/compile.sh failed (exit {run.returncode}):\n{run.stdout}{run.stderr}"
+    sys.path.insert(0, str(KAITAI))
+    import lds_reader
+
+    return lds_reader
+
+
+def test_every_ksy_compiles(kaitai_dump):
+    ksy = sorted(ROOT.glob("formats/*.ksy"))
+    assert ksy, "no formats/*.ksy found"
+    for lang, name in (("python", lambda k: k.stem + ".py"),
+                       ("javascript", lambda k: "".join(w.title() for w in k.stem.split("_")) + ".js"),
+                       ("java", lambda k: "".join(w.title() for w in k.stem.split("_")) + ".java")):
+        missing = [k.name for k in ksy if not (GENERATED / lang / name(k)).is_file()]
+        assert not missing, f"compile.sh produced no {lang} code for: {missing}"
+    assert (GENERATED / "classes" / "LdsVolume.class").is_file(), "the generated Java did not compile"
+
+
+def test_fixtures_exist():
+    names = {p.parent.name for p in FIXTURES}
+    assert any(n.startswith("d_") for n in names) and any(n.startswith("f_") for n in names), (
+        f"expected gzip-compressed fixture images at {ROOT}/fixtures/*/image.gz; found {sorted(names)}"
+    )
+    assert any(p.parent.parent.name.startswith("v") for p in FIXTURES), "no frozen fixtures found"
+
+
+def first_difference(expected, actual, path="$"):
+    """The first difference between two JSON values, ignoring IGNORED_KEYS, or None.
+
+    `expected` is lds's document, `actual` the reader's; the walk follows
+    lds's key order. Returns a message naming the JSON path and both values.
+    """
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in expected:
+            if key in IGNORED_KEYS:
+                continue
+            if key not in actual:
+                return f"{path}.{key}: lds dump = {json.dumps(expected[key])[:200]}, reader: key missing"
+            diff = first_difference(expected[key], actual[key], f"{path}.{key}")
+            if diff:
+                return diff
+        for key in actual:
+            if key not in IGNORED_KEYS and key not in expected:
+                return f"{path}.{key}: lds dump: key missing, reader = {json.dumps(actual[key])[:200]}"
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            diff = first_difference(e, a, f"{path}[{i}]")
+            if diff:
+                return diff
+        if len(expected) != len(actual):
+            return f"{path}: lds dump has {len(expected)} items, reader has {len(actual)}"
+        return None
+    # bool is an int in Python: compare types too, so that true != 1
+    if type(expected) is not type(actual) or expected != actual:
+        return f"{path}: lds dump = {json.dumps(expected)}, reader = {json.dumps(actual)}"
+    return None
+
+
+def run_lds(*args):
+    binary = lds_bin()
+    assert binary.is_file(), f"lds binary not found at {binary} (build it, or set LDS_BIN)"
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True)
+
+
+def run_reader(lang, what, image):
+    run = subprocess.run([*READERS[lang], what, str(image)], capture_output=True, text=True)
+    assert run.returncode == 0, f"{lang} reader `{what} {image}` failed (exit {run.returncode}):\n{run.stderr[-2000:]}"
+    return [json.loads(line) for line in run.stdout.splitlines()]
+
+
+def compare(image, what):
+    """Every reader's `volume` document equals lds dump's; returns lds's document."""
+    run = run_lds("dump", image, "volume", "--json")
+    try:
+        expected = json.loads(run.stdout)
+    except json.JSONDecodeError as e:
+        pytest.fail(f"`lds dump {image} volume --json` printed no JSON ({e}); exit {run.returncode}\n{run.stderr}")
+    for lang in READERS:
+        diff = first_difference(expected, run_reader(lang, "volume", image)[0])
+        assert diff is None, f"{what}: {lang} reader: first difference at {diff}"
+    return expected
+
+
+def compare_state(image, what, volume):
+    """Every reader's `state` is the same, equals lds scan and lds dump tree; returns it."""
+    runs = {lang: subprocess.run([*READERS[lang], "state", str(image)], capture_output=True, text=True) for lang in READERS}
+    failed = {lang: run.stderr.strip()[-300:] for lang, run in runs.items() if run.returncode != 0}
+    g = (volume["labels"]["primary"] or volume["labels"]["backup"])["geometry"]
+    if failed:
+        # A chunk the parsers cannot read (damage): every reader and lds must refuse.
+        assert len(failed) == len(READERS), f"{what}: only some readers fail: {failed}"
+        refused = [run_lds("scan", image, "--instance", i, "--hex").returncode != 0 for i in range(g["instance_count"])]
+        assert any(refused), f"{what}: the readers fail ({failed}) where lds scan reads every instance"
+        return None
+    states = {lang: [json.loads(line) for line in run.stdout.splitlines()] for lang, run in runs.items()}
+    python = states["python"]
+    for lang, state in states.items():
+        if state != python:
+            diff = next((f"line {i}: python {a} / {lang} {b}" for i, (a, b) in enumerate(zip(python, state)) if a != b),
+                        f"python has {len(python)} lines, {lang} {len(state)}")
+            pytest.fail(f"{what}: the readers disagree on the state: {diff}")
+    for instance in range(g["instance_count"]):
+        scan = run_lds("scan", image, "--instance", instance, "--hex")
+        summary = next(line for line in python if line["instance"] == instance and "key" not in line)
+        if scan.returncode != 0:
+            continue  # lds refuses this instance (a damaged fixture): nothing to compare
+        expected = [line.split("\t") for line in scan.stdout.splitlines()]
+        got = [[line["key"], line["value"]] for line in python if line["instance"] == instance and "key" in line]
+        assert got == expected, f"{what}: instance {instance}: the readers' state differs from lds scan " \
+            f"({len(got)} keys against {len(expected)}; first difference " \
+            f"{next((a, b) for a, b in zip(got + [None] * len(expected), expected + [None] * len(got)) if a != b)})"
+        tree = json.loads(run_lds("dump", image, "tree", "--instance", instance, "--json").stdout)
+        chunks = {c["chunk_id"] for level in tree["levels"] for c in level["chunks"]}
+        unfinished = tree.get("unfinished_compaction")
+        if unfinished:
+            chunks = (chunks - set(unfinished["cleaned"])) | set(unfinished["outputs"])
+        assert summary["chunks"] == sorted(chunks), f"{what}: instance {instance}: live chunks differ from lds dump tree"
+        assert summary["last_sequence"] == tree["last_sequence"], f"{what}: instance {instance}: last_sequence differs"
+    return python
+
+
+def compare_chunks(image, what):
+    """Every reader's `chunks` documents are the same, and each equals `lds dump IMAGE chunk
+    ID --instance I --entries --json`; returns them (None when every reader and lds refuse)."""
+    runs = {lang: subprocess.run([*READERS[lang], "chunks", str(image)], capture_output=True, text=True) for lang in READERS}
+    failed = {lang: run.stderr.strip()[-300:] for lang, run in runs.items() if run.returncode != 0}
+    if failed:
+        assert len(failed) == len(READERS), f"{what}: only some readers fail: {failed}"
+        return None
+    docs = {lang: [json.loads(line) for line in run.stdout.splitlines()] for lang, run in runs.items()}
+    for lang, got in docs.items():
+        assert got == docs["python"], f"{what}: the {lang} reader's chunks differ from the python reader's"
+    for doc in docs["python"]:
+        doc = dict(doc)
+        instance = doc.pop("instance")
+        run = run_lds("dump", image, "chunk", doc["chunk_id"], "--instance", instance, "--entries", "--json")
+        if run.returncode != 0:
+            # lds refuses a chunk whose checksums hold (a damaged fixture: unsorted keys, say);
+            # the readers are not held to every check of lds, but lds must refuse the instance.
+            scan = run_lds("scan", image, "--instance", instance, "--hex")
+            assert scan.returncode != 0, f"{what}: lds dump chunk {doc['chunk_id']} failed, lds scan reads: {run.stderr}"
+            continue
+        diff = first_difference(json.loads(run.stdout), doc)
+        assert diff is None, f"{what}: chunk {doc['chunk_id']} of instance {instance}: first difference at {diff}"
+    return docs["python"]
+
+
+def fixture_bytes(name):
+    return gzip.decompress((ROOT / "fixtures" / name / "image.gz").read_bytes())
+
+
+@pytest.mark.parametrize("image_gz", FIXTURES, ids=[str(p.parent.relative_to(ROOT / "fixtures")) for p in FIXTURES])
+def test_readers_match_lds(image_gz, kaitai_dump, tmp_path):
+    image = tmp_path / "image"
+    image.write_bytes(gzip.decompress(image_gz.read_bytes()))
+    what = str(image_gz.relative_to(ROOT))
+    name = image_gz.parent.name
+    if name in REFUSED:
+        run = run_lds("dump", image, "volume", "--json")
+        assert run.returncode != 0, f"{what}: lds dump no longer refuses it ({REFUSED[name]}): compare it"
+        return
+    volume = compare(image, what)
+    state = compare_state(image, what, volume)
+    chunks = compare_chunks(image, what)
+    assert (state is None) == (chunks is None), f"{what}: the readers read the state but not the chunks, or back"
+    frozen = image_gz.parent / "state.ndjson"
+    if frozen.is_file():
+        assert state is not None, f"{what}: the readers cannot read a frozen fixture"
+        want = [json.loads(line) for line in frozen.read_text().splitlines()]
+        got = [line for line in state if "key" in line]
+        assert [(w["instance"], w["key_hex"], w["value_hex"]) for w in want] == [
+            (g["instance"], g["key"], g["value"]) for g in got
+        ], f"{what}: the readers' state differs from the frozen state.ndjson"
+
+
+def test_engine_written_image_matches(kaitai_dump, tmp_path):
+    """An image written by the engine itself (mkfs, then load, puts and deletes through
+    the lds binary, with logs small enough to wrap) reads the same in every reader."""
+    image = tmp_path / "engine.img"
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *args], check=True, capture_output=True, text=True, **kwargs)
+
+    lds("mkfs", "--size", "32MiB", "--sector-size", "512", "--slot-size", "64KiB",
+        "--version-log-size", "64KiB", "--backup-log-size", "16KiB", "--uuid", "0" * 31 + "1", str(image))
+    lines = "".join(f"key{n:05}\tvalue-{n}-{'x' * (n % 90)}\n" for n in range(30000))
+    lds("load", str(image), "--format", "tsv", input=lines)
+    for n in range(0, 3000, 7):
+        lds("delete", str(image), f"key{n:05}")
+    lds("put", str(image), "last", "written", "--sync")
+    volume = compare(image, "engine-written image")
+    walked = volume["instances"][0]["version_log"]
+    assert any(o["object_type"] == "delta_version" for o in walked["left"]), "the engine committed no delta version"
+    assert walked["right"] or volume["instances"][0]["backup_log"]["right"], "no log wrapped"
+    state = compare_state(image, "engine-written image", volume)
+    assert len(compare_chunks(image, "engine-written image")) >= 10
+    summary = state[0]
+    assert summary["replayed_batches"] > 0, "no batch to replay"
+    tree = json.loads(run_lds("dump", image, "tree", "--json").stdout)
+    assert sum(1 for level in tree["levels"] if level["chunks"]) >= 2, "the tree has fewer than two levels"
+    assert len(state) > 25000, "the state lost keys"
+
+
+def test_large_volume_past_2_to_24_sequences(kaitai_dump, tmp_path):
+    """A 3 GiB sparse volume (offsets past 2^31 and 2^32 bits of u4) whose chunks hold the
+    newest version of keys at sequences on both sides of 2^24 (where 32-bit shifts of
+    seq_kind wrap): every reader agrees with lds, sequence numbers included."""
+    image = tmp_path / "large.img"
+    with open(image, "wb") as f:
+        f.truncate(3 << 30)
+    run = lambda *args, **kw: subprocess.run([str(lds_bin()), *args], check=True, capture_output=True, **kw)  # noqa: E731
+    run("mkfs", str(image))
+    first = 16_777_000  # just below 2^24 = 16,777,216
+    awk = "BEGIN{for(i=0;i<%d;i++) printf \"k%%05d\\tv%%d\\n\", i%%20000, i}" % first
+    gen = subprocess.Popen(["awk", awk], stdout=subprocess.PIPE)
+    run("load", str(image), "--format", "tsv", stdin=gen.stdout)
+    assert gen.wait() == 0
+    run("recover", str(image))
+    run("load", str(image), "--format", "tsv", input="".join(f"k{n:05}\tw{n}\n" for n in range(1000)).encode())
+    run("recover", str(image))
+    run("put", str(image), "after", "the-flush", "--sync")
+    volume = compare(image, "3 GiB volume")
+    assert volume["labels"]["backup"]["geometry"]["volume_len"] == 3 << 30
+    state = compare_state(image, "3 GiB volume", volume)
+    chunks = compare_chunks(image, "3 GiB volume")
+    assert any(e["seq"] > 1 << 24 for c in chunks for s in c["sub_chunks"] for e in s["entries"])
+    above = [line for line in state if "key" in line and line["sequence"] > 1 << 24]
+    below = [line for line in state if "key" in line and line["sequence"] < 1 << 24]
+    assert len(above) > 700 and len(below) > 10000, f"{len(above)} keys above 2^24, {len(below)} below"
+
+
+# Damaged images: each case changes a few bytes of a fixture so that one rule
+# of SPEC.md §5 to §8 or §15 decides what a reader shows; the two readers must
+# still agree, and lds dump must show what the rule says. Each case is
+# (fixture, damage, check): `damage(data, doc)` edits `data` (a bytearray of
+# the image) using `doc`, the Kaitai document of the undamaged image, and
+# returns (description, target); `check(lds_doc, target)` asserts the rule's
+# outcome. A target (log, index) names an object of instance 0's left walk.
+
+
+def _area(doc, instance, log):
+    g = doc["labels"]["primary"]["geometry"]
+    if log == "version_log":
+        return g["ofs_version_log"] + instance * g["len_version_log"], g["len_version_log"]
+    return g["ofs_backup_log"] + instance * g["len_backup_log"], g["len_backup_log"]
+
+
+def _find(doc, log, pred):
+    """Device offset, OBJECT and index of the first object of instance 0's
+    left walk of `log` that matches `pred`."""
+    start, _ = _area(doc, 0, log)
+    for index, obj in enumerate(doc["instances"][0][log]["left"]):
+        if pred(obj):
+            return start + obj["log_offset"], obj, index
+    pytest.fail(f"the fixture has no {log} object to damage (the fixtures changed?)")
+
+
+def _put(data, ofs, fmt, value):
+    struct.pack_into("<" + fmt, data, ofs, value)
+
+
+def _is_dv(obj):
+    return obj["object_type"] == "delta_version"
+
+
+def _target(lds, target):
+    log, index = target
+    return lds["instances"][0][log]["left"][index]
+
+
+def chk_payload_null(lds, target):
+    assert _target(lds, target)["payload"] is None
+
+
+def dmg_unknown_type(data, doc):
+    ofs, _, index = _find(doc, "version_log", _is_dv)
+    data[ofs + 8] = 9
+    return "object_type 9: listed as unknown_9 with a null payload", ("version_log", index)
+
+
+def chk_unknown_type(lds, target):
+    obj = _target(lds, target)
+    assert obj["object_type"] == "unknown_9" and obj["payload"] is None
+
+
+def dmg_misdirected(data, doc):
+    ofs, obj, index = _find(doc, "version_log", _is_dv)
+    _put(data, ofs + 32, "Q", obj["log_offset"] + 8)
+    return "header log_offset 8 past where the object is", ("version_log", index)
+
+
+def chk_misdirected(lds, target):
+    obj = _target(lds, target)
+    # log_offset is the position (the cross-check compares it with the walk's)
+    assert _is_dv(obj) and obj["status"]["valid"] is False
+
+
+def dmg_dv_reserved(data, doc):
+    ofs, _, index = _find(doc, "version_log", _is_dv)
+    data[ofs + 64 + 44] = 1
+    return "delta version reserved bytes 44..48 not zero: payload null", ("version_log", index)
+
+
+def dmg_trailing_byte(data, doc):
+    ofs, obj, index = _find(doc, "version_log", lambda o: _is_dv(o) and (64 + o["len_payload"]) % 8 != 0)
+    _put(data, ofs + 40, "I", obj["len_payload"] + 1)
+    data[ofs + 64 + obj["len_payload"]] = 0
+    return "delta version with one trailing zero byte: payload null", ("version_log", index)
+
+
+def dmg_chunk_level(data, doc):
+    ofs, _, index = _find(
+        doc,
+        "version_log",
+        lambda o: _is_dv(o)
+        and o["payload"]["num_deleted"] == 0
+        and o["payload"]["num_compact_pointers"] == 0
+        and o["payload"]["num_added"] >= 1,
+    )
+    data[ofs + 64 + 48 + 8] = 16
+    return "added chunk metadata at level 16 (SPEC.md §16): payload null", ("version_log", index)
+
+
+def dmg_cleaned_not_input(data, doc):
+    ofs, obj, index = _find(
+        doc, "version_log", lambda o: o["object_type"] == "compaction_journal" and o["payload"]["num_cleaned"] >= 1
+    )
+    p = obj["payload"]
+    at = ofs + 64 + 26 + len(p["resume_key"]) // 2 + 8 * p["num_inputs"]
+    assert struct.unpack_from("<Q", data, at)[0] == p["cleaned"][0]
+    _put(data, at, "Q", 0xFFFF_FFFF)
+    return "compaction journal cleaning a chunk that is not an input (SPEC.md §6.3)", ("version_log", index)
+
+
+def dmg_delete_with_value(data, doc):
+    ofs, _, index = _find(
+        doc, "backup_log", lambda o: o["object_type"] == "write_batch" and o["payload"]["entries"][0]["value"]
+    )
+    data[ofs + 64 + 16] = 0
+    return "write batch entry turned into a delete that keeps its value (SPEC.md §7)", ("backup_log", index)
+
+
+def dmg_gap_before_wor(data, doc):
+    """Removes the magic of the object before the WOR of the backup log, at a
+    position that is not sector-aligned: the walk moves once to the next
+    sector boundary and finds the WOR (SPEC.md §15)."""
+    sector = doc["labels"]["primary"]["geometry"]["sector_size"]
+    ofs, wor, index = _find(doc, "backup_log", lambda o: o["object_type"] == "wrap_right")
+    before = doc["instances"][0]["backup_log"]["left"][index - 1]
+    assert before["log_offset"] % sector != 0, "the object before the WOR is sector-aligned"
+    assert -(-before["log_offset"] // sector) * sector == wor["log_offset"], (
+        "the WOR is not at the first sector boundary after the object before it"
+    )
+    data[ofs - wor["log_offset"] + before["log_offset"]] = 0
+    what = f"magic of the object at {before['log_offset']} before the WOR at {wor['log_offset']} removed"
+    return what, ("backup_log", index - 1)
+
+
+def chk_gap_before_wor(lds, target):
+    obj = _target(lds, target)
+    assert obj["object_type"] == "wrap_right"
+
+
+def dmg_len_past_area(data, doc):
+    ofs, _, index = _find(doc, "version_log", _is_dv)
+    _, len_area = _area(doc, 0, "version_log")
+    _put(data, ofs + 40, "I", len_area)
+    return "len_payload larger than the area: the walk stops before it", ("version_log", index)
+
+
+def chk_len_past_area(lds, target):
+    log, index = target
+    assert len(lds["instances"][0][log]["left"]) == index
+
+
+def dmg_wol_beyond_area(data, doc):
+    ofs, _, index = _find(doc, "version_log", lambda o: o["object_type"] == "wrap_left")
+    _, len_area = _area(doc, 0, "version_log")
+    _put(data, ofs + 64, "Q", len_area + 4096)
+    return "WOL ofs_first_live past the area: no right portion", ("version_log", index)
+
+
+def chk_wol_beyond_area(lds, target):
+    assert _target(lds, target)["payload"]["ofs_first_live"] > 0
+    assert lds["instances"][0]["version_log"]["right"] == []
+
+
+def dmg_footer_version(data, doc):
+    g = doc["labels"]["primary"]["geometry"]
+    slot = next(s["slot"] for s in doc["slots"] if s["footer"])
+    _put(data, g["ofs_slot_area"] + (slot + 1) * g["slot_size"] - 160 + 8, "H", 2)
+    return f"slot {slot}: footer version_major 2 (still shown: the magic is there)", slot
+
+
+def chk_footer_version(lds, slot):
+    assert lds["slots"][slot]["footer"]["version_major"] == 2
+
+
+DAMAGE = {
+    "unknown_object_type": ("d_versions", dmg_unknown_type, chk_unknown_type),
+    "misdirected_log_offset": ("d_versions", dmg_misdirected, chk_misdirected),
+    "delta_version_reserved": ("d_versions", dmg_dv_reserved, chk_payload_null),
+    "trailing_payload_byte": ("d_versions", dmg_trailing_byte, chk_payload_null),
+    "chunk_meta_level_16": ("d_versions", dmg_chunk_level, chk_payload_null),
+    "cleaned_not_an_input": ("d_journal", dmg_cleaned_not_input, chk_payload_null),
+    "delete_with_value": ("d_versions", dmg_delete_with_value, chk_payload_null),
+    "gap_before_wor": ("d_wrapped", dmg_gap_before_wor, chk_gap_before_wor),
+    "len_payload_past_area": ("d_versions", dmg_len_past_area, chk_len_past_area),
+    "wol_first_live_past_area": ("d_wrapped", dmg_wol_beyond_area, chk_wol_beyond_area),
+    "footer_other_version": ("d_versions", dmg_footer_version, chk_footer_version),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_kaitai_matches_lds_dump_on_damaged_image(case, kaitai_dump, tmp_path):
+    fixture, damage, check = DAMAGE[case]
+    if not (ROOT / "fixtures" / fixture / "image.gz").is_file():
+        pytest.fail(f"fixture {fixture} is missing")
+    pristine = fixture_bytes(fixture)
+    data = bytearray(pristine)
+    what, target = damage(data, kaitai_dump.volume_json(pristine))
+    assert bytes(data) != pristine, f"{case}: the damage changed nothing"
+    image = tmp_path / "damaged.img"
+    image.write_bytes(bytes(data))
+    lds = compare(image, f"{fixture} with {what}")
+    check(lds, target)
+
+
+def test_no_filter_encoding(kaitai_dump, tmp_path):
+    """A chunk whose filter is the "no filter" encoding of SPEC.md §8.3 (num_probes 0,
+    num_bits 0): lds reads it, and so must every reader. The engine writes it with
+    bloom_bits_per_key 0; here a fixture's chunk is rewritten to it, index moved and
+    checksums recomputed."""
+    data = bytearray(fixture_bytes("d_versions"))
+    volume = kaitai_dump.volume_json(bytes(data))
+    g = volume["labels"]["primary"]["geometry"]
+    live = {s["slot"] for _, c in kaitai_dump.chunk_docs(io.BytesIO(bytes(data))) for s in c["sub_chunks"]}
+    slot = next(s for s in volume["slots"] if s["slot"] in live)
+    base = g["ofs_slot_area"] + slot["slot"] * g["slot_size"]
+    footer = base + g["slot_size"] - 160
+    f = slot["footer"]
+    index = bytes(data[base + f["ofs_index"]:base + f["ofs_index"] + f["len_index"]])
+    ofs_filter = g["slot_size"] - 160 - 8
+    ofs_index = ofs_filter - len(index)
+    data[base + ofs_index:base + ofs_filter] = index
+    data[base + ofs_filter:base + ofs_filter + 8] = bytes(8)
+    _put(data, footer + 60, "I", ofs_index)
+    _put(data, footer + 72, "I", ofs_filter)
+    _put(data, footer + 76, "I", 8)
+    _put(data, footer + 80, "I", kaitai_dump.crc32c(bytes(8)))
+    _put(data, footer + 156, "I", kaitai_dump.crc32c(bytes(data[footer:footer + 156])))
+    image = tmp_path / "no_filter.img"
+    image.write_bytes(bytes(data))
+    dumped = json.loads(run_lds("dump", image, "chunk", slot["slot"], "--entries", "--json").stdout)
+    assert dumped["sub_chunks"][0]["filter"] == {"num_probes": 0, "num_bits": 0}, "the rewrite did not take"
+    volume = compare(image, "chunk with no filter")
+    assert compare_state(image, "chunk with no filter", volume) is not None
+    chunks = compare_chunks(image, "chunk with no filter")
+    assert chunks is not None, "the readers cannot read a chunk with no filter"
+    assert any(s["filter"]["num_bits"] == 0 for c in chunks for s in c["sub_chunks"])
