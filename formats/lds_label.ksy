@@ -36,7 +36,9 @@ seq:
     doc: Unknown bits allow reading, not writing. No bits are defined in 1.0.
   - id: features_incompat
     type: u8
-    doc: Unknown bits make the volume unreadable. No bits are defined in 1.0.
+    doc: |
+      Unknown bits make the volume unreadable. Bit 0 (1.1): `sync_watermark`,
+      write batches carry a sync watermark (lds_write_batch::synced_lsn_low).
   - id: geometry
     type: geometry
   - id: generation
@@ -58,12 +60,12 @@ seq:
 instances:
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat == 0
+      version_major == 1 and len_label == 512 and features_incompat <= 1
       and reserved.is_zero and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.0 defines none), zero reserved bytes and the geometry
+      (version 1.1 defines bit 0), zero reserved bytes and the geometry
       invariants (except the one against the device length).
 types:
   zeros:

@@ -21,9 +21,13 @@ seq:
     valid:
       expr: _ >= 1 and first_sequence + _ - 1 <= 72057594037927935
     doc: At least 1; the last entry's sequence number is below 2^56 (SPEC.md §16).
-  - id: reserved
-    size: 4
-    valid: '[0, 0, 0, 0]'
+  - id: synced_lsn_low
+    type: u4
+    doc: |
+      The sync watermark (SPEC.md §7.1), on volumes with feature
+      `sync_watermark` (lds_label): the low 32 bits of an lsn of this log at or
+      below which every object was durable before this batch was written; 0
+      claims nothing. Zero on 1.0 volumes.
   - id: entries
     type: entry
     repeat: expr

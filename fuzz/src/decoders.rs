@@ -184,7 +184,7 @@ fn check_payload(payload: &Payload, bytes: &[u8], sector_size: u32) {
         Payload::Base(base) => same(base.encode(), "base version"),
         Payload::Delta(delta) => same(delta.encode(), "delta version"),
         Payload::Journal(journal) => same(journal.encode(), "compaction journal"),
-        Payload::Batch { first_sequence, num_entries } => {
+        Payload::Batch { first_sequence, num_entries, .. } => {
             let batch = WriteBatchRecord::decode(bytes, 0)
                 .unwrap_or_else(|error| panic!("log object: a valid write batch does not decode again: {error}"));
             assert_eq!(batch.first_sequence, *first_sequence, "log object: a write batch's first sequence differs");

@@ -145,7 +145,7 @@ problems! {
     BackupLogSequence = 302, Error, "write batches do not have increasing sequence numbers",
         Fix("keep the batches before the first that does not increase; the rest are reported as dropped");
     /// 303.
-    BackupLogChainBroken = 303, Error, "the live chain of the backup log ends at a damaged object of ours inside one sector (at most one identifying header field differs from the expected append), and valid later objects follow: no crash leaves this (SPEC.md §9.6), later writes are lost; the engine refuses to open",
+    BackupLogChainBroken = 303, Error, "the live chain of the backup log ends at a damaged object of ours inside one sector (at most one identifying header field differs from the expected append), or a later batch's sync watermark records the missing object as durable (SPEC.md §7.1), and valid later objects follow: no crash leaves this (SPEC.md §9.6), synced writes are lost; the engine refuses to open",
         Fix("keep every batch before the damage (written to level-0 chunks) and restart the backup log; the later batches are reported as dropped");
     /// 304.
     BackupStartMismatch = 304, Error, "the object at the backup start point is newer than the start point recorded; the engine refuses to open",

@@ -75,6 +75,9 @@ pub struct BenchOptions {
     /// Measure the device's limits on PATH instead (overwrites its first bytes).
     #[arg(long)]
     pub device_limits: bool,
+    /// For lds: the format version mkfs writes (1.1 with the sync watermark, or 1.0).
+    #[arg(long, default_value = "1.1", value_parser = ["1.0", "1.1"])]
+    pub format_version: String,
     /// Measure recovery instead: write an image with a full 64 MiB version log to PATH
     /// (overwriting it) and time the open, page cache dropped first when root.
     #[arg(long)]
@@ -157,6 +160,7 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         backup_log_size: (options.size >= 1 << 30).then_some(16 << 20),
         name: "lds-bench".into(),
         force,
+        format_version: options.format_version.clone(),
         ..MkfsOptions::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -181,7 +181,8 @@ pub fn payload(object_type_code: u8, payload: &[u8], offset: u64) -> Result<Valu
                 entries.push(json!({"kind": kind.name(), "key": hex(key), "value": hex(value)}));
             })
             .map_err(|error| error.to_string())?;
-            json!({"first_sequence": first_sequence, "num_entries": entries.len(), "entries": entries})
+            let synced_lsn_low = lds_format::batch::synced_lsn_low(payload);
+            json!({"first_sequence": first_sequence, "num_entries": entries.len(), "synced_lsn_low": synced_lsn_low, "entries": entries})
         }
         ObjectType::WrapLeft => {
             let wrap = WrapLeft::decode(payload, offset).map_err(|error| error.to_string())?;

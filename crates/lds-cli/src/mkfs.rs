@@ -52,6 +52,10 @@ pub struct MkfsOptions {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Format version: 1.1 (the default: write batches carry a sync watermark, SPEC.md §7.1)
+    /// or 1.0 (readable by LDS builds older than 1.1).
+    #[arg(long, default_value = "1.1", value_parser = ["1.0", "1.1"])]
+    pub format_version: String,
 }
 
 fn parse_sector_size(text: &str) -> Result<u32, String> {
@@ -188,7 +192,11 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     };
     let geometry =
         plan_layout(&request, uuid).map_err(|error| format!("{}: cannot lay out a volume: {error}", path.display()))?;
-    let label = Label::new(geometry, &options.name);
+    // 1.1 unless 1.0 is asked for (`MkfsOptions::default()` leaves the field empty).
+    let label = match options.format_version.as_str() {
+        "1.0" => Label::new(geometry, &options.name),
+        _ => Label::new(geometry, &options.name).with_sync_watermark(),
+    };
     if options.dry_run {
         return report(out, options, "mkfs-plan", &format!("dry run: nothing written to {}", path.display()), &label);
     }

@@ -68,7 +68,9 @@ fn fsck_clean(image: &[u8], context: &str) {
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    assert!(volumes.iter().filter(|(name, _)| name.starts_with("v1.0/")).count() >= 4, "{volumes:?}");
+    for version in ["v1.0/", "v1.1/"] {
+        assert!(volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= 4, "{version}: {volumes:?}");
+    }
     for (name, folder) in volumes {
         let compressed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{name}: {error}"));
         let image = lds_fixtures::decompress(&compressed).unwrap_or_else(|error| panic!("{name}: {error}"));

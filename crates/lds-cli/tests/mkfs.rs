@@ -143,3 +143,22 @@ fn options_shape_the_layout() {
     assert_eq!(label["primary"]["volume_name"], "shaped");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn format_version_1_1_by_default_and_1_0_on_request() {
+    for (version, minor, incompat) in [("", 1, 1), ("1.1", 1, 1), ("1.0", 0, 0)] {
+        let path = scratch(&format!("version-{version}.img"));
+        let options = MkfsOptions {
+            path: path.clone(),
+            size: Some(8 << 20),
+            format_version: version.to_string(),
+            ..MkfsOptions::default()
+        };
+        let (code, _, err) = mkfs(&options);
+        assert_eq!(code, 0, "{err}");
+        let label = label_json(&path);
+        assert_eq!(label["primary"]["version_minor"], minor, "--format-version '{version}'");
+        assert_eq!(label["primary"]["features_incompat"], incompat, "--format-version '{version}'");
+        let _ = std::fs::remove_file(&path);
+    }
+}

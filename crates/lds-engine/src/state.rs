@@ -64,6 +64,10 @@ pub(crate) struct WriterState {
     /// Appends not yet written to the device, contiguous from `buffer_offset` (area offset).
     pub(crate) buffer: Vec<u8>,
     pub(crate) buffer_offset: u64,
+    /// The lsn of the last batch gathered into `buffer`, and of the last one written out
+    /// (every object up to it was issued to the device): what a flush makes durable.
+    pub(crate) gathered_lsn: u64,
+    pub(crate) drained_lsn: u64,
 }
 
 impl WriterState {
@@ -75,6 +79,7 @@ impl WriterState {
         let ofs_area = self.backup_log.context().ofs_area;
         device.write_at(ofs_area + self.buffer_offset, &self.buffer)?;
         self.buffer.clear();
+        self.drained_lsn = self.gathered_lsn;
         Ok(())
     }
 
@@ -171,6 +176,12 @@ pub(crate) struct Shared {
     pub(crate) published: AtomicU64,
     /// The largest sequence number known durable (group commit).
     pub(crate) synced: Mutex<u64>,
+    /// The label has feature `sync_watermark`: batches record `durable_lsn` (SPEC.md §7.1).
+    pub(crate) sync_watermark: bool,
+    /// The lsn of the last backup log object written out to the device (copied from the
+    /// writer state under its lock), and the largest lsn a completed flush made durable.
+    pub(crate) drained_lsn: AtomicU64,
+    pub(crate) durable_lsn: AtomicU64,
     /// Chunk tails and blocks read so far.
     pub(crate) cache: TableCache,
     /// What the background work did.

@@ -147,7 +147,7 @@ pub const LOG_OBJECT: Layout = Layout {
 pub const WRITE_BATCH: Layout = Layout {
     name: "write batch",
     section: "§7",
-    fields: &[at("first_sequence", 0, 8), at("num_entries", 8, 4), at("reserved", 12, 4), rest("entries", 16)],
+    fields: &[at("first_sequence", 0, 8), at("num_entries", 8, 4), at("synced_lsn_low", 12, 4), rest("entries", 16)],
 };
 
 /// One entry of a write batch (SPEC.md §7).
@@ -597,6 +597,7 @@ mod tests {
                 BatchEntry { kind: EntryKind::Put, key: b"alpha".to_vec(), value: b"one".to_vec() },
                 BatchEntry { kind: EntryKind::Delete, key: b"be".to_vec(), value: Vec::new() },
             ],
+            synced_lsn_low: 0,
         };
         let payload = batch.encode();
         let new = NewObject {

@@ -306,6 +306,7 @@ pub fn all() -> Vec<FsckCase> {
     let batch = WriteBatchRecord {
         first_sequence: 3,
         entries: vec![BatchEntry { kind: EntryKind::Put, key: b"rewound".to_vec(), value: b"x".to_vec() }],
+        synced_lsn_low: 0,
     };
     let sn = image.instances[0].sn;
     let ofs_area = image.instances[0].backup_log.context().ofs_area;

@@ -64,6 +64,9 @@ pub struct WriteBatchRecord {
     pub first_sequence: u64,
     /// The entries, in order.
     pub entries: Vec<BatchEntry>,
+    /// The sync watermark (SPEC.md §7.1): the low 32 bits of an lsn of this log at or below
+    /// which every object was durable before this batch was written; 0 claims nothing.
+    pub synced_lsn_low: u32,
 }
 
 impl WriteBatchRecord {
@@ -75,7 +78,10 @@ impl WriteBatchRecord {
     /// Encodes the payload.
     pub fn encode(&self) -> Vec<u8> {
         let mut writer = Writer::with_capacity(self.encoded_len());
-        writer.u64(self.first_sequence).u32(u32::try_from(self.entries.len()).unwrap_or(u32::MAX)).u32(0);
+        writer
+            .u64(self.first_sequence)
+            .u32(u32::try_from(self.entries.len()).unwrap_or(u32::MAX))
+            .u32(self.synced_lsn_low);
         for entry in &self.entries {
             encode_entry(&mut writer, entry.kind, &entry.key, &entry.value);
         }
@@ -88,8 +94,37 @@ impl WriteBatchRecord {
         let first_sequence = decode_entries(payload, offset, |kind, key, value| {
             entries.push(BatchEntry { kind, key: key.to_vec(), value: value.to_vec() });
         })?;
-        Ok(Self { first_sequence, entries })
+        Ok(Self { first_sequence, entries, synced_lsn_low: synced_lsn_low(payload) })
     }
+}
+
+/// The watermark field of a batch payload (bytes 12..16; 0 when the payload is shorter).
+pub fn synced_lsn_low(payload: &[u8]) -> u32 {
+    payload.get(12..16).map_or(0, |bytes| u32::from_le_bytes(bytes.try_into().unwrap_or([0; 4])))
+}
+
+/// The watermark to write in a batch appended at or after lsn `next_lsn` when every object up
+/// to lsn `durable` is durable (SPEC.md §7.1): its low 32 bits, or those of `durable - 1` (a
+/// weaker claim, still true) when they are 0, which means "no claim". No claim either when
+/// the batch is 2^31 lsns or more past it, where the low bits would name a later lsn.
+pub fn watermark_for(durable: u64, next_lsn: u64) -> u32 {
+    if next_lsn.saturating_sub(durable) >= 1 << 31 {
+        return 0;
+    }
+    match durable as u32 {
+        0 => durable.saturating_sub(1) as u32,
+        low => low,
+    }
+}
+
+/// The lsn a watermark names in a batch whose own lsn is `lsn`: the largest lsn below `lsn`
+/// whose low 32 bits are `low`; `None` for 0 (no claim) or when no such lsn exists.
+pub fn synced_lsn(lsn: u64, low: u32) -> Option<u64> {
+    if low == 0 {
+        return None;
+    }
+    let below = lsn.checked_sub(1)?;
+    below.checked_sub(u64::from((below as u32).wrapping_sub(low)))
 }
 
 /// Bytes of a batch payload holding `entries`.
@@ -119,7 +154,7 @@ pub fn decode_entries<'a>(
     let mut reader = Reader::new(payload, S, offset);
     let first_sequence = reader.u64()?;
     let num_entries = reader.u32()?;
-    reader.reserved(4)?;
+    reader.u32()?; // the sync watermark (SPEC.md §7.1), read by `synced_lsn_low`
     let count = reader.count(u64::from(num_entries), BATCH_ENTRY_FIXED_LEN, "num_entries")?;
     if count == 0 {
         return Err(FormatError::invalid(S, "num_entries", offset, "zero"));
@@ -164,7 +199,28 @@ mod tests {
                 BatchEntry { kind: EntryKind::Put, key: b"alpha".to_vec(), value: b"one".to_vec() },
                 BatchEntry { kind: EntryKind::Delete, key: b"beta".to_vec(), value: Vec::new() },
             ],
+            synced_lsn_low: 0x1234_5678,
         }
+    }
+
+    #[test]
+    fn watermark_names_the_durable_lsn() {
+        // (durable lsn, the batch's lsn): the watermark written for the first reads back as
+        // itself, or one less where its low 32 bits are 0 (0 means no claim).
+        for (durable, lsn) in
+            [(1, 2), (5, 90), (u64::from(u32::MAX), 1 << 32), (1 << 32, (1 << 32) + 7), (3 << 32, (3 << 32) + 9)]
+        {
+            let low = watermark_for(durable, lsn);
+            let read = synced_lsn(lsn, low).expect("a claim");
+            assert!(read < lsn, "{durable}: claims {read} at or past the batch's own lsn {lsn}");
+            let expected = if durable as u32 == 0 { durable - 1 } else { durable };
+            assert_eq!(read, expected, "durable {durable}, batch lsn {lsn}");
+        }
+        assert_eq!(watermark_for(0, 1), 0);
+        assert_eq!(watermark_for(5, 5 + (1 << 31)), 0, "too far behind to name");
+        assert_eq!(synced_lsn(100, 0), None, "0 claims nothing");
+        assert_eq!(synced_lsn(3, 7), None, "no lsn below 3 ends in 7");
+        assert_eq!(synced_lsn(1 << 32, 1), Some(1));
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl ImageBuilder {
     pub fn append_batch(&mut self, instance: u32, entries: Vec<crate::batch::BatchEntry>) -> Result<u64, AppendError> {
         let first_sequence = self.instances[instance as usize].next_sequence;
         let count = entries.len() as u64;
-        let batch = WriteBatchRecord { first_sequence, entries };
+        let batch = WriteBatchRecord { first_sequence, entries, synced_lsn_low: 0 };
         self.append(instance, LogKind::Backup, ObjectType::WriteBatch, &batch.encode())?;
         self.instances[instance as usize].next_sequence += count;
         Ok(first_sequence)

@@ -4,12 +4,12 @@
 //! damage, the checker reports every verdict under its problem code, dump and the simulator
 //! read the same result. Every caller that recovers an instance calls [`recover_instance`].
 
-use crate::batch::{decode_entries, EntryKind};
+use crate::batch::{decode_entries, synced_lsn, EntryKind};
 use crate::error::FormatError;
 use crate::label::{Geometry, LogKind};
 use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 use crate::recovery::{
-    read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd,
+    read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd, Payload,
     VersionLogError, VersionLogState,
 };
 
@@ -22,13 +22,31 @@ pub struct LaterObjects {
     pub first_lsn: u64,
     /// The largest.
     pub last_lsn: u64,
+    /// The furthest sync watermark among them (SPEC.md §7.1), if any claims one.
+    pub synced: Option<SyncedClaim>,
+}
+
+/// A write batch's sync watermark: every object of its log up to `synced_lsn` was durable
+/// before the batch with lsn `lsn` was written (SPEC.md §7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncedClaim {
+    /// The batch's lsn.
+    pub lsn: u64,
+    /// The lsn it records as durable.
+    pub synced_lsn: u64,
 }
 
 impl std::fmt::Display for LaterObjects {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.count {
-            1 => write!(f, "1 later object (lsn {})", self.first_lsn),
-            count => write!(f, "{count} later objects (lsn {} to {})", self.first_lsn, self.last_lsn),
+            1 => write!(f, "1 later object (lsn {})", self.first_lsn)?,
+            count => write!(f, "{count} later objects (lsn {} to {})", self.first_lsn, self.last_lsn)?,
+        }
+        match self.synced {
+            Some(claim) => {
+                write!(f, ", the one with lsn {} recording lsn {} and earlier as synced", claim.lsn, claim.synced_lsn)
+            }
+            None => Ok(()),
         }
     }
 }
@@ -318,10 +336,15 @@ pub fn classify_chain_end(
     };
     let later = later_objects(area, context, next_lsn);
     let damaged = damaged_head(area, context, offset, (next_lsn, sn_floor));
+    // A later batch records the missing object as durable (SPEC.md §7.1): a flush completed
+    // after it was written, so no crash lost it.
+    let synced_lost = later.and_then(|later| later.synced).is_some_and(|claim| claim.synced_lsn >= next_lsn);
     match later {
         // Every version log append is flushed before the next is written (SPEC.md §10.1),
         // so no crash leaves a later object after the chain's end there: only damage does.
-        Some(later) if context.kind == LogKind::Version => ChainEndVerdict::Broken { offset, end: end.clone(), later },
+        Some(later) if context.kind == LogKind::Version || synced_lost => {
+            ChainEndVerdict::Broken { offset, end: end.clone(), later }
+        }
         // Nothing of ours landed where the chain breaks, so nothing after it was flushed: a
         // flush covers every earlier write to the area. Writes a crash reordered.
         Some(later) if !damaged => ChainEndVerdict::UnflushedAfterGap { offset, later },
@@ -398,12 +421,23 @@ pub fn later_objects(area: &[u8], context: &AreaContext, next_lsn: u64) -> Optio
         if lsn <= next_lsn {
             continue;
         }
+        let claim = match object.payload {
+            Payload::Batch { synced_lsn_low, .. } => {
+                synced_lsn(lsn, synced_lsn_low).map(|synced_lsn| SyncedClaim { lsn, synced_lsn })
+            }
+            _ => None,
+        };
+        let furthest = |a: Option<SyncedClaim>, b: Option<SyncedClaim>| match (a, b) {
+            (Some(a), Some(b)) => Some(if b.synced_lsn > a.synced_lsn { b } else { a }),
+            (a, b) => a.or(b),
+        };
         later = Some(match later {
-            None => LaterObjects { count: 1, first_lsn: lsn, last_lsn: lsn },
+            None => LaterObjects { count: 1, first_lsn: lsn, last_lsn: lsn, synced: claim },
             Some(seen) => LaterObjects {
                 count: seen.count + 1,
                 first_lsn: seen.first_lsn.min(lsn),
                 last_lsn: seen.last_lsn.max(lsn),
+                synced: furthest(seen.synced, claim),
             },
         });
     }

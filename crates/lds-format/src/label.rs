@@ -245,15 +245,19 @@ pub struct Label {
     pub volume_name: String,
 }
 
-/// Features this build knows (none in 1.0, SPEC.md §17).
+/// Features this build knows (SPEC.md §17).
 pub const FEATURES_COMPAT_KNOWN: u64 = 0;
 /// Read-only-compatible features this build knows.
 pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
+/// Incompatible feature `sync_watermark` (version 1.1): write batches carry the lsn below
+/// which the backup log was durable (SPEC.md §7.1), a field a 1.0 reader requires to be zero.
+pub const FEATURE_INCOMPAT_SYNC_WATERMARK: u64 = 1;
 /// Incompatible features this build knows.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = 0;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK;
 
 impl Label {
-    /// A version 1.0 label with no features, generation 1, as mkfs writes it.
+    /// A version 1.0 label with no features, generation 1 (mkfs adds
+    /// [`Label::with_sync_watermark`]).
     pub fn new(geometry: Geometry, volume_name: &str) -> Self {
         Self {
             version_minor: VERSION_MINOR,
@@ -264,6 +268,19 @@ impl Label {
             generation: 1,
             volume_name: volume_name.to_string(),
         }
+    }
+
+    /// The label of format version 1.1 (SPEC.md §17): this one with feature
+    /// `sync_watermark`, which mkfs sets on new volumes.
+    pub fn with_sync_watermark(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_SYNC_WATERMARK;
+        self.version_minor = self.version_minor.max(1);
+        self
+    }
+
+    /// True when write batches carry a sync watermark (SPEC.md §7.1).
+    pub fn has_sync_watermark(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_SYNC_WATERMARK != 0
     }
 
     /// Encodes the 512-byte label.
@@ -537,7 +554,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 1;
+        label.features_incompat = 2;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

@@ -27,6 +27,8 @@ pub enum Payload {
         first_sequence: u64,
         /// `num_entries`.
         num_entries: u32,
+        /// The sync watermark's low 32 bits (SPEC.md §7.1).
+        synced_lsn_low: u32,
     },
     /// A WOL.
     WrapLeft(WrapLeft),
@@ -91,7 +93,7 @@ pub fn decode_payload(raw: &RawObject<'_>, device_offset: u64) -> Result<Payload
         ObjectType::WriteBatch => {
             let mut num_entries = 0u32;
             let first_sequence = decode_entries(raw.payload, payload_offset, |_, _, _| num_entries += 1)?;
-            Payload::Batch { first_sequence, num_entries }
+            Payload::Batch { first_sequence, num_entries, synced_lsn_low: crate::batch::synced_lsn_low(raw.payload) }
         }
         ObjectType::WrapLeft => Payload::WrapLeft(WrapLeft::decode(raw.payload, payload_offset)?),
         ObjectType::WrapRight => {
@@ -562,7 +564,7 @@ fn recover_backup_log_checked(
     let mut previous_last = 0u64;
     let mut kept = objects.len();
     for (position, object) in objects.iter().enumerate() {
-        if let Payload::Batch { first_sequence, num_entries } = object.payload {
+        if let Payload::Batch { first_sequence, num_entries, .. } = object.payload {
             if previous_last != 0 && first_sequence <= previous_last {
                 if !strict {
                     kept = position;

@@ -124,6 +124,7 @@ fn decoders_survive_hostile_bytes() {
     let batch = WriteBatchRecord {
         first_sequence: 5,
         entries: vec![BatchEntry { kind: EntryKind::Delete, key: b"z".to_vec(), value: Vec::new() }],
+        synced_lsn_low: 9,
     };
     let options = ChunkOptions { slot_size: geometry.slot_size, block_size: 512, bloom_bits_per_key: 10 };
     let mut builder = ChunkBuilder::new(options);

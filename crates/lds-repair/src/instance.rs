@@ -352,7 +352,7 @@ fn chunk_images(device: &dyn BlockDevice, geometry: &Geometry, meta: &ChunkMeta)
 /// first valid batch past it.
 fn continuing_batches(area: &[u8], context: &AreaContext, known: u64, last_sequence: u64) -> Vec<ReplayBatch> {
     let batches = valid_objects(area, context).into_iter().filter_map(|object| match object.payload {
-        Payload::Batch { first_sequence, num_entries } => {
+        Payload::Batch { first_sequence, num_entries, .. } => {
             Some((object.offset, object.header.lsn, first_sequence, first_sequence + u64::from(num_entries)))
         }
         _ => None,

@@ -72,7 +72,7 @@ fn two_instances_image() -> Vec<u8> {
     request.instance_count = Some(2);
     request.volume_len = 4 << 20;
     let geometry = plan_layout(&request, [0x52; 16]).unwrap_or_else(|error| panic!("{error}"));
-    ImageBuilder::format(Label::new(geometry, "frozen-two")).bytes
+    ImageBuilder::format(Label::new(geometry, "frozen-two").with_sync_watermark()).bytes
 }
 
 fn frozen() -> Vec<Frozen> {

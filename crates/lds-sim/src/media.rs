@@ -783,15 +783,14 @@ reports ({repaired_intact} with every key intact).
 - Chunks: the engine checks each footer's digest against the version (a stale or misdirected
   footer is an error, not another chunk's data), every block's checksum on read, and the whole
   sub-chunk digest before a compaction rewrites it.
-- Backup log, live objects: the rolled-back cases. Unsynced appends are flushed together and
-  land in any order, torn at sector boundaries, so a crash can leave a gap with later objects
-  standing. When a single-sector object is damaged, no crash explains it (fsck 303, and the
-  engine refuses to open); a zeroed, stale or misdirected sector, or damage in an object that
-  spans sectors, looks exactly like a crash, and recovery ends the log there: a consistent
-  earlier state, losing the synced writes after the fault (fsck reports it as info 306 or
-  307). Telling the two apart needs a format change: each backup log object recording the
-  lsn below which everything was durable when it was written (a sync watermark), so that a
-  gap below a later object's watermark is damage.
+- Backup log, live objects: unsynced appends are flushed together and land in any order,
+  torn at sector boundaries, so a crash can leave a gap with later objects standing. When a
+  single-sector object is damaged, no crash explains it (fsck 303, and the engine refuses to
+  open). A zeroed, stale or misdirected sector, or damage in an object that spans sectors,
+  looks like a crash too, unless a later batch's sync watermark (SPEC.md §7.1, format 1.1)
+  records the lost object as durable: then it is damage (fsck 303, the engine refuses to open,
+  repair keeps what stands before it). The 9 prefix cases lose only writes after the last
+  synced one, which no watermark covers: exactly what a crash may lose.
 ",
     );
     if !matrix.failures.is_empty() {

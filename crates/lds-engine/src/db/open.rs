@@ -229,7 +229,14 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         options,
         path: path.to_path_buf(),
         read_only,
-        writer: Mutex::new(WriterState { backup_log, last_sequence, buffer: Vec::new(), buffer_offset: 0 }),
+        writer: Mutex::new(WriterState {
+            backup_log,
+            last_sequence,
+            buffer: Vec::new(),
+            buffer_offset: 0,
+            gathered_lsn: 0,
+            drained_lsn: 0,
+        }),
         state: Mutex::new(TreeState {
             mem: Arc::new(memtable),
             imm: None,
@@ -263,6 +270,11 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         progress: Condvar::new(),
         published: AtomicU64::new(last_sequence),
         synced: Mutex::new(last_sequence),
+        // Nothing is known durable until this session's first flush: recovered objects may
+        // still sit in a volatile cache (a process killed, not a power loss).
+        sync_watermark: label.has_sync_watermark(),
+        drained_lsn: AtomicU64::new(0),
+        durable_lsn: AtomicU64::new(0),
         cache,
         merger: Mutex::new(None),
         counters: crate::state::Counters::default(),

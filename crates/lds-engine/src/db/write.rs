@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::batch::{WriteBatchRecord, SEQUENCE_MAX};
+use lds_format::batch::{watermark_for, WriteBatchRecord, SEQUENCE_MAX};
 use lds_format::label::LogKind;
 use lds_format::log::ObjectType;
 use lds_format::writer::AppendError;
@@ -80,7 +80,13 @@ impl Db {
         if last_sequence > SEQUENCE_MAX {
             return Err(Error::Exhausted { what: "sequence numbers (2^56)" });
         }
-        let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone() }.encode();
+        // The sync watermark (SPEC.md §7.1): what the last completed flush made durable.
+        let synced_lsn_low = if shared.sync_watermark {
+            watermark_for(shared.durable_lsn.load(Ordering::Acquire), writer.backup_log.head().next_lsn)
+        } else {
+            0
+        };
+        let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone(), synced_lsn_low }.encode();
         let mut force_freeze = false;
         // Two rounds at most: a full log forces a freeze (and its flush moves the backup
         // start); a log still full after that fails the write.
@@ -99,9 +105,11 @@ impl Db {
         };
         let mut written =
             pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
+        writer.gathered_lsn = writer.backup_log.head().next_lsn - 1;
         if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
             written = writer.drain(shared.device.as_ref());
         }
+        shared.drained_lsn.store(writer.drained_lsn, Ordering::Release);
         if let Err(error) = written {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.into()));
@@ -156,12 +164,14 @@ impl Db {
         // Every write up to `target` was issued before this flush starts, all of them in the
         // backup log: flushing its area covers them (SPEC.md §2.5).
         let target = shared.published.load(Ordering::Acquire);
+        let target_lsn = shared.drained_lsn.load(Ordering::Acquire);
         let (ofs_area, len_area) = shared.geometry.log_area(LogKind::Backup, shared.instance);
         if let Err(error) = shared.device.flush_range(ofs_area, len_area) {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.into()));
         }
         *synced = target;
+        shared.durable_lsn.fetch_max(target_lsn, Ordering::AcqRel);
         Ok(())
     }
 
