@@ -91,7 +91,7 @@ pub fn check(
     let mut report = Report::default();
     let Some(label) = pass_labels::check_labels(device, &mut report)? else { return Ok(report) };
     let geometry: Geometry = label.geometry;
-    report.summary.slots = geometry.num_slots;
+    report.summary.slots = (0..geometry.num_slots).filter(|&slot| label.slot_present(slot)).count() as u64;
     let recovered = pass_logs::recover_all(device, &geometry, &mut report)?;
     for instance in &recovered {
         pass_logs::check_version_log(&geometry, &label, instance, &mut report);
@@ -104,7 +104,7 @@ pub fn check(
         pass_logs::check_backup_log(&geometry, &tree.recovery, &mut report);
     }
     let map = pass_slots::online_map(&geometry, &trees, &mut report);
-    pass_chunks::check_trees(device, &geometry, &trees, options, &mut report, progress)?;
+    pass_chunks::check_trees(device, &label, &trees, options, &mut report, progress)?;
     pass_slots::check_free_slots(device, &geometry, &map, &mut report)?;
     pass_journal::check_journals(&geometry, &trees, &mut report);
     Ok(report)

@@ -5,7 +5,7 @@
 
 use lds_format::batch::SEQUENCE_MAX;
 use lds_format::chunk::{decode_block, decode_index, sub_chunk_digest, Filter, Footer, FOOTER_LEN};
-use lds_format::label::Geometry;
+use lds_format::label::{Geometry, Label};
 use lds_format::recovery::VersionLogState;
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
@@ -18,7 +18,7 @@ use crate::{CheckError, CheckOptions, Tree};
 /// Checks every tree's chunks; `progress(done, total)` hears bytes of chunks.
 pub(crate) fn check_trees(
     device: &(impl ReadAt + Sync + ?Sized),
-    geometry: &Geometry,
+    label: &Label,
     trees: &[Tree],
     options: CheckOptions,
     report: &mut Report,
@@ -30,7 +30,7 @@ pub(crate) fn check_trees(
         .sum();
     let mut done = 0u64;
     for tree in trees {
-        check_tree(device, geometry, tree.instance, &tree.recovery.version_log, options, report, &mut |bytes| {
+        check_tree(device, label, tree.instance, &tree.recovery.version_log, options, report, &mut |bytes| {
             done += bytes;
             progress(done, total);
         })?;
@@ -41,13 +41,14 @@ pub(crate) fn check_trees(
 /// Checks every chunk of a tree, and the level rules.
 fn check_tree(
     device: &(impl ReadAt + Sync + ?Sized),
-    geometry: &Geometry,
+    label: &Label,
     instance: u32,
     state: &VersionLogState,
     options: CheckOptions,
     report: &mut Report,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), CheckError> {
+    let geometry = &label.geometry;
     let version = &state.version;
     for level in 1..version.num_levels as u8 {
         let chunks = version.level(level);
@@ -81,6 +82,19 @@ fn check_tree(
         .values()
         .filter(|chunk| !cleaned.contains(&chunk.chunk_id))
         .chain(state.unfinished_compactions.values().flat_map(|journal| journal.outputs.iter()))
+        .filter(|chunk| {
+            // A slot no device holds (a removed device's, SPEC.md §4.3) cannot be read.
+            let absent = chunk.slots().find(|&slot| slot < geometry.num_slots && !label.slot_present(slot));
+            if let Some(slot) = absent {
+                report.add(
+                    Code::SlotOutOfRange,
+                    format!("chunk {} of instance {instance}", chunk.chunk_id),
+                    0,
+                    format!("slot {slot} is in no device of the volume"),
+                );
+            }
+            absent.is_none()
+        })
         .collect();
     // A reader thread fetches whole slots in slot order, at most two chunks ahead, so that
     // reading overlaps checking and the device sees one sequential read per slot. A small

@@ -2,6 +2,7 @@
 
 use lds_format::label::{Label, LabelChoice, LabelChoiceError};
 use lds_format::FormatError;
+use lds_volume::members::member_label_problem;
 use lds_volume::{read_labels, ReadAt};
 
 use crate::problem::{Code, Report};
@@ -58,6 +59,7 @@ pub(crate) fn check_labels(device: &(impl ReadAt + ?Sized), report: &mut Report)
             return Ok(None);
         }
     };
+    check_member_labels(device, &label, report);
     if label.geometry.volume_len > device.len() {
         report.add(
             Code::VolumeBeyondDevice,
@@ -68,4 +70,27 @@ pub(crate) fn check_labels(device: &(impl ReadAt + ?Sized), report: &mut Report)
         return Ok(None);
     }
     Ok(Some(label))
+}
+
+/// The labels of every device but the first of a volume of several devices (SPEC.md §4.3):
+/// each copy valid, naming the volume, the device and its table entry as the first device's
+/// label has it.
+fn check_member_labels(device: &(impl ReadAt + ?Sized), label: &Label, report: &mut Report) {
+    for member in device.member_labels() {
+        let structure = |copy: &str| format!("{copy} label of device {} ({})", member.index, member.name.display());
+        let labels = match member.labels {
+            Ok(labels) => labels,
+            Err(error) => {
+                report.add(Code::DeviceLabelInvalid, structure("primary"), 0, error.to_string());
+                continue;
+            }
+        };
+        for (copy, offset, read) in
+            [("primary", 0, &labels.primary), ("backup", member.ofs_backup_label, &labels.backup)]
+        {
+            if let Some(problem) = member_label_problem(label, member.index, read) {
+                report.add(Code::DeviceLabelInvalid, structure(copy), offset, problem);
+            }
+        }
+    }
 }

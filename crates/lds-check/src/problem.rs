@@ -111,6 +111,9 @@ problems! {
     /// 107.
     UnreadableSector = 107, Error, "sectors of a structure cannot be read (I/O error); they are read as zeros, and the structure's own problems follow",
         Fix("rebuild the structure from what is readable, as for its other problems (a device remaps a bad sector when it is written)");
+    /// 108.
+    DeviceLabelInvalid = 108, Warning, "a label copy of a device of the volume other than the first is not valid or does not match its entry in the first device's table (SPEC.md §4.3)",
+        Preen("rewrite the copy from the device's other copy, or from the first device's label");
     /// 201.
     VersionLogNoStart = 201, Error, "the version log has no valid object at offset 0",
         Fix("rebuild the version from the newest good base version and the objects chained after it, add the newer data that chunks in free slots and the backup log hold (SPEC.md §8.5), and switch to a new base version");
@@ -199,7 +202,7 @@ problems! {
     SlotReferencedTwice = 501, Error, "a slot is referenced twice",
         Fix("rebuild the version from the newest good base version whose chunks do not share a slot, plus the newer data in free slots");
     /// 502.
-    SlotOutOfRange = 502, Error, "a slot beyond the slot area is referenced",
+    SlotOutOfRange = 502, Error, "a slot beyond the slot area, or one no device of the volume holds, is referenced",
         Fix("rebuild the version from the newest good base version that builds, plus the newer data in free slots; a chunk beyond the slot area is dropped and its key range reported");
     /// 503.
     StaleChunksInFreeSlots = 503, Info, "free slots hold chunks of this volume: freed, or written by a flush or compaction that never committed. In LDS this is not a leak: the online map is rebuilt from the versions and such slots are reused (paper §3.2)",

@@ -90,6 +90,18 @@ pub enum Command {
     ///   lds resize --size 2GiB volume.img
     #[command(verbatim_doc_comment)]
     Resize(crate::resize::ResizeArgs),
+    /// A volume on several devices: add a device, remove one, list them.
+    ///
+    /// A volume spans up to 7 devices (block devices or image files, SPEC.md §4.3); the first
+    /// holds the labels' authority and every log, the others hold slots. Every command takes
+    /// any device of the volume and finds the others by their labels among the files beside
+    /// it, the block devices of /proc/partitions and the paths in LDS_DEVICES (colon-separated).
+    /// Examples:
+    ///   lds device add volume.img volume-2.img --size 1GiB
+    ///   lds device list volume.img
+    ///   lds device remove volume.img volume-2.img
+    #[command(subcommand, verbatim_doc_comment)]
+    Device(crate::device::DeviceCommand),
     /// Write a metadata image of a volume for a bug report (values removed, keys replaced).
     ///
     /// Labels, both logs and every chunk's structure, with every value zeroed and every key
@@ -286,6 +298,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Salvage(args) => crate::salvage::run(&args, out, err),
         Command::Metadump(args) => crate::metadump::run(&args, out, err),
         Command::Resize(args) => crate::resize::run(&args, out, err),
+        Command::Device(command) => crate::device::run(&command, out, err),
         Command::Crashtest(options) => crate::crashtest::run_crashtest(&options, out, err),
         Command::Bench(options) => crate::bench::run(&options, out, err),
         Command::Put { target, key, value, sync } => crate::kv::put(&target, &key, &value, sync, err),

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use lds_sim::devices::{device_cases, enumerate_change, record_change};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
 use lds_sim::minimize::{minimize_failure, Budget, Progress};
 use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
@@ -25,7 +26,8 @@ pub struct CrashtestOptions {
     /// unflushed writes at each wrap; journal and random-journal run merges large enough to be
     /// journaled and clean inputs early). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
-    /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume.
+    /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
+    /// and during `lds device add|remove`; `devices`: the device changes alone.
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).
@@ -75,7 +77,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if options.workload == "repair" {
         return run_repair_crashtest(options, out, err);
     }
-    if options.workload == "resize" {
+    if options.workload == "resize" || options.workload == "devices" {
         return run_resize_crashtest(options, out, err);
     }
     let started = Instant::now();
@@ -218,7 +220,7 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     report_tool_runs(
         "repair",
         "U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it)",
-        runs,
+        (cases.len(), runs),
         options,
         started,
         out,
@@ -228,27 +230,37 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
 
 /// `--workload resize`: every crash state of `lds resize` growing and shrinking (with chunk
 /// moves) an engine-written volume, checked against I3, I1/I2, W (the engine writes), R (a
-/// second resize finishes) and U (the undo file restores the volume).
+/// second resize finishes) and U (the undo file restores the volume); then (and alone with
+/// `--workload devices`) of `lds device add|remove` joining a device and removing one that
+/// holds chunks, checked against I3, I1/I2, W and R (the same change again finishes it).
 fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
-    let cases = match resize_cases() {
-        Ok(cases) => cases,
-        Err(error) => {
+    let resizes = if options.workload == "devices" { Ok(Vec::new()) } else { resize_cases() };
+    let (resizes, changes) = match (resizes, device_cases()) {
+        (Ok(resizes), Ok(changes)) => (resizes, changes),
+        (Err(error), _) | (_, Err(error)) => {
             let _ = writeln!(err, "lds crashtest: cannot build the volumes to resize: {error}");
             return 2;
         }
     };
     let bounds = tool_bounds(options);
-    let runs = cases.iter().map(|case| {
+    let resize_runs = resizes.iter().map(|case| {
         let recorded = record_resize(case, lds_sim::device::SECTOR_SIZE_DEFAULT)?;
         let (counts, first) = first_of(|on_failure| enumerate_resize(&recorded, &bounds, on_failure));
         let summary = format!("{} chunks moved, {} writes", recorded.moves, recorded.history.writes.len());
         Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
     });
+    let change_runs = changes.iter().map(|case| {
+        let recorded = record_change(case, lds_sim::device::SECTOR_SIZE_DEFAULT)?;
+        let (counts, first) = first_of(|on_failure| enumerate_change(&recorded, &bounds, on_failure));
+        let summary = format!("{} writes", recorded.history.writes.len());
+        Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
+    });
+    let count = resizes.len() + changes.len();
     report_tool_runs(
-        "resize",
-        "I3, I1/I2, W (the engine writes), R (a second resize finishes) and U (undo restores the volume)",
-        runs,
+        &options.workload,
+        "I3, I1/I2, W (the engine writes), R (running it again finishes) and, for resize, U (undo restores the volume)",
+        (count, resize_runs.chain(change_runs)),
         options,
         started,
         out,
@@ -289,13 +301,13 @@ fn first_of(enumerate: impl FnOnce(&mut dyn FnMut(Failure) -> ControlFlow<()>) -
 fn report_tool_runs(
     tool: &str,
     oracles: &str,
-    runs: impl ExactSizeIterator<Item = Result<ToolRun, String>>,
+    runs: (usize, impl Iterator<Item = Result<ToolRun, String>>),
     options: &CrashtestOptions,
     started: Instant,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let count = runs.len();
+    let (count, runs) = runs;
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(count as u64).with_style(
             ProgressStyle::with_template("{spinner} {pos}/{len} runs [{bar:30}] {elapsed}")

@@ -173,7 +173,24 @@ fn dump_label(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
         label.features_compat, label.features_ro_compat, label.features_incompat
     )
     .map_err(io)?;
-    crate::mkfs::print_layout(out, &label.geometry).map_err(io)
+    crate::mkfs::print_layout(out, &label.geometry).map_err(io)?;
+    if let Some(table) = &label.devices {
+        writeln!(out, "devices          {} (this label's: {})", table.devices.len(), json::uuid(&table.device_uuid))
+            .map_err(io)?;
+        for (index, entry) in table.devices.iter().enumerate() {
+            writeln!(
+                out,
+                "  device {index}       {}  slots {} to {} ({}), {} bytes",
+                json::uuid(&entry.device_uuid),
+                entry.first_slot,
+                entry.end_slot() - 1,
+                entry.num_slots,
+                entry.len_device
+            )
+            .map_err(io)?;
+        }
+    }
+    Ok(())
 }
 
 fn object_json(object: &WalkedObject, kind: LogKind) -> Value {
@@ -219,7 +236,11 @@ fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) ->
     }
     let mut slots = Vec::new();
     for slot in 0..geometry.num_slots {
-        let footer = inspect::slot_footer(volume.device, &geometry, slot).map_err(|error| error.to_string())?;
+        // A slot no device holds (SPEC.md §4.3) has no footer to read.
+        let footer = match volume.label.slot_present(slot) {
+            true => inspect::slot_footer(volume.device, &geometry, slot).map_err(|error| error.to_string())?,
+            false => None,
+        };
         slots.push(json!({"slot": slot, "footer": footer.as_ref().map_or(Value::Null, json::footer)}));
     }
     let mut document = json::document("volume", &device_name(options));
@@ -408,7 +429,7 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
 
 fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
-    let states = inspect::slots(volume.device, &geometry).map_err(|error| error.to_string())?;
+    let states = inspect::slots(volume.device, &volume.label).map_err(|error| error.to_string())?;
     let mut slots = Vec::new();
     let mut counts = BTreeMap::new();
     for (slot, (state, footer)) in states.into_iter().enumerate() {
@@ -432,20 +453,22 @@ fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
     }
     writeln!(
         out,
-        "slots: {} in all, {} live, {} stale (a chunk no live version references), {} free",
+        "slots: {} in all, {} live, {} stale (a chunk no live version references), {} free{}",
         geometry.num_slots,
         counts.get("live").unwrap_or(&0),
         counts.get("stale").unwrap_or(&0),
-        counts.get("free").unwrap_or(&0)
+        counts.get("free").unwrap_or(&0),
+        counts.get("absent").map_or(String::new(), |absent| format!(", {absent} in no device (-)"))
     )
     .map_err(io)?;
-    // One character a slot, 64 a line: L live, s stale, . free.
+    // One character a slot, 64 a line: L live, s stale, . free, - in no device.
     for (row, chunk) in slots.chunks(64).enumerate() {
         let line: String = chunk
             .iter()
             .map(|slot| match slot.get("state").and_then(Value::as_str) {
                 Some("live") => 'L',
                 Some("stale") => 's',
+                Some("absent") => '-',
                 _ => '.',
             })
             .collect();

@@ -9,7 +9,9 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use lds_check::{check, CheckOptions, Report, Severity};
-use lds_volume::device::{Device, DeviceError, OpenMode};
+use lds_volume::device::{DeviceError, OpenMode};
+use lds_volume::volume::VolumeError;
+use lds_volume::Members;
 use serde_json::json;
 
 /// Exit code: an operational error (the check could not run).
@@ -71,10 +73,11 @@ fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
 
 /// Runs fsck; returns the exit code.
 pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let device = match Device::open(&options.path, OpenMode::ReadOnlyLocked) {
+    let open = |mode| Members::open(&options.path, mode, std::time::Duration::ZERO);
+    let device = match open(OpenMode::ReadOnlyLocked) {
         Ok(device) => device,
-        Err(DeviceError::Locked { .. }) if options.force_readonly => {
-            match Device::open(&options.path, OpenMode::ReadOnly) {
+        Err(VolumeError::Device(DeviceError::Locked { .. })) if options.force_readonly => {
+            match open(OpenMode::ReadOnly) {
                 Ok(device) => device,
                 Err(error) => {
                     let _ = writeln!(err, "lds fsck: {error}");
@@ -82,7 +85,7 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 }
             }
         }
-        Err(DeviceError::Locked { path, .. }) => {
+        Err(VolumeError::Device(DeviceError::Locked { path, .. })) => {
             let _ = writeln!(
                 err,
                 "lds fsck: {}: in use by another process; refusing to check a live volume (use --force-readonly)",

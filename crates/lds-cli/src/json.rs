@@ -48,7 +48,7 @@ pub fn geometry(geometry: &Geometry) -> Value {
 pub fn label(label: &Label) -> Value {
     let encoded = label.encode();
     let crc = u32::from_le_bytes([encoded[508], encoded[509], encoded[510], encoded[511]]);
-    json!({
+    let mut value = json!({
         "magic": "LDSLABEL",
         "version_major": lds_format::label::VERSION_MAJOR,
         "version_minor": label.version_minor,
@@ -60,7 +60,25 @@ pub fn label(label: &Label) -> Value {
         "generation": label.generation,
         "volume_name": label.volume_name,
         "crc32c": crc,
-    })
+    });
+    // Only on a volume of several devices (format 1.2, SPEC.md §4.3), so that the JSON of
+    // one-device volumes stays what lds-dump/1 always gave.
+    if let (Some(table), Value::Object(map)) = (&label.devices, &mut value) {
+        map.insert(
+            "devices".into(),
+            json!({
+                "device_uuid": uuid(&table.device_uuid),
+                "num_devices": table.devices.len(),
+                "devices": table.devices.iter().map(|entry| json!({
+                    "device_uuid": uuid(&entry.device_uuid),
+                    "first_slot": entry.first_slot,
+                    "num_slots": entry.num_slots,
+                    "len_device": entry.len_device,
+                })).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    value
 }
 
 /// The `object_type` name, or `unknown_<n>`.

@@ -8,6 +8,7 @@ pub mod bench_compaction;
 pub mod cli;
 pub mod compaction;
 pub mod crashtest;
+pub mod device;
 pub mod dump;
 pub mod fsck;
 pub mod json;

@@ -76,7 +76,8 @@ pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
     Ok(uuid)
 }
 
-fn random_uuid() -> Result<[u8; 16], String> {
+/// A random (version 4) uuid from /dev/urandom.
+pub fn random_uuid() -> Result<[u8; 16], String> {
     use std::io::Read;
     let mut uuid = [0u8; 16];
     std::fs::File::open("/dev/urandom")

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_check::Severity;
 use lds_repair::{repair, FixClass, FixState, Mode, RepairOptions, RepairReport};
-use lds_volume::device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+use lds_volume::device::{BlockDevice, DeviceError, DeviceKind, OpenMode};
 use lds_volume::undo::{undo, UndoDevice, UndoError, UndoFile, UndoHeader, UndoLog};
-use lds_volume::volume::read_labels;
+use lds_volume::volume::{read_labels, VolumeError};
+use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
 
 /// Exit code: the repair could not run.
@@ -81,8 +82,8 @@ impl UndoTarget {
     /// Opens `path` for writing (refused while another process holds it, after waiting at
     /// most `wait`) with an undo log unless `--no-undo`. Errors are messages for the user.
     pub fn open(path: &Path, choice: &UndoChoice, tool: &str, wait: std::time::Duration) -> Result<Self, String> {
-        let device = Device::open_waiting(path, OpenMode::ReadWrite, wait).map_err(|error| match error {
-            error @ DeviceError::Locked { .. } => {
+        let device = Members::open(path, OpenMode::ReadWrite, wait).map_err(|error| match error {
+            error @ VolumeError::Device(DeviceError::Locked { .. }) => {
                 format!("{error}; refusing to write to a volume in use (--wait SECONDS waits for it)")
             }
             error => error.to_string(),
@@ -90,7 +91,7 @@ impl UndoTarget {
         if choice.no_undo {
             return Ok(Self { device: Arc::new(device), undo: None });
         }
-        let undo_path = choice.undo_file.clone().unwrap_or_else(|| default_undo_path(path, device.kind()));
+        let undo_path = choice.undo_file.clone().unwrap_or_else(|| default_undo_path(path, device.first().kind()));
         let log = undo_log(&device, &undo_path, tool).map_err(|error| error.to_string())?;
         let undo = Arc::new(UndoDevice::new(Arc::new(device), log));
         Ok(Self { device: Arc::clone(&undo) as Arc<dyn BlockDevice>, undo: Some(undo) })
@@ -116,10 +117,15 @@ impl UndoTarget {
 
 /// Opens the volume of an offline tool: `ReadWrite` takes the exclusive lock, refused while
 /// another process holds it. Prints the error as `lds COMMAND: ...` and returns exit code 8.
-pub fn open_volume(path: &Path, mode: OpenMode, command: &str, err: &mut dyn Write) -> Result<Device, i32> {
-    Device::open(path, mode).map_err(|error| {
+///
+/// The volume is named by any of its devices; a volume of several devices opens all of them
+/// (SPEC.md §4.3).
+pub fn open_volume(path: &Path, mode: OpenMode, command: &str, err: &mut dyn Write) -> Result<VolumeDevice, i32> {
+    Members::open(path, mode, std::time::Duration::ZERO).map_err(|error| {
         let _ = match error {
-            DeviceError::Locked { .. } => writeln!(err, "lds {command}: {error}; refusing a volume in use"),
+            VolumeError::Device(DeviceError::Locked { .. }) => {
+                writeln!(err, "lds {command}: {error}; refusing a volume in use")
+            }
             error => writeln!(err, "lds {command}: {error}"),
         };
         EXIT_OPERATIONAL
@@ -140,7 +146,7 @@ pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {
 
 /// An undo log for a tool about to write to `device` (its label, if readable, names the
 /// volume and the sector size the records use).
-pub fn undo_log(device: &Device, undo_path: &Path, tool: &str) -> Result<UndoLog, UndoError> {
+pub fn undo_log(device: &dyn BlockDevice, undo_path: &Path, tool: &str) -> Result<UndoLog, UndoError> {
     let label = read_labels(device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.clone()));
     let header = UndoHeader {
         volume_uuid: label.as_ref().map_or([0; 16], |label| label.geometry.volume_uuid),
@@ -305,7 +311,7 @@ pub fn run(args: &RepairArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Ok(device) => device,
         Err(code) => return code,
     };
-    let undo_path = args.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, device.kind()));
+    let undo_path = args.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, device.first().kind()));
     let log = if mode == Mode::DryRun || args.no_undo {
         None
     } else {
@@ -374,7 +380,7 @@ pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i3
             return EXIT_OPERATIONAL;
         }
     };
-    let device = match Device::open(&args.path, OpenMode::ReadWrite) {
+    let device = match Members::open(&args.path, OpenMode::ReadWrite, std::time::Duration::ZERO) {
         Ok(device) => device,
         Err(error) => {
             let _ = writeln!(err, "lds undo: {error}");

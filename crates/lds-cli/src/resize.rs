@@ -93,9 +93,22 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
     let read_only = args.dry_run || args.min;
     let mode = if read_only { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let mut device = match crate::repair::open_volume(&args.path, mode, "resize", err) {
+    let device = match crate::repair::open_volume(&args.path, mode, "resize", err) {
         Ok(device) => device,
         Err(code) => return code,
+    };
+    // A volume of several devices changes size by its devices (SPEC.md §4.3, §14).
+    let mut device = match device.into_single() {
+        Ok(device) => device,
+        Err(volume) => {
+            let _ = writeln!(
+                err,
+                "lds resize: {}: the volume spans {} devices; add or remove a device instead (lds device add|remove)",
+                args.path.display(),
+                volume.devices().len()
+            );
+            return EXIT_REFUSED;
+        }
     };
     if args.min {
         return match plan(&device, device.len()) {

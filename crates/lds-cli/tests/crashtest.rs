@@ -69,8 +69,11 @@ fn every_crash_state_of_lds_resize_is_consistent_and_finished_by_a_second_run() 
     assert_eq!(run_crashtest(&options("resize"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
     let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(counts["failures"], 0);
-    // A grow and two shrinks that move chunks, each with its crash states.
-    assert_eq!(counts["workloads"], 3, "{counts}");
-    assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
-    assert!(String::from_utf8_lossy(&err).contains("chunks moved"), "{}", String::from_utf8_lossy(&err));
+    // A grow and two shrinks that move chunks, a device joining and two leaving with their
+    // chunks, each with its crash states.
+    assert_eq!(counts["workloads"], 6, "{counts}");
+    assert!(counts["distinct_images"].as_u64() > Some(200), "{counts}");
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("chunks moved"), "{err}");
+    assert!(err.contains("join a device") && err.contains("remove the middle of three devices"), "{err}");
 }

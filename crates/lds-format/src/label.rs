@@ -1,6 +1,7 @@
 //! The volume label and its geometry (SPEC.md §3, §4).
 
 use crate::codec::{crc32c, Reader, Writer};
+use crate::devices::DeviceTable;
 use crate::error::FormatError;
 
 /// `"LDSLABEL"`, SPEC.md §4.
@@ -43,6 +44,7 @@ const RESERVED_LEN: usize = OFFSET_CRC - OFFSET_RESERVED;
 const _: () = assert!(OFFSET_GENERATION == 136);
 const _: () = assert!(OFFSET_VOLUME_NAME == 144);
 const _: () = assert!(RESERVED_LEN == 300);
+const _: () = assert!(RESERVED_LEN == crate::devices::DEVICE_TABLE_LEN);
 
 /// Where every area of the volume lies (SPEC.md §4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -243,6 +245,8 @@ pub struct Label {
     pub generation: u64,
     /// For people; UTF-8, at most 64 bytes.
     pub volume_name: String,
+    /// The devices of a volume on several devices (feature `multi_device`, SPEC.md §4.3).
+    pub devices: Option<DeviceTable>,
 }
 
 /// Features this build knows (SPEC.md §17).
@@ -252,8 +256,11 @@ pub const FEATURES_RO_COMPAT_KNOWN: u64 = 0;
 /// Incompatible feature `sync_watermark` (version 1.1): write batches carry the lsn below
 /// which the backup log was durable (SPEC.md §7.1), a field a 1.0 reader requires to be zero.
 pub const FEATURE_INCOMPAT_SYNC_WATERMARK: u64 = 1;
+/// Incompatible feature `multi_device` (version 1.2): the volume spans several devices, whose
+/// table the label's last 300 bytes hold (SPEC.md §4.3), bytes a 1.1 reader requires to be zero.
+pub const FEATURE_INCOMPAT_MULTI_DEVICE: u64 = 2;
 /// Incompatible features this build knows.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK | FEATURE_INCOMPAT_MULTI_DEVICE;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -267,6 +274,7 @@ impl Label {
             geometry,
             generation: 1,
             volume_name: volume_name.to_string(),
+            devices: None,
         }
     }
 
@@ -281,6 +289,42 @@ impl Label {
     /// True when write batches carry a sync watermark (SPEC.md §7.1).
     pub fn has_sync_watermark(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_SYNC_WATERMARK != 0
+    }
+
+    /// This label with the device table `devices` (feature `multi_device`, version 1.2), or,
+    /// with `None`, the label of a volume on one device again (the feature cleared and the
+    /// minor version back to what the other features need), SPEC.md §4.3, §17.
+    pub fn with_devices(mut self, devices: Option<DeviceTable>) -> Self {
+        match devices {
+            Some(_) => {
+                self.features_incompat |= FEATURE_INCOMPAT_MULTI_DEVICE;
+                self.version_minor = self.version_minor.max(2);
+            }
+            None => {
+                self.features_incompat &= !FEATURE_INCOMPAT_MULTI_DEVICE;
+                if self.version_minor == 2 {
+                    self.version_minor = u16::from(self.has_sync_watermark());
+                }
+            }
+        }
+        self.devices = devices;
+        self
+    }
+
+    /// The device offset of this copy's backup label on the device it was read from: the
+    /// last sector of `len_device` on a volume of several devices, of `volume_len` otherwise
+    /// (SPEC.md §4.3).
+    pub fn ofs_backup_label_on_device(&self) -> u64 {
+        match self.devices.as_ref().and_then(DeviceTable::this_device) {
+            Some(entry) => entry.len_device - self.geometry.sector(),
+            None => self.geometry.ofs_backup_label(),
+        }
+    }
+
+    /// True when some device holds `slot` (always, on a volume of one device; a slot a removed
+    /// device held is in no device, SPEC.md §4.3).
+    pub fn slot_present(&self, slot: u64) -> bool {
+        slot < self.geometry.num_slots && self.devices.as_ref().is_none_or(|table| table.device_of_slot(slot).is_some())
     }
 
     /// Encodes the 512-byte label.
@@ -299,7 +343,12 @@ impl Label {
         let name = self.volume_name.as_bytes();
         let name_len = name.len().min(VOLUME_NAME_LEN);
         writer.bytes(&name[..name_len]).zeros(VOLUME_NAME_LEN - name_len);
-        writer.zeros(RESERVED_LEN);
+        match &self.devices {
+            Some(table) => table.encode(&mut writer),
+            None => {
+                writer.zeros(RESERVED_LEN);
+            }
+        }
         debug_assert_eq!(writer.len(), OFFSET_CRC);
         let crc = crc32c(writer.as_slice());
         writer.u32(crc);
@@ -364,7 +413,14 @@ impl Label {
         let volume_name = std::str::from_utf8(&name_bytes[..name_len])
             .map_err(|_| FormatError::invalid(S, "volume_name", offset + OFFSET_VOLUME_NAME as u64, "not UTF-8"))?
             .to_string();
-        reader.reserved(RESERVED_LEN)?;
+        let devices = if features_incompat & FEATURE_INCOMPAT_MULTI_DEVICE != 0 {
+            let table = DeviceTable::decode(&mut reader)?;
+            table.validate(&geometry, offset + OFFSET_RESERVED as u64)?;
+            Some(table)
+        } else {
+            reader.reserved(RESERVED_LEN)?;
+            None
+        };
         if generation == 0 {
             return Err(FormatError::invalid(S, "generation", offset + OFFSET_GENERATION as u64, "0 (starts at 1)"));
         }
@@ -376,6 +432,7 @@ impl Label {
             geometry,
             generation,
             volume_name,
+            devices,
         })
     }
 
@@ -554,9 +611,43 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 2;
+        label.features_incompat = 4;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
+    }
+
+    #[test]
+    fn a_label_with_a_device_table_round_trips_and_every_flip_is_detected() {
+        use crate::devices::{member_ofs_slot_area, volume_len_for, DeviceEntry, DeviceTable};
+        let base = sample_label();
+        let geometry = base.geometry;
+        let first = DeviceEntry {
+            device_uuid: [1; 16],
+            first_slot: 0,
+            num_slots: geometry.num_slots,
+            len_device: geometry.volume_len,
+        };
+        let len_device = member_ofs_slot_area(&geometry) + 5 * geometry.slot_size + geometry.sector();
+        let second = DeviceEntry { device_uuid: [2; 16], first_slot: geometry.num_slots, num_slots: 5, len_device };
+        let num_slots = geometry.num_slots + 5;
+        let mut label =
+            base.clone().with_devices(Some(DeviceTable { device_uuid: [2; 16], devices: vec![first, second] }));
+        label.geometry = Geometry { num_slots, volume_len: volume_len_for(&geometry, num_slots), ..geometry };
+        assert_eq!(label.version_minor, 2);
+        let bytes = label.encode();
+        assert_eq!(Label::decode(&bytes, 0), Ok(label.clone()));
+        assert_eq!(label.ofs_backup_label_on_device(), len_device - geometry.sector());
+        assert!(label.slot_present(num_slots - 1));
+        assert!(!label.slot_present(num_slots));
+        for index in 0..LABEL_LEN {
+            let mut flipped = bytes;
+            flipped[index] ^= 0x10;
+            assert!(Label::decode(&flipped, 0).is_err(), "flip at byte {index} went unnoticed");
+        }
+        let single = label.with_devices(None);
+        assert_eq!(single.features_incompat, 0);
+        assert_eq!(single.version_minor, 0);
+        assert!(base.clone().with_sync_watermark().with_devices(None).version_minor == 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod chunk;
 pub mod codec;
+pub mod devices;
 pub mod error;
 pub mod image;
 pub mod instance;

@@ -58,6 +58,14 @@ impl Source {
         self.recovery.as_ref().ok().map(|recovery| recovery.version_log.base.geometry)
     }
 
+    /// The id of an unfinished journaled compaction, if any (SPEC.md §12).
+    pub(crate) fn unfinished_compaction(&self) -> Option<u64> {
+        self.recovery
+            .as_ref()
+            .ok()
+            .and_then(|recovery| recovery.version_log.unfinished_compactions.keys().next().copied())
+    }
+
     /// The label generation the live base version records (0 when it does not recover).
     pub(crate) fn base_label_generation(&self) -> u64 {
         self.recovery.as_ref().map_or(0, |recovery| recovery.version_log.base.label_generation)
@@ -197,13 +205,13 @@ pub(crate) enum NotRebasable {
 }
 
 /// A new base version of the instance's recovered tree, replicating `geometry` with
-/// `label_generation`, with every chunk that uses a slot at or past `slot_limit` rewritten (to
-/// be placed below it) and the backup log left as it is (its start point carried over): the
-/// rebase `lds resize` switches each instance to (SPEC.md §14).
+/// `label_generation`, with every chunk that uses a slot not `usable` rewritten (to be placed
+/// in usable ones) and the backup log left as it is (its start point carried over): the
+/// rebase `lds resize` and `lds device` switch each instance to (SPEC.md §14, §4.3).
 pub(crate) fn rebase_plan(
     device: &dyn BlockDevice,
     source: &Source,
-    slot_limit: u64,
+    usable: &dyn Fn(u64) -> bool,
     geometry: &Geometry,
     label_generation: u64,
 ) -> Result<InstancePlan, NotRebasable> {
@@ -222,7 +230,7 @@ pub(crate) fn rebase_plan(
     let mut kept = Vec::new();
     let mut runs = Vec::new();
     for chunk in version.chunks.values() {
-        if chunk.slots().all(|slot| slot < slot_limit) {
+        if chunk.slots().all(usable) {
             kept.push(chunk.clone());
             continue;
         }

@@ -29,6 +29,7 @@
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
+pub mod devices;
 mod flip;
 mod instance;
 mod labels;
@@ -316,7 +317,8 @@ pub fn repair(
         }
     }
     let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
-    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, geometry.num_slots)?;
+    let present = |slot: u64| label.slot_present(slot);
+    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, &present)?;
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
         let base = plan.base();
@@ -399,15 +401,15 @@ pub(crate) fn write_all(
     Ok(())
 }
 
-/// Packs every applied plan's runs into chunks, places them in slots below `slot_limit` that
-/// no version uses (old or new), adds their metadata to the plans, and returns their writes.
+/// Packs every applied plan's runs into chunks, places them in `usable` slots that no version
+/// uses (old or new), adds their metadata to the plans, and returns their writes.
 pub(crate) fn place_chunks(
     name: &str,
     geometry: &Geometry,
     plans: &mut [instance::InstancePlan],
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
-    slot_limit: u64,
+    usable: &dyn Fn(u64) -> bool,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
@@ -431,7 +433,7 @@ pub(crate) fn place_chunks(
         .chain(used)
         .chain(old_slots.iter().copied())
         .collect();
-    let free: Vec<u64> = (0..slot_limit.min(geometry.num_slots)).filter(|slot| !unavailable.contains(slot)).collect();
+    let free: Vec<u64> = (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
     if free.len() < packed.len() {
         return Err(RepairError::NoSpace { device: name.to_string(), needed: packed.len(), free: free.len() });
     }

@@ -23,7 +23,7 @@ use lds_format::batch::decode_entries;
 use lds_format::chunk::{decode_index, visit_block_checked, Footer, FOOTER_LEN, INDEX_ENTRY_FIXED_LEN};
 use lds_format::codec::crc32c;
 use lds_format::image::area_context;
-use lds_format::label::{Geometry, LogKind};
+use lds_format::label::{Label, LogKind};
 use lds_format::log::{encode_object, read_object, AreaContext, NewObject, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::{ChainObject, Payload};
 use lds_format::salvage::valid_objects;
@@ -293,11 +293,25 @@ fn rewrite_slot(slot: &[u8], offset: u64, uuid: [u8; 16], keys: &mut Keys<'_>, d
     Some(out)
 }
 
-/// The offset of every slot the device holds (a device shorter than the volume lost the rest).
-fn slot_offsets(geometry: &Geometry, device_len: u64) -> impl Iterator<Item = u64> + '_ {
+/// The offset of every slot the device holds (a device shorter than the volume lost the rest;
+/// a volume of several devices has no slots where a removed device was, SPEC.md §4.3).
+fn slot_offsets(label: &Label, device_len: u64) -> impl Iterator<Item = u64> + '_ {
+    let geometry = &label.geometry;
     (0..geometry.num_slots)
+        .filter(|&slot| label.slot_present(slot))
         .map(|slot| geometry.slot_offset(slot))
         .filter(move |&offset| offset + geometry.slot_size <= device_len)
+}
+
+/// The label sector at `offset` of the image: as read, or, for a volume of several devices,
+/// the same label as one device's (the image is one file of the volume's address space).
+fn label_region(device: &dyn BlockDevice, label: &Label, offset: u64) -> Result<Vec<u8>, MetadumpError> {
+    let sector = label.geometry.sector();
+    if label.devices.is_none() {
+        return Ok(device.read_vec(offset, sector)?);
+    }
+    let single = label.clone().with_devices(None);
+    Ok(lds_volume::members::label_bytes(&single))
 }
 
 /// Makes a metadata image of the volume on `device`. `progress(done, total)` hears bytes
@@ -330,7 +344,7 @@ pub fn metadump(
             let area = device.read_vec(context.ofs_area, context.len_area)?;
             log_area(&area, context, &mut Keys::Collect(&mut all), &mut scratch);
         }
-        for offset in slot_offsets(&geometry, device.len()) {
+        for offset in slot_offsets(label, device.len()) {
             let slot = device.read_vec(offset, geometry.slot_size)?;
             rewrite_slot(&slot, offset, geometry.volume_uuid, &mut Keys::Collect(&mut all), &mut scratch);
             done += geometry.slot_size;
@@ -341,14 +355,14 @@ pub fn metadump(
     };
     // Pass 2: the image.
     let sector = geometry.sector();
-    dump.regions.push((0, device.read_vec(0, sector)?));
+    dump.regions.push((0, label_region(device, label, 0)?));
     for context in contexts.iter().filter(|context| context.ofs_area + context.len_area <= device.len()) {
         let area = device.read_vec(context.ofs_area, context.len_area)?;
         let rewritten = log_area(&area, context, &mut Keys::Map(map.as_ref()), &mut dump);
         dump.used_bytes += context.len_area;
         dump.regions.push((context.ofs_area, rewritten));
     }
-    for offset in slot_offsets(&geometry, device.len()) {
+    for offset in slot_offsets(label, device.len()) {
         let slot = device.read_vec(offset, geometry.slot_size)?;
         if let Some(rewritten) =
             rewrite_slot(&slot, offset, geometry.volume_uuid, &mut Keys::Map(map.as_ref()), &mut dump)
@@ -360,7 +374,7 @@ pub fn metadump(
     }
     let backup_label = geometry.ofs_backup_label();
     if backup_label + sector <= device.len() {
-        dump.regions.push((backup_label, device.read_vec(backup_label, sector)?));
+        dump.regions.push((backup_label, label_region(device, label, backup_label)?));
     }
     dump.used_bytes += 2 * sector;
     Ok(dump)

@@ -26,7 +26,8 @@ use lds_volume::{BlockDevice, DeviceError};
 use crate::instance::{rebase_plan, NotRebasable, Source};
 use crate::{flip, place_chunks, write_all, PlannedWrite, RepairError, RepairOptions, Written};
 
-/// Why a resize could not run (nothing was written unless the message says so).
+/// Why a resize or a device change could not run (nothing was written unless the message says
+/// so).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResizeError {
@@ -106,14 +107,14 @@ fn device_name(device: &dyn BlockDevice) -> String {
     device.name().display().to_string()
 }
 
-fn label_of(device: &dyn BlockDevice) -> Result<Label, ResizeError> {
+pub(crate) fn label_of(device: &dyn BlockDevice) -> Result<Label, ResizeError> {
     let labels = lds_volume::volume::read_labels(device)?;
     let chosen = labels.choose().map(|(_, label)| label.clone());
     chosen.map_err(|_| ResizeError::Damaged { device: device_name(device), problem: "no usable label".into() })
 }
 
 /// The versions of every instance (refusing damage and unfinished compactions).
-fn versions(device: &dyn BlockDevice, geometry: &Geometry) -> Result<Vec<(Source, Version)>, ResizeError> {
+pub(crate) fn versions(device: &dyn BlockDevice, geometry: &Geometry) -> Result<Vec<(Source, Version)>, ResizeError> {
     let mut all = Vec::new();
     for instance in 0..geometry.instance_count {
         let source = Source::read(device, geometry, instance)?;
@@ -121,9 +122,30 @@ fn versions(device: &dyn BlockDevice, geometry: &Geometry) -> Result<Vec<(Source
             device: device_name(device),
             problem: format!("instance {instance}: its version log does not recover"),
         })?;
+        if let Some(id) = source.unfinished_compaction() {
+            return Err(ResizeError::Unfinished { device: device_name(device), instance, id });
+        }
         all.push((source, version));
     }
     Ok(all)
+}
+
+/// Refuses a volume fsck finds a warning or an error in, but the `tolerated` ones (problems a
+/// change left half done that running it again finishes), or an unfinished compaction: an
+/// offline change writes nothing then (a refusal after its first write would leave the volume
+/// changed).
+pub(crate) fn refuse_problems(device: &dyn BlockDevice, tolerated: &[lds_check::Code]) -> Result<(), ResizeError> {
+    let report = check(device, CheckOptions { deep: false }, &mut |_, _| {}).map_err(RepairError::from)?;
+    let blocking = report
+        .problems
+        .iter()
+        .find(|problem| problem.code.severity() != Severity::Info && !tolerated.contains(&problem.code));
+    if let Some(problem) = blocking {
+        return Err(ResizeError::Damaged { device: device_name(device), problem: problem.line() });
+    }
+    let label = label_of(device)?;
+    versions(device, &label.geometry)?;
+    Ok(())
 }
 
 /// Plans a resize of the volume on `device` to `volume_len` bytes (rounded down to a sector).
@@ -161,9 +183,12 @@ pub fn plan(device: &dyn BlockDevice, volume_len: u64) -> Result<ResizePlan, Res
 /// to grow, already at least `volume_len` bytes long). Returns the plan and the writes made.
 pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, Vec<Written>), ResizeError> {
     let name = device_name(device);
-    let report = check(device, CheckOptions { deep: false }, &mut |_, _| {}).map_err(RepairError::from)?;
-    if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
-        return Err(ResizeError::Damaged { device: name, problem: problem.line() });
+    refuse_problems(device, &[])?;
+    if label_of(device)?.devices.is_some() {
+        return Err(ResizeError::Refused {
+            device: name,
+            reason: "the volume spans several devices: add or remove a device instead (SPEC.md §4.3)".into(),
+        });
     }
     let plan = plan(device, volume_len)?;
     let (old, new) = (plan.old, plan.new);
@@ -198,7 +223,7 @@ pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, 
     }
     // 1. Chunks past the new end move below it (the old geometry still holds).
     if !plan.moves.is_empty() {
-        rebase_all(device, &old, new.num_slots, &old, label.generation, &mut done)?;
+        rebase_all(device, &old, &|slot| slot < new.num_slots, &old, label.generation, &mut done)?;
     }
     // 2 and 3. The labels: the backup where the new geometry puts it, then the primary.
     if label.geometry != new {
@@ -219,16 +244,16 @@ pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, 
         write_all(device, &[primary], &mut done)?;
     }
     // 4. Every instance's base version replicates the new geometry.
-    rebase_all(device, &new, new.num_slots, &new, label.generation, &mut done)?;
+    rebase_all(device, &new, &|slot| slot < new.num_slots, &new, label.generation, &mut done)?;
     Ok((plan, done))
 }
 
 /// Switches every instance to a new base version replicating `geometry` with
-/// `label_generation`, its chunks below `slot_limit` (reading the volume as `read_as`).
-fn rebase_all(
+/// `label_generation`, its chunks in `usable` slots (reading the volume as `read_as`).
+pub(crate) fn rebase_all(
     device: &dyn BlockDevice,
     read_as: &Geometry,
-    slot_limit: u64,
+    usable: &dyn Fn(u64) -> bool,
     geometry: &Geometry,
     label_generation: u64,
     done: &mut Vec<Written>,
@@ -241,7 +266,7 @@ fn rebase_all(
     let old_slots: BTreeSet<u64> = sources.iter().flat_map(Source::referenced_slots).collect();
     let mut plans = Vec::new();
     for source in &sources {
-        let plan = rebase_plan(device, source, slot_limit, geometry, label_generation).map_err(|why| match why {
+        let plan = rebase_plan(device, source, usable, geometry, label_generation).map_err(|why| match why {
             NotRebasable::Damaged(problem) => ResizeError::Damaged { device: name.clone(), problem },
             NotRebasable::Unfinished(id) => {
                 ResizeError::Unfinished { device: name.clone(), instance: source.instance, id }
@@ -251,7 +276,7 @@ fn rebase_all(
         plans.push(plan);
     }
     let options = RepairOptions::new(crate::Mode::Yes);
-    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, slot_limit)?;
+    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable)?;
     write_all(device, &chunk_writes, done)?;
     for plan in &plans {
         let base = plan.base();

@@ -196,7 +196,8 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     let name = device.name().display().to_string();
     let mut salvaged = Salvaged::default();
     let labels = lds_volume::volume::read_labels(device)?;
-    let geometry = labels.choose().ok().map(|(_, label)| label.geometry);
+    let label = labels.choose().ok().map(|(_, label)| label.clone());
+    let geometry = label.as_ref().map(|label| label.geometry);
     let (uuid, slot_size, ofs_slots) = match geometry {
         Some(geometry) => {
             salvaged.layout_from = "label".into();
@@ -217,6 +218,10 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     let slot_count = geometry.map_or(end.saturating_sub(ofs_slots) / slot_size, |geometry| geometry.num_slots);
     let single_instance = geometry.is_none_or(|geometry| geometry.instance_count == 1);
     for slot in 0..slot_count {
+        // A slot no device holds (a removed device's, SPEC.md §4.3) has nothing to read.
+        if label.as_ref().is_some_and(|label| !label.slot_present(slot)) {
+            continue;
+        }
         let offset = ofs_slots + slot * slot_size;
         progress((slot + 1) * slot_size, slot_count * slot_size);
         salvaged.slots_scanned += 1;

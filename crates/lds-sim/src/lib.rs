@@ -7,6 +7,7 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod device;
+pub mod devices;
 pub mod enumerate;
 mod images;
 pub mod media;

@@ -340,6 +340,29 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> Result<(), DeviceError>;
     /// Makes the completed writes in a range durable.
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError>;
+    /// The volume's label copies where they lie, when the volume's address space does not put
+    /// them where this device holds them (`Members`, a volume of several devices, SPEC.md
+    /// §4.3); `None` for a plain device. Wrappers forward it.
+    fn volume_labels(&self) -> Option<Result<lds_format::label::LabelPair, DeviceError>> {
+        None
+    }
+    /// The label copies of every device of a volume of several devices but the first, whose
+    /// labels lie outside the volume's address space (SPEC.md §4.3); empty for one device.
+    /// Wrappers forward it.
+    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
+        Vec::new()
+    }
+    /// Writes `bytes` at offset `offset` of device `index` of a volume of several devices and
+    /// flushes that device (a label outside the volume's address space, SPEC.md §4.3).
+    /// Wrappers forward it; a plain device has no other device.
+    fn write_member(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        Err(DeviceError::Write {
+            path: self.name().to_path_buf(),
+            offset,
+            len: bytes.len() as u64,
+            source: std::io::Error::other(format!("the volume has no device {index} besides this one")),
+        })
+    }
     /// Reads `len` bytes at `offset` into a new buffer.
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         let size = usize::try_from(len).map_err(|_| DeviceError::Read {

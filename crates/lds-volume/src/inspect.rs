@@ -214,6 +214,8 @@ pub enum SlotState {
     Stale,
     /// No chunk footer.
     Free,
+    /// No device holds the slot (a removed device's, SPEC.md §4.3).
+    Absent,
 }
 
 impl SlotState {
@@ -223,6 +225,7 @@ impl SlotState {
             Self::Live => "live",
             Self::Stale => "stale",
             Self::Free => "free",
+            Self::Absent => "absent",
         }
     }
 }
@@ -269,8 +272,9 @@ pub enum SlotsError {
 /// Every slot's state (by the online map of all instances, SPEC.md §9.4) and footer.
 pub fn slots(
     device: &(impl ReadAt + ?Sized),
-    geometry: &Geometry,
+    label: &lds_format::label::Label,
 ) -> Result<Vec<(SlotState, Option<Footer>)>, SlotsError> {
+    let geometry = &label.geometry;
     let mut states = Vec::new();
     for (instance, state) in all_versions(device, geometry)? {
         states.push((instance, state.map_err(|source| SlotsError::VersionLog { instance, source })?));
@@ -282,6 +286,10 @@ pub fn slots(
     .map_err(|conflict| SlotsError::SlotConflict { slot: conflict.slot, instances: conflict.instances })?;
     let mut slots = Vec::with_capacity(geometry.num_slots as usize);
     for slot in 0..geometry.num_slots {
+        if !label.slot_present(slot) {
+            slots.push((SlotState::Absent, None));
+            continue;
+        }
         let footer = slot_footer(device, geometry, slot)?;
         let state = match (map[slot as usize], &footer) {
             (true, _) => SlotState::Live,

@@ -9,9 +9,11 @@
 
 pub mod device;
 pub mod inspect;
+pub mod members;
 pub mod signature;
 pub mod undo;
 pub mod volume;
 
 pub use device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+pub use members::{Members, VolumeDevice};
 pub use volume::{read_labels, MemoryImage, ReadAt, Volume, VolumeError};

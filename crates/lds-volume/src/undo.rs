@@ -395,6 +395,17 @@ impl BlockDevice for UndoDevice {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(offset, len)
     }
+    fn volume_labels(&self) -> Option<Result<lds_format::label::LabelPair, DeviceError>> {
+        self.inner.volume_labels()
+    }
+    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
+        self.inner.member_labels()
+    }
+    // Labels of the other devices only repeat the first device's table entry by entry; their
+    // writes are not in the undo file (docs/undo-file.md).
+    fn write_member(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        self.inner.write_member(index, offset, bytes)
+    }
 }
 
 /// The state a tool left: `(offset, len)` regions of the device and the blake3 digest of

@@ -8,7 +8,7 @@ use lds_format::label::{Geometry, Label, LabelChoice, LabelChoiceError, LabelPai
 use lds_format::log::AreaContext;
 use lds_format::FormatError;
 
-use crate::device::{Device, DeviceError, OpenMode};
+use crate::device::{DeviceError, OpenMode};
 use std::time::Duration;
 
 /// Why a volume cannot be opened.
@@ -30,6 +30,28 @@ pub enum VolumeError {
         /// The backup copy's error, if any.
         backup: Option<Box<FormatError>>,
     },
+    /// The devices of a volume of several devices do not fit together (SPEC.md §4.3).
+    #[error("{path}: {reason}")]
+    Devices {
+        /// The device path.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A device of the volume was not found.
+    #[error("{path}: the volume's device {index} (uuid {}, slots {first_slot} to {}) was not found among the files beside it, the block devices of /proc/partitions and LDS_DEVICES; give its path in LDS_DEVICES", uuid_string(device_uuid), first_slot + num_slots - 1)]
+    MissingDevice {
+        /// The path the volume was named by.
+        path: String,
+        /// The device's place in the table.
+        index: usize,
+        /// Its uuid.
+        device_uuid: [u8; 16],
+        /// Its first slot.
+        first_slot: u64,
+        /// Its slots.
+        num_slots: u64,
+    },
     /// The volume is larger than the device holding it.
     #[error("{path}: the label says the volume is {volume_len} bytes but the device has {device_len}")]
     Truncated {
@@ -40,6 +62,12 @@ pub enum VolumeError {
         /// Bytes of the device.
         device_len: u64,
     },
+}
+
+/// A uuid in the canonical 8-4-4-4-12 form.
+pub fn uuid_string(uuid: &[u8; 16]) -> String {
+    let hex: String = uuid.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
 }
 
 fn label_choice(choice: &LabelChoiceError) -> &'static str {
@@ -59,6 +87,15 @@ pub trait ReadAt {
     }
     /// Reads `len` bytes at `offset`.
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError>;
+    /// The volume's label copies where they lie, when reading them at the places the volume's
+    /// address space puts them would not do (a volume of several devices, SPEC.md §4.3).
+    fn volume_labels(&self) -> Option<Result<LabelPair, DeviceError>> {
+        None
+    }
+    /// The label copies of the other devices of a volume of several devices (SPEC.md §4.3).
+    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
+        Vec::new()
+    }
 }
 
 impl<T: crate::device::BlockDevice + ?Sized> ReadAt for T {
@@ -67,6 +104,12 @@ impl<T: crate::device::BlockDevice + ?Sized> ReadAt for T {
     }
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         crate::device::BlockDevice::read_vec(self, offset, len)
+    }
+    fn volume_labels(&self) -> Option<Result<LabelPair, DeviceError>> {
+        crate::device::BlockDevice::volume_labels(self)
+    }
+    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
+        crate::device::BlockDevice::member_labels(self)
     }
 }
 
@@ -127,27 +170,48 @@ impl ReadAt for MemoryImage<'_> {
     }
 }
 
-/// Reads both label copies (SPEC.md §4.2); a copy whose sector cannot be read counts as
-/// invalid, so that the other one is used.
+/// Reads both label copies of the volume (SPEC.md §4.2): the primary at offset 0 and the
+/// backup in the last sector of the bytes the primary gives the device (`volume_len`, or on a
+/// volume of several devices its table entry's `len_device`, §4.3). A volume of several
+/// devices (`Members`) reads them from its first device. A copy whose sector cannot be read
+/// counts as invalid, so that the other one is used.
 pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceError> {
-    let read_label = |offset: u64| -> Result<Result<Label, FormatError>, DeviceError> {
-        if offset + LABEL_LEN as u64 > device.len() {
-            return Ok(Err(FormatError::Truncated {
-                structure: "label",
-                offset,
-                needed: LABEL_LEN as u64,
-                available: device.len().saturating_sub(offset),
-            }));
-        }
-        // A copy that cannot be read is a copy lost: the other one is used (SPEC.md §4.2).
-        match device.read_vec(offset, LABEL_LEN as u64) {
-            Ok(bytes) => Ok(Label::decode(&bytes, offset)),
-            Err(error) => Ok(Err(FormatError::invalid("label", "sector", offset, format!("cannot be read: {error}")))),
-        }
-    };
+    if let Some(labels) = device.volume_labels() {
+        return labels;
+    }
+    read_label_pair(device, Label::ofs_backup_label_on_device)
+}
+
+/// Reads the label copy at `offset`: decoded, or why it is not valid (a sector that cannot be
+/// read is a copy lost, so that the other one is used, SPEC.md §4.2).
+pub(crate) fn read_label_at(
+    device: &(impl ReadAt + ?Sized),
+    offset: u64,
+) -> Result<Result<Label, FormatError>, DeviceError> {
+    if offset + LABEL_LEN as u64 > device.len() {
+        return Ok(Err(FormatError::Truncated {
+            structure: "label",
+            offset,
+            needed: LABEL_LEN as u64,
+            available: device.len().saturating_sub(offset),
+        }));
+    }
+    match device.read_vec(offset, LABEL_LEN as u64) {
+        Ok(bytes) => Ok(Label::decode(&bytes, offset)),
+        Err(error) => Ok(Err(FormatError::invalid("label", "sector", offset, format!("cannot be read: {error}")))),
+    }
+}
+
+/// Reads both label copies of `device`, the backup at `backup_offset(primary)` when the
+/// primary is valid, else found by probing the device's end for each sector size.
+pub(crate) fn read_label_pair(
+    device: &(impl ReadAt + ?Sized),
+    backup_offset: impl Fn(&Label) -> u64,
+) -> Result<LabelPair, DeviceError> {
+    let read_label = |offset: u64| read_label_at(device, offset);
     let primary = read_label(0)?;
     let backup = match &primary {
-        Ok(label) => read_label(label.geometry.ofs_backup_label())?,
+        Ok(label) => read_label(backup_offset(label))?,
         Err(_) => {
             let mut probe = Err(FormatError::BadMagic { structure: "label", offset: device.len(), found: Vec::new() });
             let mut sector = 512u64;
@@ -172,8 +236,8 @@ pub fn read_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceE
 /// SPEC.md §4.2.
 #[derive(Debug)]
 pub struct Volume {
-    /// The device.
-    pub device: Device,
+    /// The device, or the devices of a volume of several (SPEC.md §4.3).
+    pub device: crate::members::VolumeDevice,
     /// Both label copies.
     pub labels: LabelPair,
     /// The label chosen by SPEC.md §4.2.
@@ -210,7 +274,7 @@ impl Volume {
     /// Opens a volume for reading under a shared lock (any number of readers; fails while a
     /// writer holds it, after waiting at most `wait`) and chooses its label.
     pub fn open(path: &Path, wait: Duration) -> Result<Self, VolumeError> {
-        let device = Device::open_waiting(path, OpenMode::ReadOnlyLocked, wait)?;
+        let device = crate::members::Members::open(path, OpenMode::ReadOnlyLocked, wait)?;
         let (labels, choice, label) = choose_label(&device, &path.display().to_string())?;
         Ok(Self { device, labels, label, choice })
     }

@@ -16,7 +16,7 @@ use lds_format::recovery::{online_map, recover_version_log};
 use lds_format::version::ChunkMeta;
 use lds_format::writer::LogAppender;
 use lds_volume::volume::choose_label;
-use lds_volume::{BlockDevice, Device, OpenMode};
+use lds_volume::{BlockDevice, Members, OpenMode};
 
 use crate::db::Db;
 use crate::error::{Error, RecoveryError, Result};
@@ -62,7 +62,7 @@ impl Db {
 
     /// Opens for writing, waiting at most `wait` for other processes to release the volume.
     pub fn open_waiting(path: &Path, options: Options, wait: Duration) -> Result<(Self, RecoveryReport)> {
-        let device = Device::open_waiting(path, OpenMode::ReadWrite, wait)?;
+        let device = Members::open(path, OpenMode::ReadWrite, wait)?;
         Self::open_device(Arc::new(device), path, options)
     }
 
@@ -70,7 +70,7 @@ impl Db {
     /// while a writer holds the volume (after waiting at most `wait`). The backup log is
     /// replayed into memory only, no background thread runs, and nothing is ever written.
     pub fn open_read_only(path: &Path, options: Options, wait: Duration) -> Result<(Self, RecoveryReport)> {
-        let device = Device::open_waiting(path, OpenMode::ReadOnlyLocked, wait)?;
+        let device = Members::open(path, OpenMode::ReadOnlyLocked, wait)?;
         Self::open_device_read_only(Arc::new(device), path, options)
     }
 
@@ -155,6 +155,15 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             RecoveryError::SlotConflict { slot: conflict.slot, instances: conflict.instances },
         )
     })?;
+    // Slots no device holds (a removed device's, SPEC.md §4.3) are never allocated: marked in
+    // use, and not counted as used.
+    let mut absent = 0u64;
+    for (slot, used) in online.iter_mut().enumerate() {
+        if !label.slot_present(slot as u64) {
+            absent += u64::from(!*used);
+            *used = true;
+        }
+    }
     // Damage that no crash explains would make recovery serve an older state silently and
     // then overwrite what a repair could use (docs/reliability.md I7): refuse instead.
     if let Some(damage) = recovery.damage() {
@@ -193,7 +202,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         batches_replayed: backup.batches.len(),
         entries_replayed,
         last_sequence,
-        slots_in_use: online.iter().filter(|&&used| used).count() as u64,
+        slots_in_use: online.iter().filter(|&&used| used).count() as u64 - absent,
     };
     let version_log = LogAppender::new(
         area_context(&geometry, LogKind::Version, instance),
@@ -220,7 +229,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             }
         }
     }
-    let slots_in_use = online.iter().filter(|&&used| used).count() as u64;
+    let slots_in_use = online.iter().filter(|&&used| used).count() as u64 - absent;
     let background = options.background && !read_only;
     let shared = Arc::new(Shared {
         device,
