@@ -15,6 +15,11 @@ doc: |
 
   The `geometry` type is shared with the base version (lds_base_version.ksy),
   which keeps a replica of it.
+
+  A label with incompatible feature bit 1, `multi_device` (1.2), holds the
+  volume's device table in its last 300 bytes (SPEC.md §4.3); on other
+  volumes they are reserved zeros. Its `geometry` then describes the
+  volume's address space, which spans the devices (see lds_volume.ksy).
 doc-ref: SPEC.md §4
 seq:
   - id: magic
@@ -39,6 +44,8 @@ seq:
     doc: |
       Unknown bits make the volume unreadable. Bit 0 (1.1): `sync_watermark`,
       write batches carry a sync watermark (lds_write_batch::synced_lsn_low).
+      Bit 1 (1.2): `multi_device`, the volume spans several devices and
+      `devices` holds their table.
   - id: geometry
     type: geometry
   - id: generation
@@ -50,24 +57,72 @@ seq:
     doc: |
       UTF-8, padded with NUL bytes (removed here), possibly empty. Kept as
       bytes so that a name that is not valid UTF-8 does not stop parsing.
+  - id: devices
+    size: 300
+    type: device_table
+    if: has_devices
+    doc: The device table (feature `multi_device`).
+    doc-ref: SPEC.md §4.3
   - id: reserved
     size: 300
     type: zeros
+    if: not has_devices
     doc: Zero.
   - id: crc32c
     type: u4
     doc: crc32c of bytes 0..508.
 instances:
+  has_devices:
+    value: (features_incompat & 2) != 0
+    doc: Feature `multi_device` (1.2).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 1
-      and reserved.is_zero and geometry.is_consistent
+      version_major == 1 and len_label == 512 and features_incompat <= 3
+      and (has_devices ? devices.is_consistent : reserved.is_zero)
+      and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.1 defines bit 0), zero reserved bytes and the geometry
-      invariants (except the one against the device length).
+      (version 1.1 defines bit 0, 1.2 bit 1), zero reserved bytes or a
+      device table of 1 to 7 devices, and the geometry invariants (except the
+      one against the device length).
 types:
+  device_table:
+    doc: |
+      The devices of the volume: which one this copy of the label is on,
+      and for each its uuid, its slots and the bytes of it the volume uses.
+    doc-ref: SPEC.md §4.3
+    seq:
+      - id: device_uuid
+        size: 16
+        doc: The device this copy of the label is on.
+      - id: num_devices
+        type: u4
+        doc: 1 to 7.
+      - id: devices
+        type: device_entry
+        repeat: expr
+        repeat-expr: 'num_devices <= 7 ? num_devices : 0'
+      - id: unused
+        size: '280 - 40 * (num_devices <= 7 ? num_devices : 0)'
+        type: zeros
+        doc: The entries past `num_devices`, zero.
+    instances:
+      is_consistent:
+        value: num_devices >= 1 and num_devices <= 7 and unused.is_zero
+  device_entry:
+    doc: One device.
+    seq:
+      - id: device_uuid
+        size: 16
+      - id: first_slot
+        type: u8
+        doc: The volume's slot number of the device's first slot.
+      - id: num_slots
+        type: u8
+      - id: len_device
+        type: u8
+        doc: The bytes of the device the volume uses; its backup label is their last sector.
   zeros:
     doc: Reserved bytes, read until the first one that is not zero.
     seq:

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Read an LDS volume with the Python parsers generated from formats/*.ksy.
 
-usage: python3 tools/kaitai/lds_reader.py volume IMAGE[.gz]
-       python3 tools/kaitai/lds_reader.py chunks IMAGE[.gz]
-       python3 tools/kaitai/lds_reader.py state IMAGE[.gz]
+usage: python3 tools/kaitai/lds_reader.py volume IMAGE[.gz] [DEVICE[.gz]...]
+       python3 tools/kaitai/lds_reader.py chunks IMAGE[.gz] [DEVICE[.gz]...]
+       python3 tools/kaitai/lds_reader.py state IMAGE[.gz] [DEVICE[.gz]...]
 
 `volume` prints the volume as `lds dump IMAGE volume --json` does (docs/dump-json.md, without
 `status` keys), through the projection of tools/kaitai/view.json. `chunks` prints, one per
 line, the `lds dump IMAGE chunk ID --instance I --entries --json` document of every live chunk
 of every instance, with an `instance` key added. `state` reconstructs what
 the engine serves (SPEC.md §15.1) and prints it as NDJSON: per instance, one line naming its
-live version, then one line per live key in key order.
+live version, then one line per live key in key order. A volume of several devices (SPEC.md
+§4.3) is read with IMAGE its first device and every other device after it, in any order.
 
 This reader and its JavaScript and Java twins (tools/kaitai/js, tools/kaitai/java) use only
 the generated parsers and the few rules SPEC.md §15.1 lists; tools/tests checks that all three
@@ -47,6 +48,115 @@ def open_image(path):
     return open(path, "rb")
 
 
+# ---- a volume of several devices: its address space (SPEC.md §4.3, §15.1 rule 7) ----
+
+def _label_at(stream, ofs):
+    """The label at `ofs` when it passes every check but the crc32c, else None."""
+    import lds_label
+    from kaitaistruct import KaitaiStream
+
+    stream.seek(0, io.SEEK_END)
+    if ofs < 0 or ofs + 512 > stream.tell():
+        return None
+    stream.seek(ofs)
+    data = stream.read(512)
+    if data[:8] != b"LDSLABEL":
+        return None
+    try:
+        label = lds_label.LdsLabel(KaitaiStream(io.BytesIO(data)))
+        return label if label.is_valid_except_crc else None
+    except Exception:  # noqa: BLE001 - a label that does not parse
+        return None
+
+
+def _this_len(label):
+    """The bytes of its device the label gives the volume (its backup label ends them)."""
+    g = label.geometry
+    if not label.has_devices:
+        return g.volume_len
+    own = bytes(label.devices.device_uuid)
+    entry = next((d for d in label.devices.devices if bytes(d.device_uuid) == own), None)
+    return entry.len_device if entry else g.volume_len
+
+
+def device_label(stream):
+    """A device's label as SPEC.md §4.2 chooses it without the crc32c: the primary, or the
+    backup in the last sector of the bytes the primary gives the device (found by probing the
+    device's end without a primary), the higher generation winning."""
+    primary = _label_at(stream, 0)
+    stream.seek(0, io.SEEK_END)
+    size = stream.tell()
+    if primary is not None:
+        backup = _label_at(stream, _this_len(primary) - primary.geometry.sector_size)
+    else:
+        backup = next((b for s in (512 << i for i in range(8))
+                       for b in [_label_at(stream, size - s)] if b is not None and b.geometry.sector_size == s), None)
+    if primary is None or (backup is not None and backup.generation > primary.generation):
+        return backup
+    return primary
+
+
+class AddressSpace(io.RawIOBase):
+    """The volume's address space over its devices (SPEC.md §4.3): `extents` are
+    (volume offset, length, device stream, device offset); bytes of no device read as zeros."""
+
+    def __init__(self, size, extents):
+        super().__init__()
+        self.size, self.extents, self.pos = size, sorted(extents, key=lambda e: e[0]), 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self):
+        return self.pos
+
+    def readinto(self, buffer):
+        n = max(0, min(len(buffer), self.size - self.pos))
+        out = bytearray(n)
+        for start, length, stream, ofs in self.extents:
+            lo, hi = max(start, self.pos), min(start + length, self.pos + n)
+            if lo < hi:
+                stream.seek(ofs + lo - start)
+                out[lo - self.pos:hi - self.pos] = stream.read(hi - lo)
+        buffer[:n] = out
+        self.pos += n
+        return n
+
+
+def open_volume(paths):
+    """The volume of `paths` (the first device first): a stream over one device, or over the
+    address space of several (SPEC.md §4.3)."""
+    first = open_image(paths[0])
+    _load_parser()
+    label = device_label(first)
+    if label is None or not label.has_devices:
+        return first
+    g, table = label.geometry, label.devices
+    by_uuid = {}
+    for path in paths[1:]:
+        stream = open_image(path)
+        own = device_label(stream)
+        if own is not None and own.has_devices and bytes(own.geometry.volume_uuid) == bytes(g.volume_uuid):
+            by_uuid[bytes(own.devices.device_uuid)] = stream
+    entries = list(table.devices)
+    extents = [(0, g.ofs_slot_area + entries[0].num_slots * g.slot_size, first, 0),
+               (g.volume_len - g.sector_size, g.sector_size, first, entries[0].len_device - g.sector_size)]
+    for index, entry in enumerate(entries[1:], 1):
+        stream = by_uuid.get(bytes(entry.device_uuid))
+        if stream is None:
+            raise ValueError(f"device {index} of the volume ({uuid.UUID(bytes=bytes(entry.device_uuid))}) is not given")
+        extents.append((g.ofs_slot_area + entry.first_slot * g.slot_size, entry.num_slots * g.slot_size,
+                        stream, min(g.slot_size, 1 << 20)))
+    return io.BufferedReader(AddressSpace(g.volume_len, extents), buffer_size=1 << 16)
+
+
 # ---- the projection of view.json ----
 
 def _enum_name(v):
@@ -78,7 +188,11 @@ def project_type(obj, type_name):
     for spec in VIEW["types"][type_name]:
         key, how = spec[0], spec[1]
         path = spec[2].split(".") if len(spec) > 2 else [key]
-        value = getattr(obj, path[0])
+        value = getattr(obj, path[0], None)
+        if how.startswith("?"):
+            if value is None:
+                continue
+            how = how[1:]
         if len(path) > 1:
             value = [getattr(item, path[1]) for item in value]
         doc[key] = project(value, how)
@@ -436,9 +550,13 @@ def state_lines(image):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("volume", "state", "chunks"):
+    if len(argv) < 2 or argv[0] not in ("volume", "state", "chunks"):
         sys.exit(__doc__.split("\n\n")[1])
-    with open_image(argv[1]) as f:
+    try:
+        volume = open_volume(argv[1:])
+    except (OSError, ValueError) as e:
+        sys.exit(f"lds_reader.py: {argv[1]}: {e}")
+    with volume as f:
         try:
             if argv[0] == "volume":
                 out = [volume_json(f, device=argv[1])]

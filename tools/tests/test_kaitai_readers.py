@@ -3,9 +3,10 @@
 tools/kaitai/compile.sh compiles formats/*.ksy to the three languages; each reader
 (tools/kaitai/lds_reader.py, js/lds_reader.js, java/LdsReader.java) uses only its generated
 parsers and the rules of SPEC.md §15.1. For every fixture image (`fixtures/d_*`, `f_*` and the
-frozen `fixtures/v*/`), for an engine-written volume with levels, wrapped logs and batches to
-replay, for a 3 GiB sparse volume past 2^24 sequence numbers, and for damaged copies of the
-fixtures (DAMAGE below):
+frozen `fixtures/v*/`, whose volumes of several devices keep their other devices as
+device-N.gz), for an engine-written volume with levels, wrapped logs and batches to replay, for
+an engine-written volume of several devices with a gap of slots, for a 3 GiB sparse volume past
+2^24 sequence numbers, and for damaged copies of the fixtures (DAMAGE below):
 - `READER volume IMAGE` equals `lds dump IMAGE volume --json` field by field (keys named
   `status` and `device` are ignored);
 - `READER state IMAGE` is the same in every language (sequence numbers included), its key/value
@@ -123,28 +124,30 @@ def run_lds(*args):
     return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True)
 
 
-def run_reader(lang, what, image):
-    run = subprocess.run([*READERS[lang], what, str(image)], capture_output=True, text=True)
+def run_reader(lang, what, image, devices=()):
+    run = subprocess.run([*READERS[lang], what, str(image), *map(str, devices)], capture_output=True, text=True)
     assert run.returncode == 0, f"{lang} reader `{what} {image}` failed (exit {run.returncode}):\n{run.stderr[-2000:]}"
     return [json.loads(line) for line in run.stdout.splitlines()]
 
 
-def compare(image, what):
-    """Every reader's `volume` document equals lds dump's; returns lds's document."""
+def compare(image, what, devices=()):
+    """Every reader's `volume` document equals lds dump's; returns lds's document. `devices`
+    are the other devices of a volume of several (lds finds them beside `image`)."""
     run = run_lds("dump", image, "volume", "--json")
     try:
         expected = json.loads(run.stdout)
     except json.JSONDecodeError as e:
         pytest.fail(f"`lds dump {image} volume --json` printed no JSON ({e}); exit {run.returncode}\n{run.stderr}")
     for lang in READERS:
-        diff = first_difference(expected, run_reader(lang, "volume", image)[0])
+        diff = first_difference(expected, run_reader(lang, "volume", image, devices)[0])
         assert diff is None, f"{what}: {lang} reader: first difference at {diff}"
     return expected
 
 
-def compare_state(image, what, volume):
+def compare_state(image, what, volume, devices=()):
     """Every reader's `state` is the same, equals lds scan and lds dump tree; returns it."""
-    runs = {lang: subprocess.run([*READERS[lang], "state", str(image)], capture_output=True, text=True) for lang in READERS}
+    runs = {lang: subprocess.run([*READERS[lang], "state", str(image), *map(str, devices)], capture_output=True, text=True)
+            for lang in READERS}
     failed = {lang: run.stderr.strip()[-300:] for lang, run in runs.items() if run.returncode != 0}
     g = (volume["labels"]["primary"] or volume["labels"]["backup"])["geometry"]
     if failed:
@@ -180,10 +183,11 @@ def compare_state(image, what, volume):
     return python
 
 
-def compare_chunks(image, what):
+def compare_chunks(image, what, devices=()):
     """Every reader's `chunks` documents are the same, and each equals `lds dump IMAGE chunk
     ID --instance I --entries --json`; returns them (None when every reader and lds refuse)."""
-    runs = {lang: subprocess.run([*READERS[lang], "chunks", str(image)], capture_output=True, text=True) for lang in READERS}
+    runs = {lang: subprocess.run([*READERS[lang], "chunks", str(image), *map(str, devices)], capture_output=True, text=True)
+            for lang in READERS}
     failed = {lang: run.stderr.strip()[-300:] for lang, run in runs.items() if run.returncode != 0}
     if failed:
         assert len(failed) == len(READERS), f"{what}: only some readers fail: {failed}"
@@ -214,15 +218,21 @@ def fixture_bytes(name):
 def test_readers_match_lds(image_gz, kaitai_dump, tmp_path):
     image = tmp_path / "image"
     image.write_bytes(gzip.decompress(image_gz.read_bytes()))
+    # The other devices of a volume of several (SPEC.md §4.3), beside it as lds looks for them.
+    devices = []
+    for device_gz in sorted(image_gz.parent.glob("device-*.gz")):
+        device = tmp_path / device_gz.name[:-3]
+        device.write_bytes(gzip.decompress(device_gz.read_bytes()))
+        devices.append(device)
     what = str(image_gz.relative_to(ROOT))
     name = image_gz.parent.name
     if name in REFUSED:
         run = run_lds("dump", image, "volume", "--json")
         assert run.returncode != 0, f"{what}: lds dump no longer refuses it ({REFUSED[name]}): compare it"
         return
-    volume = compare(image, what)
-    state = compare_state(image, what, volume)
-    chunks = compare_chunks(image, what)
+    volume = compare(image, what, devices)
+    state = compare_state(image, what, volume, devices)
+    chunks = compare_chunks(image, what, devices)
     assert (state is None) == (chunks is None), f"{what}: the readers read the state but not the chunks, or back"
     frozen = image_gz.parent / "state.ndjson"
     if frozen.is_file():
@@ -260,6 +270,48 @@ def test_engine_written_image_matches(kaitai_dump, tmp_path):
     tree = json.loads(run_lds("dump", image, "tree", "--json").stdout)
     assert sum(1 for level in tree["levels"] if level["chunks"]) >= 2, "the tree has fewer than two levels"
     assert len(state) > 25000, "the state lost keys"
+
+
+def test_engine_written_volume_of_several_devices_matches(kaitai_dump, tmp_path):
+    """A volume the engine wrote over three devices (SPEC.md §4.3), then the middle one removed
+    with its chunks (a gap of slots no device holds): every reader, given the devices, reads
+    it as lds does."""
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
+
+    first, second, third = (tmp_path / f"{name}.img" for name in ("first", "second", "third"))
+    lds("mkfs", "--size", "4MiB", "--sector-size", "512", "--slot-size", "64KiB",
+        "--version-log-size", "64KiB", "--backup-log-size", "16KiB", first)
+    lds("device", "add", first, second, "--size", "1MiB")
+    lds("device", "add", first, third, "--size", "2MiB")
+
+    def slots_in_use():
+        listed = json.loads(lds("device", "list", first, "--json").stdout)
+        return [device["slots_in_use"] for device in listed["devices"]]
+
+    # Loads of different lengths (each opens the store, its cursor at slot 0) until the
+    # second device holds chunks.
+    for rounds in range(1, 30):
+        lines = "".join(f"key{n:05}\tvalue-{rounds}-{n}-{'x' * (n % 90)}\n" for n in range(3000 * rounds))
+        lds("load", first, "--format", "tsv", input=lines)
+        if slots_in_use()[1] > 0:
+            break
+    assert slots_in_use()[1] > 0, "no chunk reached the second device"
+    lds("device", "remove", first, second)
+    lds("put", third, "last", "written", "--sync")
+    assert len(slots_in_use()) == 2
+    volume = compare(first, "volume of several devices", [third])
+    primary = volume["labels"]["primary"]
+    assert primary["devices"]["num_devices"] == 2 and primary["features_incompat"] == 3, primary
+    assert any(slot["footer"] is None for slot in volume["slots"]), "no gap of slots"
+    state = compare_state(first, "volume of several devices", volume, [third])
+    assert len(state) > 3000, "the state lost keys"
+    chunks = compare_chunks(first, "volume of several devices", [third])
+    holder = primary["devices"]["devices"][1]
+    on_third = [c for c in chunks for s in c["sub_chunks"]
+                if holder["first_slot"] <= s["slot"] < holder["first_slot"] + holder["num_slots"]]
+    assert on_third or slots_in_use()[1] == 0, "the third device's chunks were not read"
 
 
 def test_large_volume_past_2_to_24_sequences(kaitai_dump, tmp_path):

@@ -27,7 +27,9 @@ pub struct CrashtestOptions {
     /// journaled and clean inputs early). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
     /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
-    /// and during `lds device add|remove`; `devices`: the device changes alone.
+    /// and during `lds device add|remove`; `devices`: the device changes alone. `instances`:
+    /// random workloads (one per seed) sent to the two instances of a volume opened together
+    /// in one process (`Db::open_instances`), each instance checked against its own model.
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// First seed (random workloads and sampling).
@@ -79,6 +81,9 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     }
     if options.workload == "resize" || options.workload == "devices" {
         return run_resize_crashtest(options, out, err);
+    }
+    if options.workload == "instances" {
+        return run_instances_crashtest(options, out, err);
     }
     let started = Instant::now();
     let mut total = Counts::default();
@@ -261,6 +266,36 @@ fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
         &options.workload,
         "I3, I1/I2, W (the engine writes), R (running it again finishes) and, for resize, U (undo restores the volume)",
         (count, resize_runs.chain(change_runs)),
+        options,
+        started,
+        out,
+        err,
+    )
+}
+
+/// `--workload instances`: a random workload per seed on both instances of a volume opened
+/// together, every crash state checked against I3 and, per instance, I1/I2 and I5.
+fn run_instances_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let bounds = tool_bounds(options);
+    let runs = (options.seed..options.seed + options.runs).map(|seed| {
+        let recorded = lds_sim::instances::record(seed, options.ops, options.unbuffered)?;
+        let (counts, first) = first_of(|on_failure| lds_sim::instances::enumerate(&recorded, &bounds, on_failure));
+        let per_instance: Vec<String> = recorded.models.iter().map(|models| (models.len() - 1).to_string()).collect();
+        let summary =
+            format!("{} operations per instance, {} writes", per_instance.join(" + "), recorded.history.writes.len());
+        Ok(ToolRun {
+            name: format!("instances seed {seed}"),
+            summary,
+            counts,
+            first,
+            initial: recorded.history.initial.to_vec(),
+        })
+    });
+    report_tool_runs(
+        "instances",
+        "I3 and, per instance, I1/I2 and I5",
+        (options.runs as usize, runs),
         options,
         started,
         out,

@@ -231,14 +231,13 @@ fn open_joining(args: &AddArgs, label: &Label) -> Result<Device, (i32, String)> 
         };
         return Device::create_image(path, size).map_err(operational);
     }
-    let device = Device::open(path, OpenMode::ReadWrite).map_err(operational)?;
+    let mut device = Device::open(path, OpenMode::ReadWrite).map_err(operational)?;
     if let Some(size) = args.size {
         if device.kind() == DeviceKind::ImageFile && device.len() < size {
             device.allocate(size).map_err(operational)?;
+            device.set_image_len(size).map_err(operational)?;
         }
     }
-    let device =
-        if args.size.is_some() { Device::open(path, OpenMode::ReadWrite).map_err(operational)? } else { device };
     let ours = device_uuid_of(&label.geometry.volume_uuid, &device).map_err(refusal)?.is_some();
     if !args.force && !ours {
         if let Some(first) = find_signatures(&device).map_err(operational)?.first() {

@@ -77,3 +77,14 @@ fn every_crash_state_of_lds_resize_is_consistent_and_finished_by_a_second_run() 
     assert!(err.contains("chunks moved"), "{err}");
     assert!(err.contains("join a device") && err.contains("remove the middle of three devices"), "{err}");
 }
+
+#[test]
+fn every_crash_state_of_two_instances_opened_together_recovers_each_instance() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { runs: 2, unbuffered: true, ..options("instances") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    assert_eq!(counts["workloads"], 2, "{counts}");
+    assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
+}

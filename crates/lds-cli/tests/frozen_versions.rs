@@ -1,7 +1,8 @@
 //! Guards compatibility with every released format version (SPEC.md §17): the volumes in
 //! fixtures/v<VERSION>/, written by that version's engine and never regenerated, are read,
 //! checked and dumped by this build with the state they were frozen with, and this build
-//! can write to them and read them back.
+//! can write to them and read them back. A volume of several devices (1.2) keeps its other
+//! devices beside the first as device-N.gz; they are written beside it, where lds finds them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,8 +59,10 @@ fn read_state(path: &Path, instance_count: u32) -> State {
     state
 }
 
-fn fsck_clean(image: &[u8], context: &str) {
-    let report = lds_check::check(&MemoryImage(image), lds_check::CheckOptions { deep: true }, &mut |_, _| {})
+fn fsck_clean(path: &Path, context: &str) {
+    let volume = lds_volume::Members::open(path, lds_volume::OpenMode::ReadOnly, Duration::ZERO)
+        .unwrap_or_else(|error| panic!("{context}: {error}"));
+    let report = lds_check::check(&volume, lds_check::CheckOptions { deep: true }, &mut |_, _| {})
         .unwrap_or_else(|error| panic!("{context}: {error}"));
     let lines: Vec<String> = report.problems.iter().map(lds_check::Problem::line).collect();
     assert_eq!(report.exit_code(), 0, "{context}: {lines:#?}");
@@ -68,16 +71,28 @@ fn fsck_clean(image: &[u8], context: &str) {
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    for version in ["v1.0/", "v1.1/"] {
-        assert!(volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= 4, "{version}: {volumes:?}");
+    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2)] {
+        assert!(
+            volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,
+            "{version}: {volumes:?}"
+        );
     }
     for (name, folder) in volumes {
         let compressed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{name}: {error}"));
         let image = lds_fixtures::decompress(&compressed).unwrap_or_else(|error| panic!("{name}: {error}"));
-        fsck_clean(&image, &name);
-        let path =
-            std::env::temp_dir().join(format!("lds-frozen-{}-{}.img", std::process::id(), name.replace('/', "-")));
+        // A directory of its own: the files beside a volume are its other devices.
+        let directory =
+            std::env::temp_dir().join(format!("lds-frozen-{}-{}", std::process::id(), name.replace('/', "-")));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap_or_else(|error| panic!("{error}"));
+        let path = directory.join("image");
         std::fs::write(&path, &image).unwrap_or_else(|error| panic!("{error}"));
+        for index in 1.. {
+            let Ok(compressed) = std::fs::read(folder.join(format!("device-{index}.gz"))) else { break };
+            let device = lds_fixtures::decompress(&compressed).unwrap_or_else(|error| panic!("{name}: {error}"));
+            std::fs::write(directory.join(format!("device-{index}")), device).unwrap_or_else(|error| panic!("{error}"));
+        }
+        fsck_clean(&path, &name);
         let labels = lds_volume::read_labels(&MemoryImage(&image)).unwrap_or_else(|error| panic!("{error}"));
         let instance_count = labels.choose().map(|(_, label)| label.geometry.instance_count).unwrap_or(1);
         let expected = expected_state(&folder);
@@ -113,7 +128,7 @@ fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
         db.compact_range().unwrap_or_else(|error| panic!("{name}: compact: {error}"));
         db.close().unwrap_or_else(|error| panic!("{name}: {error}"));
         assert!(read_state(&path, instance_count) == written, "{name}: reads after a write by this build differ");
-        fsck_clean(&std::fs::read(&path).unwrap_or_default(), &format!("{name} after a write"));
-        let _ = std::fs::remove_file(&path);
+        fsck_clean(&path, &format!("{name} after a write"));
+        let _ = std::fs::remove_dir_all(&directory);
     }
 }

@@ -2,8 +2,9 @@
 //! data and the locking and poisoning rules, and calls no other part of the engine.
 //!
 //! Threads and locks: a writer lock serializes backup log appends and sequence numbers; a
-//! state lock guards the memtables, the version, the version log and the online map. Lock
-//! order is writer, then state. One background thread (or the writing thread, inline)
+//! state lock guards the memtables, the version and the version log; a slot lock, shared by
+//! the instances one process opened together, guards the online map. Lock order is writer,
+//! then state, then slots. One background thread (or the writing thread, inline)
 //! flushes frozen memtables and runs compactions; it is the only one that commits to the
 //! version log, and it never takes the writer lock. Readers take `Arc`s of the memtables and
 //! version and read without locks; slots of deleted chunks are freed only when no reader
@@ -112,12 +113,6 @@ pub(crate) struct TreeState {
     pub(crate) published: Arc<Published>,
     pub(crate) sn: u64,
     pub(crate) version_log: LogAppender,
-    pub(crate) online: Vec<bool>,
-    /// Slots marked in `online` (chunks, allocations being written, slots waiting for
-    /// readers, the compaction pool), and the most there were since open.
-    pub(crate) slots_in_use: u64,
-    pub(crate) slots_in_use_peak: u64,
-    pub(crate) allocation_cursor: u64,
     /// Slots of deleted or cleaned chunks, released when no reader holds the published
     /// version that may read them.
     pub(crate) pending_free: Vec<(Arc<Published>, Vec<u64>, Release)>,
@@ -157,9 +152,24 @@ pub(crate) struct TreeState {
     pub(crate) commits: u64,
 }
 
+/// The online map of slots (SPEC.md §9.4) and the allocation cursor (§10.4), shared by every
+/// instance of the volume that one process opened together (SPEC.md §13), so that they never
+/// take the same slot. Taken after an instance's state lock, never before it.
+pub(crate) struct SlotMap {
+    /// One bit per slot: a chunk of any instance, an allocation being written, a slot waiting
+    /// for readers, a compaction's pool, or a slot no device holds.
+    pub(crate) online: Vec<bool>,
+    /// Slots marked in `online` but those no device holds, and the most there were since open.
+    pub(crate) slots_in_use: u64,
+    pub(crate) slots_in_use_peak: u64,
+    pub(crate) cursor: u64,
+}
+
 /// Everything the store's threads share.
 pub(crate) struct Shared {
     pub(crate) device: Arc<dyn BlockDevice>,
+    /// The online map, shared with the other instances opened with this one.
+    pub(crate) slots: Arc<Mutex<SlotMap>>,
     pub(crate) geometry: Geometry,
     pub(crate) instance: u32,
     pub(crate) options: Options,
@@ -201,6 +211,11 @@ impl TreeState {
 impl Shared {
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, TreeState> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The online map; taken after the state lock when both are held.
+    pub(crate) fn lock_slots(&self) -> MutexGuard<'_, SlotMap> {
+        self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn lock_writer(&self) -> MutexGuard<'_, WriterState> {

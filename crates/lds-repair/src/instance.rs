@@ -205,15 +205,18 @@ pub(crate) enum NotRebasable {
 }
 
 /// A new base version of the instance's recovered tree, replicating `geometry` with
-/// `label_generation`, with every chunk that uses a slot not `usable` rewritten (to be placed
-/// in usable ones) and the backup log left as it is (its start point carried over): the
-/// rebase `lds resize` and `lds device` switch each instance to (SPEC.md §14, §4.3).
+/// `label_generation`, with chunks that use a slot not `usable` rewritten (to be placed in
+/// usable ones) while `budget` (bytes of chunk data, at least one chunk) lasts, and the backup
+/// log left as it is (its start point carried over): the rebase `lds resize` and `lds device`
+/// switch each instance to (SPEC.md §14, §4.3). Chunks past the budget stay where they are,
+/// for the next switch: the entries a switch rewrites are held in memory.
 pub(crate) fn rebase_plan(
     device: &dyn BlockDevice,
     source: &Source,
     usable: &dyn Fn(u64) -> bool,
     geometry: &Geometry,
     label_generation: u64,
+    budget: &mut u64,
 ) -> Result<InstancePlan, NotRebasable> {
     let recovery = match &source.recovery {
         Ok(recovery) => recovery,
@@ -230,10 +233,11 @@ pub(crate) fn rebase_plan(
     let mut kept = Vec::new();
     let mut runs = Vec::new();
     for chunk in version.chunks.values() {
-        if chunk.slots().all(usable) {
+        if chunk.slots().all(usable) || *budget == 0 {
             kept.push(chunk.clone());
             continue;
         }
+        *budget = budget.saturating_sub(chunk.len_data.max(1));
         let read = read_entries(device, geometry, instance, chunk).map_err(NotRebasable::Device)?;
         if !read.dropped.is_empty() {
             return Err(NotRebasable::Damaged(format!("chunk {}: {}", chunk.chunk_id, read.dropped.join("; "))));

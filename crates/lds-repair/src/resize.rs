@@ -248,8 +248,14 @@ pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, 
     Ok((plan, done))
 }
 
+/// Bytes of chunk data one switch rewrites at most: their entries are held in memory, so a
+/// move of more (a shrink or a device removal of any size) is several switches, each a
+/// consistent volume (the chunks not moved yet stay where they are, referenced).
+const MOVE_BYTES_PER_SWITCH: u64 = 64 << 20;
+
 /// Switches every instance to a new base version replicating `geometry` with
-/// `label_generation`, its chunks in `usable` slots (reading the volume as `read_as`).
+/// `label_generation`, its chunks in `usable` slots (reading the volume as `read_as`): one
+/// switch, then one more for each `MOVE_BYTES_PER_SWITCH` of chunks still to move.
 pub(crate) fn rebase_all(
     device: &dyn BlockDevice,
     read_as: &Geometry,
@@ -258,6 +264,23 @@ pub(crate) fn rebase_all(
     label_generation: u64,
     done: &mut Vec<Written>,
 ) -> Result<(), ResizeError> {
+    // Bounded: every switch but the last moves at least one chunk.
+    loop {
+        if !rebase_once(device, read_as, usable, geometry, label_generation, done)? {
+            return Ok(());
+        }
+    }
+}
+
+/// One switch of every instance (see `rebase_all`); true when chunks are left to move.
+fn rebase_once(
+    device: &dyn BlockDevice,
+    read_as: &Geometry,
+    usable: &dyn Fn(u64) -> bool,
+    geometry: &Geometry,
+    label_generation: u64,
+    done: &mut Vec<Written>,
+) -> Result<bool, ResizeError> {
     let name = device_name(device);
     let mut sources = Vec::new();
     for instance in 0..read_as.instance_count {
@@ -265,16 +288,19 @@ pub(crate) fn rebase_all(
     }
     let old_slots: BTreeSet<u64> = sources.iter().flat_map(Source::referenced_slots).collect();
     let mut plans = Vec::new();
+    let mut budget = MOVE_BYTES_PER_SWITCH;
     for source in &sources {
-        let plan = rebase_plan(device, source, usable, geometry, label_generation).map_err(|why| match why {
-            NotRebasable::Damaged(problem) => ResizeError::Damaged { device: name.clone(), problem },
-            NotRebasable::Unfinished(id) => {
-                ResizeError::Unfinished { device: name.clone(), instance: source.instance, id }
-            }
-            NotRebasable::Device(error) => ResizeError::Device(error),
-        })?;
+        let plan =
+            rebase_plan(device, source, usable, geometry, label_generation, &mut budget).map_err(|why| match why {
+                NotRebasable::Damaged(problem) => ResizeError::Damaged { device: name.clone(), problem },
+                NotRebasable::Unfinished(id) => {
+                    ResizeError::Unfinished { device: name.clone(), instance: source.instance, id }
+                }
+                NotRebasable::Device(error) => ResizeError::Device(error),
+            })?;
         plans.push(plan);
     }
+    let left = plans.iter().any(|plan| plan.kept.iter().any(|chunk| !chunk.slots().all(usable)));
     let options = RepairOptions::new(crate::Mode::Yes);
     let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable)?;
     write_all(device, &chunk_writes, done)?;
@@ -300,5 +326,5 @@ pub(crate) fn rebase_all(
         write_all(device, &shadow, done)?;
         write_all(device, &switch, done)?;
     }
-    Ok(())
+    Ok(left)
 }

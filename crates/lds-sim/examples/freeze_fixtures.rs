@@ -7,6 +7,10 @@
 //! The volumes are the simulator's (512-byte sectors, tiny logs), written through the
 //! simulated device by ordinary workloads, so that they hold levels, wrapped logs, trims,
 //! odd chunks and batches left to replay. `state.ndjson` is what reads must return.
+//!
+//! Each version freezes what it introduced: 1.0 and 1.1 one-device volumes (1.1 with the sync
+//! watermark), 1.2 volumes of several devices (SPEC.md §4.3), whose other devices are kept
+//! beside the first as `device-N.gz` (N their place in the table).
 
 use std::io::Write;
 use std::path::Path;
@@ -25,6 +29,8 @@ struct Frozen {
     name: &'static str,
     description: &'static str,
     image: Vec<u8>,
+    /// The other devices of a volume of several, in table order.
+    devices: Vec<Vec<u8>>,
     /// Per instance, the key/value pairs reads return.
     states: States,
 }
@@ -84,6 +90,7 @@ fn frozen() -> Vec<Frozen> {
         name: "levels",
         description: "the compaction workload: chunks in several levels, compact pointers, trims of the version log",
         image,
+        devices: Vec::new(),
         states,
     });
     let (image, states) = write(base(), &[random_wrap(17, 300)]);
@@ -91,6 +98,7 @@ fn frozen() -> Vec<Frozen> {
         name: "wrapped",
         description: "a wrap-heavy random workload: both logs wrapped, batches left in the backup log to replay",
         image,
+        devices: Vec::new(),
         states,
     });
     let mut reopened = workload("wrap");
@@ -101,10 +109,98 @@ fn frozen() -> Vec<Frozen> {
         name: "reopened",
         description: "the wrap workload, a reopen, then the basic workload, on one instance",
         image,
+        devices: Vec::new(),
         states,
     });
     let (image, states) = write(two_instances_image(), &[workload("compaction"), random_wrap(23, 200)]);
-    volumes.push(Frozen { name: "two_instances", description: "two instances sharing one slot area", image, states });
+    volumes.push(Frozen {
+        name: "two_instances",
+        description: "two instances sharing one slot area",
+        image,
+        devices: Vec::new(),
+        states,
+    });
+    volumes
+}
+
+/// A volume of several devices (format 1.2): a first device of `volume_len` bytes, one more
+/// device of `slots` slots for each of `members`, joined in order; the workload runs on it,
+/// then the device `remove` (a place in the table), if any, leaves. Every device but a removed
+/// one is returned, the first first.
+fn multi_device(
+    volume_len: u64,
+    members: &[u64],
+    remove: Option<usize>,
+    workload: &Workload,
+) -> (Vec<Vec<u8>>, States) {
+    use lds_sim::devices::{apply, member_len, volume_of, Change};
+    let mut request = layout();
+    request.volume_len = volume_len;
+    let geometry = plan_layout(&request, [0x53; 16]).unwrap_or_else(|error| panic!("{error}"));
+    let label = Label::new(geometry, "frozen-devices").with_sync_watermark();
+    let mut image = ImageBuilder::format(label.clone()).bytes;
+    let mut sizes = vec![image.len() as u64];
+    for &slots in members {
+        let len = member_len(&label, slots);
+        sizes.push(len);
+        image.resize(image.len() + len as usize, 0);
+    }
+    let device = SimDevice::new(image);
+    for index in 1..sizes.len() {
+        apply(&device, &sizes, Change::Add(index)).unwrap_or_else(|error| panic!("join device {index}: {error}"));
+    }
+    let volume = volume_of(&device, &sizes).unwrap_or_else(|error| panic!("{error}"));
+    let (db, _) = Db::open_device(Arc::new(volume), Path::new("freeze"), options())
+        .unwrap_or_else(|error| panic!("{}: open: {error}", workload.name));
+    for op in &workload.ops {
+        if *op != Op::Reopen {
+            apply_op(&db, op).unwrap_or_else(|error| panic!("{}: {error}", workload.name));
+        }
+    }
+    let on_members = db.chunks().iter().filter(|chunk| chunk.chunk_id >= geometry.num_slots).count();
+    assert!(on_members > 0, "{}: no chunk on the other devices", workload.name);
+    db.close().unwrap_or_else(|error| panic!("{}: close: {error}", workload.name));
+    if let Some(index) = remove {
+        apply(&device, &sizes, Change::Remove(index)).unwrap_or_else(|error| panic!("remove device {index}: {error}"));
+    }
+    let volume = volume_of(&device, &sizes).unwrap_or_else(|error| panic!("{error}"));
+    let (db, _) = Db::open_device_read_only(Arc::new(volume), Path::new("freeze"), options())
+        .unwrap_or_else(|error| panic!("read back: {error}"));
+    let state: Vec<(Vec<u8>, Vec<u8>)> =
+        db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("read back: {error}"));
+    let image = device.current();
+    let mut devices = Vec::new();
+    let mut base = 0usize;
+    for (index, &len) in sizes.iter().enumerate() {
+        if remove != Some(index) {
+            devices.push(image[base..base + len as usize].to_vec());
+        }
+        base += len as usize;
+    }
+    (devices, vec![state])
+}
+
+/// What version 1.2 introduced: volumes of several devices.
+fn frozen_1_2() -> Vec<Frozen> {
+    let mut volumes = Vec::new();
+    let (mut devices, states) = multi_device(1 << 20, &[6], None, &random_wrap(31, 400));
+    let image = devices.remove(0);
+    volumes.push(Frozen {
+        name: "two_devices",
+        description: "a volume of two devices, chunks on both, both logs wrapped",
+        image,
+        devices,
+        states,
+    });
+    let (mut devices, states) = multi_device(1 << 20, &[4, 6], Some(1), &random_wrap(37, 500));
+    let image = devices.remove(0);
+    volumes.push(Frozen {
+        name: "device_gap",
+        description: "three devices joined, the middle one removed with its chunks: a gap of slots no device holds",
+        image,
+        devices,
+        states,
+    });
     volumes
 }
 
@@ -136,11 +232,16 @@ fn main() {
         eprintln!("{} exists: frozen fixtures are never regenerated", root.display());
         std::process::exit(1);
     }
-    for volume in frozen() {
+    let volumes = if version == "1.2" { frozen_1_2() } else { frozen() };
+    for volume in volumes {
         let folder = root.join(volume.name);
         std::fs::create_dir_all(&folder).unwrap_or_else(|error| panic!("{error}"));
         let compressed = gzip(&volume.image);
         std::fs::write(folder.join("image.gz"), &compressed).unwrap_or_else(|error| panic!("{error}"));
+        for (index, device) in volume.devices.iter().enumerate() {
+            std::fs::write(folder.join(format!("device-{}.gz", index + 1)), gzip(device))
+                .unwrap_or_else(|error| panic!("{error}"));
+        }
         std::fs::write(folder.join("state.ndjson"), ndjson(&volume.states)).unwrap_or_else(|error| panic!("{error}"));
         std::fs::write(folder.join("description"), format!("{}\n", volume.description))
             .unwrap_or_else(|error| panic!("{error}"));

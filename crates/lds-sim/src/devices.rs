@@ -139,8 +139,9 @@ fn uuids(index: usize) -> JoinUuids {
     JoinUuids { first: [0xd0; 16], joining: [0xd0 + index as u8; 16] }
 }
 
-/// Applies `change` to the volume on `device` and returns what it wrote.
-fn apply(device: &SimDevice, sizes: &[u64], change: Change) -> Result<usize, String> {
+/// Applies `change` to the volume on `device` (windows of `sizes`) as `lds device` does, with
+/// fixed uuids; returns the number of writes.
+pub fn apply(device: &SimDevice, sizes: &[u64], change: Change) -> Result<usize, String> {
     let volume = volume_of(device, sizes)?;
     let done = match change {
         Change::Add(index) => {
@@ -161,7 +162,7 @@ fn apply(device: &SimDevice, sizes: &[u64], change: Change) -> Result<usize, Str
 }
 
 /// A member device of `slots` slots for the volume `label` describes: its length.
-fn member_len(label: &Label, slots: u64) -> u64 {
+pub fn member_len(label: &Label, slots: u64) -> u64 {
     let geometry = &label.geometry;
     member_ofs_slot_area(geometry) + slots * geometry.slot_size + geometry.sector()
 }
@@ -375,7 +376,7 @@ pub fn enumerate_change(
     bounds: &Bounds,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
-    let mut check = |_: usize, image: &[u8]| check_image(run, image);
+    let mut check = |_: usize, _: usize, image: &[u8]| check_image(run, image);
     enumerate_history(&run.history, run.sector_size, bounds, &mut check, on_failure)
 }
 

@@ -10,6 +10,7 @@ pub mod device;
 pub mod devices;
 pub mod enumerate;
 mod images;
+pub mod instances;
 pub mod media;
 pub mod minimize;
 pub mod repair;

@@ -256,20 +256,21 @@ pub fn enumerate_repair(
     bounds: &Bounds,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
-    let mut check = |writes_issued: usize, image: &[u8]| check_image(run, writes_issued, image);
+    let mut check = |_: usize, writes_issued: usize, image: &[u8]| check_image(run, writes_issued, image);
     enumerate_history(&run.history, run.sector_size, bounds, &mut check, on_failure)
 }
 
 /// An oracle's verdict on a crash image: `Err((oracle, what went wrong))`.
 pub(crate) type Verdict = Result<(), (&'static str, String)>;
 
-/// Enumerates the crash states of any tool's device history: `check(writes issued, image)`
-/// judges each distinct crash image.
+/// Enumerates the crash states of any tool's device history: `check(crash point, writes
+/// issued, image)` judges each distinct crash image (the crash point counts the device events
+/// before it).
 pub(crate) fn enumerate_history(
     history: &History,
     sector_size: u64,
     bounds: &Bounds,
-    check: &mut dyn FnMut(usize, &[u8]) -> Verdict,
+    check: &mut dyn FnMut(usize, usize, &[u8]) -> Verdict,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
     let mut counts = Counts::default();
@@ -286,7 +287,7 @@ pub(crate) fn enumerate_history(
                 if !seen.insert(digest) {
                     return None;
                 }
-                Some(check(writes_issued, image).map_err(|failure| (failure, image.as_ref().clone())))
+                Some(check(point, writes_issued, image).map_err(|failure| (failure, image.as_ref().clone())))
             });
             let Some(checked) = checked else { continue };
             counts.distinct_images += 1;

@@ -162,7 +162,7 @@ pub fn enumerate_resize(
     bounds: &Bounds,
     on_failure: &mut dyn FnMut(Failure) -> ControlFlow<()>,
 ) -> Counts {
-    let mut check = |writes_issued: usize, image: &[u8]| check_image(run, writes_issued, image);
+    let mut check = |_: usize, writes_issued: usize, image: &[u8]| check_image(run, writes_issued, image);
     enumerate_history(&run.history, run.sector_size, bounds, &mut check, on_failure)
 }
 

@@ -1,6 +1,6 @@
 // Reads an LDS volume with the Java parsers generated from formats/*.ksy.
 //
-// usage: java -cp tools/kaitai/generated/classes:tools/kaitai/generated/lib/* LdsReader volume IMAGE[.gz]
+// usage: java -cp tools/kaitai/generated/classes:tools/kaitai/generated/lib/* LdsReader volume IMAGE[.gz] [DEVICE[.gz]...]
 //        java -cp ... LdsReader chunks IMAGE[.gz]
 //        java -cp ... LdsReader state IMAGE[.gz]
 //
@@ -21,6 +21,7 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.PrintStream;
+import java.io.RandomAccessFile;
 import java.lang.reflect.InvocationTargetException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -119,8 +120,15 @@ public class LdsReader {
         Map<String, Object> doc = new LinkedHashMap<>();
         for (List<String> spec : (List<List<String>>) ((Map<String, Object>) view.get("types")).get(typeName)) {
             String key = spec.get(0);
+            String how = spec.get(1);
             String[] path = (spec.size() > 2 ? spec.get(2) : key).split("\\.");
             Object value = get(obj, path[0]);
+            if (how.startsWith("?")) {
+                if (value == null) {
+                    continue;
+                }
+                how = how.substring(1);
+            }
             if (path.length > 1) {
                 List<Object> items = new ArrayList<>();
                 for (Object item : (List<?>) value) {
@@ -128,7 +136,7 @@ public class LdsReader {
                 }
                 value = items;
             }
-            doc.put(key, project(value, spec.get(1)));
+            doc.put(key, project(value, how));
         }
         return doc;
     }
@@ -725,17 +733,196 @@ public class LdsReader {
         }
     }
 
+    // ---- a volume of several devices: its address space (SPEC.md §4.3, §15.1 rule 7) ----
+
+    /** One device: a raw file read on demand, or a gzip-compressed one held in memory. */
+    static class DeviceFile {
+        final RandomAccessFile raf;
+        final byte[] data;
+        final long size;
+
+        DeviceFile(String file) throws IOException {
+            if (file.endsWith(".gz")) {
+                try (InputStream in = new GZIPInputStream(Files.newInputStream(Paths.get(file)))) {
+                    data = in.readAllBytes();
+                }
+                raf = null;
+                size = data.length;
+            } else {
+                raf = new RandomAccessFile(file, "r");
+                data = null;
+                size = raf.length();
+            }
+        }
+
+        void read(long pos, byte[] dst, int at, int len) throws IOException {
+            if (data != null) {
+                System.arraycopy(data, (int) pos, dst, at, len);
+            } else {
+                raf.seek(pos);
+                raf.readFully(dst, at, len);
+            }
+        }
+    }
+
+    /** The label at `ofs` of a device when it passes every check but the crc32c, else null. */
+    static LdsLabel labelAt(DeviceFile device, long ofs) {
+        if (ofs < 0 || ofs + 512 > device.size) {
+            return null;
+        }
+        try {
+            byte[] bytes = new byte[512];
+            device.read(ofs, bytes, 0, 512);
+            if (!new String(bytes, 0, 8, StandardCharsets.ISO_8859_1).equals("LDSLABEL")) {
+                return null;
+            }
+            LdsLabel label = new LdsLabel(new ByteBufferKaitaiStream(bytes));
+            return label.isValidExceptCrc() ? label : null;
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    /** The bytes of its device a label gives the volume (its backup label ends them). */
+    static long thisLen(LdsLabel label) {
+        if (!label.hasDevices()) {
+            return label.geometry().volumeLen();
+        }
+        for (LdsLabel.DeviceEntry entry : label.devices().devices()) {
+            if (Arrays.equals(entry.deviceUuid(), label.devices().deviceUuid())) {
+                return entry.lenDevice();
+            }
+        }
+        return label.geometry().volumeLen();
+    }
+
+    /** A device's label as SPEC.md §4.2 chooses it without the crc32c (see lds_reader.py). */
+    static LdsLabel deviceLabel(DeviceFile device) {
+        LdsLabel primary = labelAt(device, 0);
+        LdsLabel backup = null;
+        if (primary != null) {
+            backup = labelAt(device, thisLen(primary) - primary.geometry().sectorSize());
+        } else {
+            for (long s = 512; s <= 65536 && backup == null; s *= 2) {
+                LdsLabel found = labelAt(device, device.size - s);
+                if (found != null && found.geometry().sectorSize() == s) {
+                    backup = found;
+                }
+            }
+        }
+        return primary == null || (backup != null && backup.generation() > primary.generation()) ? backup : primary;
+    }
+
+    /**
+     * The volume's address space over its devices, as the file RandomAccessFileKaitaiStream
+     * reads: each extent is {volume offset, length, device index, device offset}; bytes of no
+     * device read as zeros.
+     */
+    static class AddressSpaceFile extends RandomAccessFile {
+        final List<long[]> extents;
+        final List<DeviceFile> devices;
+        final long size;
+        long pos;
+
+        AddressSpaceFile(long size, List<long[]> extents, List<DeviceFile> devices) throws IOException {
+            super("/dev/null", "r");
+            this.size = size;
+            this.extents = extents;
+            this.devices = devices;
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            int n = (int) Math.max(0, Math.min(len, size - pos));
+            if (n == 0 && len > 0) {
+                return -1;
+            }
+            Arrays.fill(b, off, off + n, (byte) 0);
+            for (long[] e : extents) {
+                long lo = Math.max(e[0], pos);
+                long hi = Math.min(e[0] + e[1], pos + n);
+                if (lo < hi) {
+                    devices.get((int) e[2]).read(e[3] + lo - e[0], b, off + (int) (lo - pos), (int) (hi - lo));
+                }
+            }
+            pos += n;
+            return n;
+        }
+
+        @Override
+        public int read(byte[] b) throws IOException {
+            return read(b, 0, b.length);
+        }
+
+        @Override
+        public int read() throws IOException {
+            byte[] one = new byte[1];
+            return read(one, 0, 1) == 1 ? one[0] & 0xff : -1;
+        }
+
+        @Override
+        public void seek(long to) {
+            pos = to;
+        }
+
+        @Override
+        public long getFilePointer() {
+            return pos;
+        }
+
+        @Override
+        public long length() {
+            return size;
+        }
+    }
+
+    /** The volume of `files` (the first device first): null for a volume of one device. */
+    static KaitaiStream addressSpace(List<String> files) throws IOException {
+        List<DeviceFile> devices = new ArrayList<>();
+        devices.add(new DeviceFile(files.get(0)));
+        LdsLabel label = deviceLabel(devices.get(0));
+        if (label == null || !label.hasDevices()) {
+            return null;
+        }
+        LdsLabel.Geometry g = label.geometry();
+        Map<String, Integer> byUuid = new LinkedHashMap<>();
+        for (String file : files.subList(1, files.size())) {
+            DeviceFile device = new DeviceFile(file);
+            LdsLabel own = deviceLabel(device);
+            if (own != null && own.hasDevices() && Arrays.equals(own.geometry().volumeUuid(), g.volumeUuid())) {
+                byUuid.put(hex(own.devices().deviceUuid()), devices.size());
+                devices.add(device);
+            }
+        }
+        List<LdsLabel.DeviceEntry> entries = label.devices().devices();
+        List<long[]> extents = new ArrayList<>();
+        extents.add(new long[] {0, g.ofsSlotArea() + entries.get(0).numSlots() * g.slotSize(), 0, 0});
+        extents.add(new long[] {g.volumeLen() - g.sectorSize(), g.sectorSize(), 0, entries.get(0).lenDevice() - g.sectorSize()});
+        for (int i = 1; i < entries.size(); i++) {
+            LdsLabel.DeviceEntry entry = entries.get(i);
+            Integer device = byUuid.get(hex(entry.deviceUuid()));
+            if (device == null) {
+                throw new IOException("device " + i + " of the volume is not given");
+            }
+            extents.add(new long[] {g.ofsSlotArea() + entry.firstSlot() * g.slotSize(), entry.numSlots() * g.slotSize(),
+                device, Math.min(g.slotSize(), 1L << 20)});
+        }
+        return new RandomAccessFileKaitaiStream(new AddressSpaceFile(g.volumeLen(), extents, devices));
+    }
+
     @SuppressWarnings("unchecked")
     public static void main(String[] args) throws IOException {
-        if (args.length != 2 || !List.of("volume", "chunks", "state").contains(args[0])) {
-            System.err.println("usage: LdsReader volume|chunks|state IMAGE[.gz]");
+        if (args.length < 2 || !List.of("volume", "chunks", "state").contains(args[0])) {
+            System.err.println("usage: LdsReader volume|chunks|state IMAGE[.gz] [DEVICE[.gz]...]");
             System.exit(2);
         }
         Path here = Paths.get(LdsReader.class.getProtectionDomain().getCodeSource().getLocation().getPath());
         Path viewFile = here.resolve("../../view.json").normalize();
         view = (Map<String, Object>) parse(Files.readString(viewFile), new int[] {0});
-        KaitaiStream image;
-        if (args[1].endsWith(".gz")) {
+        KaitaiStream image = addressSpace(Arrays.asList(args).subList(1, args.length));
+        if (image != null) {
+            // A volume of several devices (SPEC.md §4.3).
+        } else if (args[1].endsWith(".gz")) {
             try (InputStream in = new GZIPInputStream(Files.newInputStream(Paths.get(args[1])))) {
                 ByteArrayOutputStream buf = new ByteArrayOutputStream();
                 in.transferTo(buf);

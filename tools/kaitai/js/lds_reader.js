@@ -4,6 +4,7 @@
 // usage: node tools/kaitai/js/lds_reader.js volume IMAGE[.gz]
 //        node tools/kaitai/js/lds_reader.js chunks IMAGE[.gz]
 //        node tools/kaitai/js/lds_reader.js state IMAGE[.gz]
+//        (a volume of several devices: IMAGE[.gz] DEVICE[.gz]..., the first device first)
 //
 // The twin of tools/kaitai/lds_reader.py (see its docstring): `volume` prints the
 // `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
@@ -32,28 +33,113 @@ const LdsBlock = gen("LdsBlock");
 
 // ---- the image, read by regions ----
 
-class Image {
+/** One device: a raw file (read on demand) or a gzip-compressed one (held in memory). */
+class DeviceFile {
   constructor(file) {
     if (file.endsWith(".gz")) {
       const data = zlib.gunzipSync(fs.readFileSync(file));
-      this.bytes = new Uint8Array(data.buffer, data.byteOffset, data.length);
-      this.fd = null;
+      this.data = new Uint8Array(data.buffer, data.byteOffset, data.length);
+      this.size = this.data.length;
     } else {
       this.fd = fs.openSync(file, "r");
-      this.bytes = new Uint8Array(new ArrayBuffer(fs.fstatSync(this.fd).size));
-      this.loaded = new Set(); // 64 KiB pages read so far
+      this.size = fs.fstatSync(this.fd).size;
     }
   }
-  /** Makes bytes [ofs, ofs + len) of the image readable in `bytes`. */
+  /** Reads `len` bytes at `pos` into `dst` at `at`. */
+  read(dst, at, len, pos) {
+    if (this.data) dst.set(this.data.subarray(pos, pos + len), at);
+    else fs.readSync(this.fd, dst, at, len, pos);
+  }
+  bytes(pos, len) {
+    const out = new Uint8Array(Math.max(0, Math.min(len, this.size - pos)));
+    this.read(out, 0, out.length, pos);
+    return out;
+  }
+}
+
+/** The label at `ofs` of a device when it passes every check but the crc32c, else null. */
+function labelAt(device, ofs) {
+  if (ofs < 0 || ofs + 512 > device.size) return null;
+  const data = device.bytes(ofs, 512);
+  if (String.fromCharCode(...data.subarray(0, 8)) !== "LDSLABEL") return null;
+  try {
+    const label = new (gen("LdsLabel"))(new KaitaiStream(data.buffer, data.byteOffset));
+    return label.isValidExceptCrc ? label : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+/** The bytes of its device a label gives the volume (its backup label ends them). */
+function thisLen(label) {
+  if (!label.hasDevices) return label.geometry.volumeLen;
+  const own = hex(label.devices.deviceUuid);
+  const entry = label.devices.devices.find((d) => hex(d.deviceUuid) === own);
+  return entry ? entry.lenDevice : label.geometry.volumeLen;
+}
+
+/** A device's label as SPEC.md §4.2 chooses it without the crc32c (see lds_reader.py). */
+function deviceLabel(device) {
+  const primary = labelAt(device, 0);
+  let backup = null;
+  if (primary) backup = labelAt(device, thisLen(primary) - primary.geometry.sectorSize);
+  else {
+    for (let s = 512; s <= 65536 && !backup; s *= 2) {
+      const found = labelAt(device, device.size - s);
+      if (found && found.geometry.sectorSize === s) backup = found;
+    }
+  }
+  return !primary || (backup && backup.generation > primary.generation) ? backup : primary;
+}
+
+/**
+ * The volume: one device, or the address space of several (SPEC.md §4.3), the first device
+ * first. `extents` are [volume offset, length, device, device offset]; bytes of no device
+ * read as zeros.
+ */
+class Image {
+  constructor(files) {
+    const first = new DeviceFile(files[0]);
+    let size = first.size;
+    this.extents = [[0, first.size, first, 0]];
+    const label = deviceLabel(first);
+    if (label && label.hasDevices) {
+      const g = label.geometry;
+      const byUuid = new Map();
+      for (const file of files.slice(1)) {
+        const device = new DeviceFile(file);
+        const own = deviceLabel(device);
+        if (own && own.hasDevices && hex(own.geometry.volumeUuid) === hex(g.volumeUuid)) {
+          byUuid.set(hex(own.devices.deviceUuid), device);
+        }
+      }
+      const entries = label.devices.devices;
+      size = g.volumeLen;
+      this.extents = [
+        [0, g.ofsSlotArea + entries[0].numSlots * g.slotSize, first, 0],
+        [g.volumeLen - g.sectorSize, g.sectorSize, first, entries[0].lenDevice - g.sectorSize],
+      ];
+      entries.slice(1).forEach((entry, i) => {
+        const device = byUuid.get(hex(entry.deviceUuid));
+        if (!device) throw new Error(`device ${i + 1} of the volume is not given`);
+        this.extents.push([g.ofsSlotArea + entry.firstSlot * g.slotSize, entry.numSlots * g.slotSize, device, Math.min(g.slotSize, 1 << 20)]);
+      });
+    }
+    this.bytes = new Uint8Array(new ArrayBuffer(size));
+    this.loaded = new Set(); // 64 KiB pages read so far
+  }
+  /** Makes bytes [ofs, ofs + len) of the volume readable in `bytes`. */
   ensure(ofs, len) {
-    if (this.fd === null) return;
     const PAGE = 65536;
     const end = Math.min(ofs + len, this.bytes.length);
     for (let page = Math.floor(Math.max(ofs, 0) / PAGE); page * PAGE < end; page++) {
       if (this.loaded.has(page)) continue;
       const at = page * PAGE;
-      const n = Math.min(PAGE, this.bytes.length - at);
-      fs.readSync(this.fd, this.bytes, at, n, at);
+      const stop = Math.min(at + PAGE, this.bytes.length);
+      for (const [start, length, device, dofs] of this.extents) {
+        const lo = Math.max(start, at), hi = Math.min(start + length, stop);
+        if (lo < hi) device.read(this.bytes, lo, hi - lo, dofs + lo - start);
+      }
       this.loaded.add(page);
     }
   }
@@ -119,9 +205,14 @@ function project(value, how, key) {
 
 function projectType(obj, typeName) {
   const doc = {};
-  for (const [key, how, field] of VIEW.types[typeName]) {
+  for (const [key, spec, field] of VIEW.types[typeName]) {
     const p = (field || key).split(".");
     let value = obj[camel(p[0])];
+    let how = spec;
+    if (how.startsWith("?")) {
+      if (value === undefined || value === null) continue;
+      how = how.slice(1);
+    }
     if (p.length > 1) value = value.map((item) => item[camel(p[1])]);
     doc[key] = project(value, how, key);
   }
@@ -434,20 +525,22 @@ function stateLines(image) {
   const lines = [];
   if (!vol.label) return lines;
   for (let i = 0; i < vol.label.geometry.instanceCount; i++) {
-    lines.push(...(instanceState(image, vol, i) || [{ instance: i, live_version: null }]));
+    // One at a time: spreading a state of a million keys into push() overflows the stack.
+    for (const line of instanceState(image, vol, i) || [{ instance: i, live_version: null }]) lines.push(line);
   }
   return lines;
 }
 
 function main() {
-  const [what, file] = process.argv.slice(2);
+  const [what, ...files] = process.argv.slice(2);
+  const file = files[0];
   if (!["volume", "chunks", "state"].includes(what) || !file) {
-    console.error("usage: lds_reader.js volume|chunks|state IMAGE[.gz]");
+    console.error("usage: lds_reader.js volume|chunks|state IMAGE[.gz] [DEVICE[.gz]...]");
     process.exit(2);
   }
   let lines;
   try {
-    const image = new Image(file);
+    const image = new Image(files);
     lines = what === "volume" ? [volumeJson(image, file)] : what === "chunks" ? chunkDocs(image, file) : stateLines(image);
   } catch (e) {
     console.error(`lds_reader.js: ${file}: cannot read the volume: ${e.name}: ${e.message}`);

@@ -210,8 +210,9 @@ impl Db {
     /// of older versions to finish.
     pub fn slots_in_use(&self) -> u64 {
         let mut state = self.shared.lock_state();
-        crate::version::slots::reclaim(&mut state, &self.shared.cache);
-        state.slots_in_use
+        crate::version::slots::reclaim(&mut state, &self.shared.slots, &self.shared.cache);
+        drop(state);
+        self.shared.lock_slots().slots_in_use
     }
 
     /// The id of the journaled compaction in progress or left unfinished by a crash, if any
@@ -297,7 +298,7 @@ impl Db {
             merge_outputs: get(&counters.merge_outputs),
             device_flushes: get(&counters.device_flushes),
             compaction_device_flushes: get(&counters.compaction_device_flushes),
-            peak_slots_in_use: self.shared.lock_state().slots_in_use_peak,
+            peak_slots_in_use: self.shared.lock_slots().slots_in_use_peak,
         }
     }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use lds_format::image::area_context;
 use lds_format::instance::recover_instance;
-use lds_format::label::LogKind;
-use lds_format::recovery::{online_map, recover_version_log};
+use lds_format::label::{Label, LogKind};
+use lds_format::recovery::{online_map, recover_version_log, VersionLogState};
 use lds_format::version::ChunkMeta;
 use lds_format::writer::LogAppender;
 use lds_volume::volume::choose_label;
@@ -22,7 +22,7 @@ use crate::db::Db;
 use crate::error::{Error, RecoveryError, Result};
 use crate::memtable::MemTable;
 use crate::options::Options;
-use crate::state::{Shared, TreeState, WriterState};
+use crate::state::{Shared, SlotMap, TreeState, WriterState};
 use crate::table::cache::TableCache;
 use crate::version::published::{Published, Redirect};
 
@@ -88,6 +88,121 @@ impl Db {
     ) -> Result<(Self, RecoveryReport)> {
         open(device, path, options, true)
     }
+
+    /// Opens every instance of the volume at `path` for writing, under one exclusive lock
+    /// (SPEC.md §13): a store per instance, in instance order, each with its own logs, memtable
+    /// and background thread, all sharing the device, one online map and one allocation
+    /// cursor, so that they write at the same time without ever taking the same slot.
+    /// `options.instance` is ignored. Fails at once while another process holds the volume.
+    pub fn open_instances(path: &Path, options: Options) -> Result<Vec<(Self, RecoveryReport)>> {
+        let device = Members::open(path, OpenMode::ReadWrite, Duration::ZERO)?;
+        Self::open_instances_device(Arc::new(device), path, options)
+    }
+
+    /// `open_instances` on any device (the crash simulator's, for one).
+    pub fn open_instances_device(
+        device: Arc<dyn BlockDevice>,
+        path: &Path,
+        options: Options,
+    ) -> Result<Vec<(Self, RecoveryReport)>> {
+        let path_string = path.display().to_string();
+        let (_, _, label) = choose_label(device.as_ref(), &path_string)?;
+        if !label.writable() {
+            return Err(Error::ReadOnlyFeatures { path: path_string, features: label.features_ro_compat });
+        }
+        let mut recovered = Vec::new();
+        for instance in 0..label.geometry.instance_count {
+            recovered.push(recover_one(device.as_ref(), &label, instance, &path_string)?);
+        }
+        let slots = slot_map(
+            &label,
+            recovered.iter().map(|found| (found.instance, &found.recovery.version_log)),
+            &path_string,
+        )?;
+        let slots = Arc::new(Mutex::new(slots));
+        let mut stores = Vec::new();
+        for found in recovered {
+            let options = Options { instance: found.instance, ..options.clone() };
+            stores.push(assemble(Arc::clone(&device), path, &label, found, Arc::clone(&slots), options, false)?);
+        }
+        Ok(stores)
+    }
+}
+
+/// An instance's recovery, checked: at most one unfinished compaction, whose inputs the
+/// version holds.
+struct Recovered {
+    instance: u32,
+    recovery: lds_format::instance::InstanceRecovery,
+    backup_area: Vec<u8>,
+    journal: Option<lds_format::version::CompactionJournal>,
+}
+
+fn recovery_error(path: &str, instance: u32, source: RecoveryError) -> Error {
+    Error::Recovery { path: path.to_string(), instance, source: Box::new(source) }
+}
+
+/// Recovers one instance's version log and backup log (SPEC.md §9.2, §9.3).
+fn recover_one(device: &dyn BlockDevice, label: &Label, instance: u32, path: &str) -> Result<Recovered> {
+    let geometry = &label.geometry;
+    let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
+    let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
+    let version_area = device.read_vec(version_offset, version_len)?;
+    let backup_area = device.read_vec(backup_offset, backup_len)?;
+    let recovery = recover_instance(geometry, instance, &version_area, &backup_area)
+        .map_err(|error| recovery_error(path, instance, error.into()))?;
+    // At most one unfinished compaction (the engine runs one at a time), whose inputs the
+    // version holds: anything else is damage (problem 601 of the checker).
+    let unfinished = &recovery.version_log.unfinished_compactions;
+    if unfinished.len() > 1 {
+        let ids = unfinished.keys().copied().collect();
+        return Err(recovery_error(path, instance, RecoveryError::UnfinishedCompactions { ids }));
+    }
+    let journal = unfinished.values().next().cloned();
+    if let Some(journal) = &journal {
+        if let Some(&missing) = journal.inputs.iter().find(|id| !recovery.version_log.version.chunks.contains_key(id)) {
+            return Err(recovery_error(
+                path,
+                instance,
+                RecoveryError::JournalInputMissing { compaction_id: journal.compaction_id, chunk_id: missing },
+            ));
+        }
+    }
+    Ok(Recovered { instance, recovery, backup_area, journal })
+}
+
+/// The online map of every instance's version (SPEC.md §9.4). Slots every geometry in force
+/// holds: after a crash in the middle of a resize the label and a base version may disagree
+/// (SPEC.md §14), and a delta version must not add a chunk on a slot its base version's
+/// geometry lacks. Slots no device holds (a removed device's, SPEC.md §4.3) are never
+/// allocated: marked in use, and not counted as used.
+fn slot_map<'a>(
+    label: &Label,
+    versions: impl Iterator<Item = (u32, &'a VersionLogState)> + Clone,
+    path: &str,
+) -> Result<SlotMap> {
+    let usable_slots =
+        versions.clone().map(|(_, state)| state.version.num_slots).fold(label.geometry.num_slots, u64::min);
+    let mut online = online_map(
+        usable_slots,
+        versions.map(|(instance, state)| (instance, &state.version, &state.unfinished_compactions)),
+    )
+    .map_err(|conflict| {
+        recovery_error(
+            path,
+            conflict.instances.1,
+            RecoveryError::SlotConflict { slot: conflict.slot, instances: conflict.instances },
+        )
+    })?;
+    let mut absent = 0u64;
+    for (slot, used) in online.iter_mut().enumerate() {
+        if !label.slot_present(slot as u64) {
+            absent += u64::from(!*used);
+            *used = true;
+        }
+    }
+    let slots_in_use = online.iter().filter(|&&used| used).count() as u64 - absent;
+    Ok(SlotMap { online, slots_in_use, slots_in_use_peak: slots_in_use, cursor: 0 })
 }
 
 fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: bool) -> Result<(Db, RecoveryReport)> {
@@ -101,79 +216,50 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     if instance >= geometry.instance_count {
         return Err(Error::NoSuchInstance { path: path_string, instance, instance_count: geometry.instance_count });
     }
-    let recovery_error = |instance: u32, source: RecoveryError| Error::Recovery {
-        path: path_string.clone(),
-        instance,
-        source: Box::new(source),
-    };
-    // Every instance's version log, for the online map; the opened one's backup log too.
-    let (version_offset, version_len) = geometry.log_area(LogKind::Version, instance);
-    let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, instance);
-    let version_area = device.read_vec(version_offset, version_len)?;
-    let backup_area = device.read_vec(backup_offset, backup_len)?;
-    let recovery = recover_instance(&geometry, instance, &version_area, &backup_area)
-        .map_err(|error| recovery_error(instance, error.into()))?;
+    // The opened instance's logs; every other instance's version log, for the online map.
+    let found = recover_one(device.as_ref(), &label, instance, &path_string)?;
     let mut others = Vec::new();
     for other in (0..geometry.instance_count).filter(|&other| other != instance) {
         let (offset, len) = geometry.log_area(LogKind::Version, other);
         let area = device.read_vec(offset, len)?;
         let state = recover_version_log(&area, &area_context(&geometry, LogKind::Version, other))
-            .map_err(|error| recovery_error(other, error.into()))?;
+            .map_err(|error| recovery_error(&path_string, other, error.into()))?;
         others.push((other, state));
     }
-    // At most one unfinished compaction (the engine runs one at a time), whose inputs the
-    // version holds: anything else is damage (problem 601 of the checker).
-    let unfinished = &recovery.version_log.unfinished_compactions;
-    if unfinished.len() > 1 {
-        let ids = unfinished.keys().copied().collect();
-        return Err(recovery_error(instance, RecoveryError::UnfinishedCompactions { ids }));
-    }
-    let journal = unfinished.values().next().cloned();
-    if let Some(journal) = &journal {
-        if let Some(&missing) = journal.inputs.iter().find(|id| !recovery.version_log.version.chunks.contains_key(id)) {
-            return Err(recovery_error(
-                instance,
-                RecoveryError::JournalInputMissing { compaction_id: journal.compaction_id, chunk_id: missing },
-            ));
-        }
-    }
-    // Slots every geometry in force holds: after a crash in the middle of a resize the label
-    // and a base version may disagree (SPEC.md §14), and a delta version must not add a chunk
-    // on a slot its base version's geometry lacks.
-    let usable_slots = std::iter::once(&recovery.version_log.version)
-        .chain(others.iter().map(|(_, state)| &state.version))
-        .map(|version| version.num_slots)
-        .fold(geometry.num_slots, u64::min);
-    let mut online = online_map(
-        usable_slots,
-        std::iter::once((instance, &recovery.version_log.version, &recovery.version_log.unfinished_compactions))
-            .chain(others.iter().map(|(other, state)| (*other, &state.version, &state.unfinished_compactions))),
-    )
-    .map_err(|conflict| {
-        recovery_error(
-            conflict.instances.1,
-            RecoveryError::SlotConflict { slot: conflict.slot, instances: conflict.instances },
-        )
-    })?;
-    // Slots no device holds (a removed device's, SPEC.md §4.3) are never allocated: marked in
-    // use, and not counted as used.
-    let mut absent = 0u64;
-    for (slot, used) in online.iter_mut().enumerate() {
-        if !label.slot_present(slot as u64) {
-            absent += u64::from(!*used);
-            *used = true;
-        }
-    }
+    let slots = slot_map(
+        &label,
+        std::iter::once((instance, &found.recovery.version_log))
+            .chain(others.iter().map(|(other, state)| (*other, state))),
+        &path_string,
+    )?;
+    assemble(device, path, &label, found, Arc::new(Mutex::new(slots)), options, read_only)
+}
+
+/// Builds the store of one recovered instance on the shared online map: refuses damage no
+/// crash explains, replays the backup log into the memtable, and starts the background thread.
+fn assemble(
+    device: Arc<dyn BlockDevice>,
+    path: &Path,
+    label: &Label,
+    found: Recovered,
+    slots: Arc<Mutex<SlotMap>>,
+    options: Options,
+    read_only: bool,
+) -> Result<(Db, RecoveryReport)> {
+    let path_string = path.display().to_string();
+    let geometry = label.geometry;
+    let Recovered { instance, recovery, backup_area, journal } = found;
     // Damage that no crash explains would make recovery serve an older state silently and
     // then overwrite what a repair could use (docs/reliability.md I7): refuse instead.
     if let Some(damage) = recovery.damage() {
-        return Err(recovery_error(instance, damage.into()));
+        return Err(recovery_error(&path_string, instance, damage.into()));
     }
     let state = &recovery.version_log;
     let version = state.version.clone();
     let published = Published::new(Arc::new(version.clone()), journal.as_ref().map(Redirect::of));
     if let Some((first, second)) = published.levels.overlap() {
         return Err(recovery_error(
+            &path_string,
             instance,
             RecoveryError::LevelOverlap { level: first.level, chunks: (first.chunk_id, second.chunk_id) },
         ));
@@ -194,16 +280,6 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     // append fills the gap before them (SPEC.md §9.3, §9.5).
     let raise_sn_before_append =
         matches!(&recovery.backup, lds_format::instance::BackupRecovery::Recovered { stale_ahead: true, .. });
-    let report = RecoveryReport {
-        sn: state.sn,
-        base_offset: state.base_offset,
-        deltas_replayed: state.sequence.len() - state.base_index - 1,
-        chunks: version.chunks.len(),
-        batches_replayed: backup.batches.len(),
-        entries_replayed,
-        last_sequence,
-        slots_in_use: online.iter().filter(|&&used| used).count() as u64 - absent,
-    };
     let version_log = LogAppender::new(
         area_context(&geometry, LogKind::Version, instance),
         state.head,
@@ -219,20 +295,36 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     // them (a flush adding a chunk there would contradict the version). Another instance
     // may have taken one since; that one stays its.
     let mut compaction_pool = Vec::new();
-    if let (Some(journal), false) = (&journal, read_only) {
-        for &cleaned in &journal.cleaned {
-            for slot in version.chunks.get(&cleaned).into_iter().flat_map(ChunkMeta::slots) {
-                if let Some(used) = online.get_mut(slot as usize).filter(|used| !**used) {
-                    *used = true;
-                    compaction_pool.push(slot);
+    let slots_in_use = {
+        let mut map = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(journal), false) = (&journal, read_only) {
+            for &cleaned in &journal.cleaned {
+                for slot in version.chunks.get(&cleaned).into_iter().flat_map(ChunkMeta::slots) {
+                    if let Some(used) = map.online.get_mut(slot as usize).filter(|used| !**used) {
+                        *used = true;
+                        compaction_pool.push(slot);
+                    }
                 }
             }
         }
-    }
-    let slots_in_use = online.iter().filter(|&&used| used).count() as u64 - absent;
+        map.slots_in_use += compaction_pool.len() as u64;
+        map.slots_in_use_peak = map.slots_in_use_peak.max(map.slots_in_use);
+        map.slots_in_use
+    };
+    let report = RecoveryReport {
+        sn: state.sn,
+        base_offset: state.base_offset,
+        deltas_replayed: state.sequence.len() - state.base_index - 1,
+        chunks: version.chunks.len(),
+        batches_replayed: backup.batches.len(),
+        entries_replayed,
+        last_sequence,
+        slots_in_use: slots_in_use - compaction_pool.len() as u64,
+    };
     let background = options.background && !read_only;
     let shared = Arc::new(Shared {
         device,
+        slots,
         geometry,
         instance,
         options,
@@ -252,10 +344,6 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             published: Arc::new(published),
             sn: state.sn,
             version_log,
-            online,
-            slots_in_use,
-            slots_in_use_peak: slots_in_use,
-            allocation_cursor: 0,
             pending_free: Vec::new(),
             compaction_pool,
             compaction_id_max: state.compaction_id_max,

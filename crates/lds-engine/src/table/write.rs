@@ -17,7 +17,7 @@ pub(crate) fn write_chunks(
     placement: &[(u8, u8)],
     pool: bool,
 ) -> Result<Vec<ChunkMeta>> {
-    let slots = allocate(&mut shared.lock_state(), &shared.cache, built.len() as u64, pool)?;
+    let slots = allocate(&mut shared.lock_state(), &shared.slots, &shared.cache, built.len() as u64, pool)?;
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
         let meta = lds_format::pack::place(chunk, slot, level, flags);
@@ -28,7 +28,7 @@ pub(crate) fn write_chunks(
             .write_at(offset, &chunk.body)
             .and_then(|()| shared.device.write_at(offset + shared.geometry.slot_size - tail.len() as u64, &tail));
         if let Err(error) = result {
-            release(&mut shared.lock_state(), &slots);
+            release(&shared.slots, &slots);
             return Err(error.into());
         }
         metas.push(meta);

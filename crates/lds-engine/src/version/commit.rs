@@ -199,7 +199,7 @@ fn commit_as(
     release_after(state, previous, freed, Release::Free);
     state.compaction_stalled = false;
     state.commits += 1;
-    reclaim(state, &shared.cache);
+    reclaim(state, &shared.slots, &shared.cache);
     Ok(())
 }
 
@@ -223,6 +223,6 @@ pub(crate) fn journal(
     release_after(state, previous, newly_cleaned, Release::CompactionPool);
     #[cfg(feature = "fault-clean-before-journal")]
     drop((previous, newly_cleaned));
-    reclaim(state, &shared.cache);
+    reclaim(state, &shared.slots, &shared.cache);
     Ok(())
 }

@@ -4,26 +4,31 @@
 //! pool instead: only its later outputs reuse them before its final commit, so that a flush
 //! committed meanwhile never adds a chunk on a slot the version still names.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
-use crate::state::{Release, TreeState};
+use crate::state::{Release, SlotMap, TreeState};
 use crate::table::cache::TableCache;
 use crate::version::published::Published;
 
+fn lock(slots: &Mutex<SlotMap>) -> MutexGuard<'_, SlotMap> {
+    slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Frees or pools the slots deleted or cleaned by past commits, oldest first, up to the first
 /// replaced version a reader still holds.
-pub(crate) fn reclaim(state: &mut TreeState, cache: &TableCache) {
+pub(crate) fn reclaim(state: &mut TreeState, slots: &Mutex<SlotMap>, cache: &TableCache) {
     // Bounded by the commits not yet reclaimed; each iteration removes one.
     while state.pending_free.first().is_some_and(|(published, _, _)| Arc::strong_count(published) == 1) {
-        let (_, slots, release) = state.pending_free.remove(0);
-        for slot in slots {
-            assert!(state.online[slot as usize], "slot {slot} freed twice");
+        let (_, freed, release) = state.pending_free.remove(0);
+        let mut map = lock(slots);
+        for slot in freed {
+            assert!(map.online[slot as usize], "slot {slot} freed twice");
             cache.forget_slot(slot);
             match release {
                 Release::Free => {
-                    state.online[slot as usize] = false;
-                    state.slots_in_use -= 1;
+                    map.online[slot as usize] = false;
+                    map.slots_in_use -= 1;
                 }
                 Release::CompactionPool => state.compaction_pool.push(slot),
             }
@@ -42,22 +47,29 @@ pub(crate) fn release_after(state: &mut TreeState, published: Arc<Published>, sl
 /// cursor advancing in one direction, wrapping at the end; "space full" when one round
 /// finds too few. With `pool`, the compaction's own pool is used first. The slots are marked
 /// in use before the caller writes into them.
-pub(crate) fn allocate(state: &mut TreeState, cache: &TableCache, count: u64, pool: bool) -> Result<Vec<u64>> {
-    reclaim(state, cache);
+pub(crate) fn allocate(
+    state: &mut TreeState,
+    slots: &Mutex<SlotMap>,
+    cache: &TableCache,
+    count: u64,
+    pool: bool,
+) -> Result<Vec<u64>> {
+    reclaim(state, slots, cache);
     let mut found = Vec::new();
     if pool {
         let take = (count as usize).min(state.compaction_pool.len());
         found.extend(state.compaction_pool.drain(..take));
     }
-    let num_slots = state.online.len() as u64;
-    let mut cursor = state.allocation_cursor;
+    let mut map = lock(slots);
+    let num_slots = map.online.len() as u64;
+    let mut cursor = map.cursor;
     let mut fresh = Vec::new();
     // One round at most.
     for _ in 0..num_slots {
         if (found.len() + fresh.len()) as u64 == count {
             break;
         }
-        if !state.online[cursor as usize] {
+        if !map.online[cursor as usize] {
             fresh.push(cursor);
         }
         cursor = (cursor + 1) % num_slots;
@@ -67,20 +79,21 @@ pub(crate) fn allocate(state: &mut TreeState, cache: &TableCache, count: u64, po
         return Err(Error::SpaceFull { needed: count, num_slots });
     }
     for &slot in &fresh {
-        assert!(!state.online[slot as usize], "slot {slot} allocated while in use");
-        state.online[slot as usize] = true;
+        assert!(!map.online[slot as usize], "slot {slot} allocated while in use");
+        map.online[slot as usize] = true;
     }
-    state.slots_in_use += fresh.len() as u64;
-    state.slots_in_use_peak = state.slots_in_use_peak.max(state.slots_in_use);
-    state.allocation_cursor = cursor;
+    map.slots_in_use += fresh.len() as u64;
+    map.slots_in_use_peak = map.slots_in_use_peak.max(map.slots_in_use);
+    map.cursor = cursor;
     found.extend(fresh);
     Ok(found)
 }
 
 /// Returns slots taken by `allocate` whose chunks were never committed.
-pub(crate) fn release(state: &mut TreeState, slots: &[u64]) {
-    for &slot in slots {
-        state.online[slot as usize] = false;
+pub(crate) fn release(slots: &Mutex<SlotMap>, taken: &[u64]) {
+    let mut map = lock(slots);
+    for &slot in taken {
+        map.online[slot as usize] = false;
     }
-    state.slots_in_use -= slots.len() as u64;
+    map.slots_in_use -= taken.len() as u64;
 }
