@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::retention::Retention;
 use crate::state::Shared;
-use crate::table::build::{build_chunks, chunk_format};
+use crate::table::build::{chunk_format, ChunkPacker};
 use crate::table::write::write_chunks;
 use crate::version::commit::commit;
 #[cfg(not(feature = "fault-drop-chunk-flush"))]
@@ -23,14 +23,15 @@ pub(crate) fn flush_frozen(
     last_sequence: u64,
 ) -> Result<()> {
     let mut retention = Retention::new(shared.smallest_snapshot());
-    let entries = table.entries();
-    // Tombstones stay in level 0: older versions may lie below.
-    let kept = entries
-        .iter()
-        .filter(|(key, sequence, kind, _)| retention.keep(key, *sequence, *kind, |_| false))
-        .map(|(key, sequence, kind, value)| (key.as_slice(), *sequence, *kind, value.as_slice()));
     let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
-    let mut built = build_chunks(&format, kept);
+    let mut packer = ChunkPacker::new(format);
+    // Tombstones stay in level 0: older versions may lie below.
+    table.visit(|key, sequence, kind, value| {
+        if retention.keep(key, sequence, kind, |_| false) {
+            packer.push(key, sequence, kind, value);
+        }
+    });
+    let mut built: Vec<_> = packer.finish().into_iter().map(|packed| packed.chunk).collect();
     let placement = vec![(0u8, 0u8); built.len()];
     let added = write_chunks(shared, &mut built, &placement, false)?;
     // The chunks must be durable before the delta version that names them.

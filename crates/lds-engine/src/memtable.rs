@@ -9,8 +9,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crossbeam_skiplist::SkipMap;
 use lds_format::batch::EntryKind;
 
+/// A user key, ordered as bytes (`lds_format::codec::compare_keys`: its first 8 bytes as one
+/// integer first, so that most comparisons of a skiplist search call no `memcmp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserKey(pub Vec<u8>);
+
+impl Ord for UserKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        lds_format::codec::compare_keys(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for UserKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// An entry's position: user key ascending, sequence descending.
-pub type InternalKey = (Vec<u8>, Reverse<u64>);
+pub type InternalKey = (UserKey, Reverse<u64>);
 
 /// One entry, owned.
 pub type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
@@ -29,32 +46,36 @@ impl MemTable {
     /// Inserts one entry.
     pub fn insert(&self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
         self.bytes.fetch_add(key.len() + value.len() + ENTRY_OVERHEAD_BYTES, Ordering::Relaxed);
-        self.entries.insert((key.to_vec(), Reverse(sequence)), (kind, value.to_vec()));
+        self.entries.insert((UserKey(key.to_vec()), Reverse(sequence)), (kind, value.to_vec()));
     }
 
     /// The newest version of `key` at or below `snapshot`, with its sequence number:
     /// `Some((sequence, None))` is a tombstone.
     pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, Option<Vec<u8>>)> {
-        let start = (key.to_vec(), Reverse(snapshot));
+        let start = (UserKey(key.to_vec()), Reverse(snapshot));
         let entry = self.entries.range((Bound::Included(start), Bound::Unbounded)).next()?;
         let (found, Reverse(sequence)) = entry.key();
-        if found.as_slice() != key {
+        if found.0.as_slice() != key {
             return None;
         }
         let (kind, value) = entry.value();
         Some((*sequence, (*kind == EntryKind::Put).then(|| value.clone())))
     }
 
-    /// Every entry in internal-key order, copied.
-    pub fn entries(&self) -> Vec<Entry> {
-        self.entries.iter().map(|entry| owned(entry.key(), entry.value())).collect()
+    /// Calls `visit` with every entry in internal-key order, borrowed (a flush copies them
+    /// straight into chunks).
+    pub fn visit(&self, mut visit: impl FnMut(&[u8], u64, EntryKind, &[u8])) {
+        for entry in self.entries.iter() {
+            let ((key, Reverse(sequence)), (kind, value)) = (entry.key(), entry.value());
+            visit(&key.0, *sequence, *kind, value);
+        }
     }
 
     /// At most `limit` entries from `from` (an internal-key bound) below the user key `end`.
     pub fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize) -> Vec<Entry> {
         self.entries
             .range((from.clone(), Bound::Unbounded))
-            .take_while(|entry| end.is_none_or(|end| entry.key().0.as_slice() < end))
+            .take_while(|entry| end.is_none_or(|end| entry.key().0 .0.as_slice() < end))
             .take(limit)
             .map(|entry| owned(entry.key(), entry.value()))
             .collect()
@@ -72,7 +93,7 @@ impl MemTable {
 }
 
 fn owned(key: &InternalKey, value: &(EntryKind, Vec<u8>)) -> Entry {
-    (key.0.clone(), key.1 .0, value.0, value.1.clone())
+    (key.0 .0.clone(), key.1 .0, value.0, value.1.clone())
 }
 
 #[cfg(test)]
@@ -91,11 +112,17 @@ mod tests {
         assert_eq!(table.get(b"a", 2), Some((1, Some(b"one".to_vec()))));
         assert_eq!(table.get(b"a", 0), None);
         assert_eq!(table.get(b"c", 10), None);
-        let order: Vec<(Vec<u8>, u64)> =
-            table.entries().into_iter().map(|(key, sequence, _, _)| (key, sequence)).collect();
+        let mut order: Vec<(Vec<u8>, u64)> = Vec::new();
+        table.visit(|key, sequence, _, _| order.push((key.to_vec(), sequence)));
         assert_eq!(order, vec![(b"a".to_vec(), 5), (b"a".to_vec(), 3), (b"a".to_vec(), 1), (b"b".to_vec(), 2)]);
-        assert_eq!(table.batch(&Bound::Included((b"a".to_vec(), Reverse(u64::MAX))), Some(b"b"), usize::MAX).len(), 3);
-        assert_eq!(table.batch(&Bound::Included((b"b".to_vec(), Reverse(u64::MAX))), None, usize::MAX).len(), 1);
-        assert_eq!(table.batch(&Bound::Included((b"a".to_vec(), Reverse(u64::MAX))), None, 2).len(), 2);
+        assert_eq!(
+            table.batch(&Bound::Included((UserKey(b"a".to_vec()), Reverse(u64::MAX))), Some(b"b"), usize::MAX).len(),
+            3
+        );
+        assert_eq!(
+            table.batch(&Bound::Included((UserKey(b"b".to_vec()), Reverse(u64::MAX))), None, usize::MAX).len(),
+            1
+        );
+        assert_eq!(table.batch(&Bound::Included((UserKey(b"a".to_vec()), Reverse(u64::MAX))), None, 2).len(), 2);
     }
 }

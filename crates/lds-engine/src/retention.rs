@@ -10,13 +10,15 @@ pub(crate) struct Retention {
     /// Sequence number every live snapshot sees (the oldest snapshot, or the latest
     /// sequence when there is none).
     smallest_snapshot: u64,
-    current_key: Option<Vec<u8>>,
+    /// The key of the entries seen last (reused: no allocation per key), once there is one.
+    current_key: Vec<u8>,
+    started: bool,
     last_sequence_for_key: u64,
 }
 
 impl Retention {
     pub(crate) fn new(smallest_snapshot: u64) -> Self {
-        Self { smallest_snapshot, current_key: None, last_sequence_for_key: u64::MAX }
+        Self { smallest_snapshot, current_key: Vec::new(), started: false, last_sequence_for_key: u64::MAX }
     }
 
     /// True when the entry is kept. `is_base_level(key)`: no deeper level overlaps `key`.
@@ -27,8 +29,10 @@ impl Retention {
         kind: EntryKind,
         is_base_level: impl FnOnce(&[u8]) -> bool,
     ) -> bool {
-        if self.current_key.as_deref() != Some(key) {
-            self.current_key = Some(key.to_vec());
+        if !self.started || self.current_key != key {
+            self.current_key.clear();
+            self.current_key.extend_from_slice(key);
+            self.started = true;
             self.last_sequence_for_key = u64::MAX;
         }
         let hidden = self.last_sequence_for_key <= self.smallest_snapshot;

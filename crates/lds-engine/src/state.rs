@@ -199,6 +199,8 @@ pub(crate) struct Shared {
     /// The merge in progress between worker steps. Only the worker touches it, never while
     /// holding the state lock.
     pub(crate) merger: Mutex<Option<Merger>>,
+    /// Slot-sized read buffers merges reuse (`compaction::merge::MergeContext`).
+    pub(crate) merge_buffers: Mutex<Vec<Vec<u8>>>,
 }
 
 impl TreeState {

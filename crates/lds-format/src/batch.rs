@@ -133,6 +133,27 @@ pub fn entries_encoded_len(entries: &[BatchEntry]) -> usize {
         + entries.iter().map(|entry| BATCH_ENTRY_FIXED_LEN + entry.key.len() + entry.value.len()).sum::<usize>()
 }
 
+/// An entry borrowed from its owner: what the engine's write path encodes and inserts,
+/// without copying the key and value first.
+pub type EntryRef<'a> = (EntryKind, &'a [u8], &'a [u8]);
+
+/// Bytes of the payload of a batch of `entries`.
+pub fn refs_encoded_len(entries: &[EntryRef<'_>]) -> usize {
+    BATCH_HEADER_LEN
+        + entries.iter().map(|(_, key, value)| BATCH_ENTRY_FIXED_LEN + key.len() + value.len()).sum::<usize>()
+}
+
+/// Encodes the payload of a batch of borrowed entries (SPEC.md §7), as
+/// [`WriteBatchRecord::encode`] does for owned ones.
+pub fn encode_refs(first_sequence: u64, entries: &[EntryRef<'_>], synced_lsn_low: u32) -> Vec<u8> {
+    let mut writer = Writer::with_capacity(refs_encoded_len(entries));
+    writer.u64(first_sequence).u32(u32::try_from(entries.len()).unwrap_or(u32::MAX)).u32(synced_lsn_low);
+    for &(kind, key, value) in entries {
+        encode_entry(&mut writer, kind, key, value);
+    }
+    writer.into_bytes()
+}
+
 /// Appends one entry in the batch encoding (used by the engine's write path directly).
 pub fn encode_entry(writer: &mut Writer, kind: EntryKind, key: &[u8], value: &[u8]) {
     writer

@@ -668,12 +668,20 @@ impl ChunkBuilder {
             digest: [0; 32],
             footer_crc32c: 0,
         };
+        let tail_without_footer = tail.into_bytes();
+        // The digest covers the body and the tail, then footer bytes 0..104: the first part
+        // is hashed once, and each reseal (a level, flags or identity set later) hashes only
+        // the footer's bytes after it.
+        let mut digest_prefix = blake3::Hasher::new();
+        digest_prefix.update(&self.body);
+        digest_prefix.update(&tail_without_footer);
         let mut built = BuiltSubChunk {
             body: self.body,
-            tail_without_footer: tail.into_bytes(),
+            tail_without_footer,
             footer,
             first_key: self.first_key,
             last_key: self.last_key,
+            digest_prefix,
         };
         built.seal();
         Some(built)
@@ -693,11 +701,16 @@ pub struct BuiltSubChunk {
     pub first_key: Vec<u8>,
     /// Largest user key.
     pub last_key: Vec<u8>,
+    /// The digest's hasher after the body and the tail (see `ChunkBuilder::finish`).
+    digest_prefix: blake3::Hasher,
 }
 
 impl BuiltSubChunk {
     fn seal(&mut self) {
-        self.footer.digest = sub_chunk_digest(&self.body, &self.tail_without_footer, &self.footer);
+        let mut hasher = self.digest_prefix.clone();
+        hasher.update(&self.footer.encode_digest_covered());
+        self.footer.digest = *hasher.finalize().as_bytes();
+        debug_assert_eq!(self.footer.digest, sub_chunk_digest(&self.body, &self.tail_without_footer, &self.footer));
         let encoded = self.footer.encode();
         self.footer.footer_crc32c = u32::from_le_bytes([encoded[156], encoded[157], encoded[158], encoded[159]]);
     }

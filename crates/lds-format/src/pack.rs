@@ -39,8 +39,8 @@ impl ChunkFormat {
 }
 
 /// Estimated bytes one key's versions add to a chunk, for the no-split rule.
-fn group_len(key: &[u8], value_lens: &[usize], block_size: usize, bloom_bits_per_key: u32) -> usize {
-    let data: usize = value_lens.iter().map(|value| ENTRY_FIXED_LEN + key.len() + value).sum();
+fn group_len(key: &[u8], versions: usize, value_bytes: usize, block_size: usize, bloom_bits_per_key: u32) -> usize {
+    let data = versions * (ENTRY_FIXED_LEN + key.len()) + value_bytes;
     let blocks = 1 + data / block_size.max(1);
     data + blocks * (INDEX_ENTRY_FIXED_LEN + key.len() + BLOCK_TRAILER_LEN)
         + (bloom_bits_per_key as usize).div_ceil(8)
@@ -63,9 +63,11 @@ pub struct Packed {
 pub struct ChunkPacker {
     format: ChunkFormat,
     builder: ChunkBuilder,
-    /// The versions of the key being gathered: `(sequence, kind, value)`.
+    /// The versions of the key being gathered: `(sequence, kind, end of its value in
+    /// group_values)`, the values one after the other in one buffer (no allocation per entry).
     group_key: Vec<u8>,
-    group: Vec<(u64, EntryKind, Vec<u8>)>,
+    group: Vec<(u64, EntryKind, usize)>,
+    group_values: Vec<u8>,
     finished: std::collections::VecDeque<Packed>,
 }
 
@@ -77,6 +79,7 @@ impl ChunkPacker {
             format,
             group_key: Vec::new(),
             group: Vec::new(),
+            group_values: Vec::new(),
             finished: std::collections::VecDeque::new(),
         }
     }
@@ -89,8 +92,10 @@ impl ChunkPacker {
         if self.group.is_empty() {
             self.group_key.clear();
             self.group_key.extend_from_slice(key);
+            self.group_values.clear();
         }
-        self.group.push((sequence, kind, value.to_vec()));
+        self.group_values.extend_from_slice(value);
+        self.group.push((sequence, kind, self.group_values.len()));
     }
 
     /// A finished chunk, if any.
@@ -116,22 +121,32 @@ impl ChunkPacker {
             return;
         }
         let options = self.format.options;
-        let lens: Vec<usize> = self.group.iter().map(|entry| entry.2.len()).collect();
-        let needed = group_len(&self.group_key, &lens, options.block_size, options.bloom_bits_per_key);
+        let needed = group_len(
+            &self.group_key,
+            self.group.len(),
+            self.group_values.len(),
+            options.block_size,
+            options.bloom_bits_per_key,
+        );
         if !self.builder.is_empty() && self.builder.estimated_len() + needed > options.slot_size as usize {
             self.seal(true);
         }
         let group = std::mem::take(&mut self.group);
-        for (sequence, kind, value) in &group {
-            if !self.builder.add(&self.group_key, *sequence, *kind, value) {
+        let values = std::mem::take(&mut self.group_values);
+        let mut start = 0;
+        for &(sequence, kind, end) in &group {
+            let value = &values[start..end];
+            start = end;
+            if !self.builder.add(&self.group_key, sequence, kind, value) {
                 // One key's versions exceed a slot: the only case that splits a key.
                 self.seal(false);
-                let added = self.builder.add(&self.group_key, *sequence, *kind, value);
+                let added = self.builder.add(&self.group_key, sequence, kind, value);
                 assert!(added, "an entry within the value limit always fits an empty slot");
             }
         }
         self.group = group;
         self.group.clear();
+        self.group_values = values;
     }
 }
 

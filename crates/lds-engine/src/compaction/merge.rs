@@ -36,6 +36,25 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) device: &'a dyn BlockDevice,
     /// Where slots are.
     pub(crate) geometry: &'a Geometry,
+    /// Slot-sized buffers of earlier merges, reused (zeroing 4 MiB for every input read costs
+    /// more than the merge's comparisons).
+    pub(crate) buffers: &'a std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+/// Buffers a store keeps for its merges at most.
+pub(crate) const MERGE_BUFFERS_MAX: usize = 2;
+
+impl MergeContext<'_> {
+    fn take_buffer(&self) -> Vec<u8> {
+        self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop().unwrap_or_default()
+    }
+
+    fn give_buffer(&self, buffer: Vec<u8>) {
+        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buffers.len() < MERGE_BUFFERS_MAX {
+            buffers.push(buffer);
+        }
+    }
 }
 
 /// An upper bound of the payload of the final delta version of a merge of `inputs` (chunk
@@ -85,12 +104,19 @@ fn corrupt(device: &dyn BlockDevice, source: lds_format::FormatError) -> Error {
     Error::Corrupt { path: device.name().display().to_string(), source }
 }
 
-/// Reads a sub-chunk whole, verifies it is the one the version names and its digest, and
-/// returns the positions of its entries after `skip_to_after` (all when `None`).
-fn load(context: &MergeContext<'_>, sub_chunk: &SubChunkRef, skip_to_after: Option<&[u8]>) -> Result<Loaded> {
+/// Reads a sub-chunk whole into `image` (the run's previous one, reused: a slot-sized buffer is
+/// not zeroed again for every input), verifies it is the one the version names and its
+/// digest, and returns the positions of its entries after `skip_to_after` (all when `None`).
+fn load(
+    context: &MergeContext<'_>,
+    sub_chunk: &SubChunkRef,
+    skip_to_after: Option<&[u8]>,
+    mut image: Vec<u8>,
+) -> Result<Loaded> {
     let geometry = context.geometry;
     let offset = geometry.slot_offset(sub_chunk.slot);
-    let image = context.device.read_vec(offset, geometry.slot_size)?;
+    image.resize(geometry.slot_size as usize, 0);
+    context.device.read_at(offset, &mut image)?;
     let view = SubChunkView::open(&image, offset).map_err(|error| corrupt(context.device, error))?;
     if view.footer.digest != sub_chunk.digest {
         let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
@@ -131,10 +157,16 @@ impl Run {
                 return Ok(true);
             }
             let Some(next) = self.pending.pop_front() else {
-                self.loaded = None;
+                if let Some(done) = self.loaded.take() {
+                    context.give_buffer(done.image);
+                }
                 return Ok(false);
             };
-            self.loaded = Some(load(context, &next, skip_to_after)?);
+            let buffer = match self.loaded.take() {
+                Some(loaded) => loaded.image,
+                None => context.take_buffer(),
+            };
+            self.loaded = Some(load(context, &next, skip_to_after, buffer)?);
         }
     }
 }
@@ -352,8 +384,9 @@ impl Merger {
                         let (candidate, current) = (&self.runs[index], &self.runs[best]);
                         let (Some(a), Some(b)) = (candidate.loaded.as_ref(), current.loaded.as_ref()) else { continue };
                         let (Some(entry_a), Some(entry_b)) = (a.current(), b.current()) else { continue };
-                        (a.slice(entry_a.key), std::cmp::Reverse(entry_a.sequence))
-                            < (b.slice(entry_b.key), std::cmp::Reverse(entry_b.sequence))
+                        lds_format::codec::compare_keys(a.slice(entry_a.key), b.slice(entry_b.key))
+                            .then(entry_b.sequence.cmp(&entry_a.sequence))
+                            .is_lt()
                     }
                 };
                 if better {

@@ -119,7 +119,8 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
 }
 
 fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
-    let context = MergeContext { device: shared.device.as_ref(), geometry: &shared.geometry };
+    let context =
+        MergeContext { device: shared.device.as_ref(), geometry: &shared.geometry, buffers: &shared.merge_buffers };
     let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
     let produced = merger.produce(&context, chunks_max)?;
     let built = produced.chunks;

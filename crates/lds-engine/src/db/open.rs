@@ -374,6 +374,7 @@ fn assemble(
         durable_lsn: AtomicU64::new(0),
         cache,
         merger: Mutex::new(None),
+        merge_buffers: Mutex::new(Vec::new()),
         counters: crate::state::Counters::default(),
     });
     let background = if background {

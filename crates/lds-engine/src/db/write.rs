@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::batch::{watermark_for, WriteBatchRecord, SEQUENCE_MAX};
+use lds_format::batch::{encode_refs, refs_encoded_len, watermark_for, EntryKind, EntryRef, SEQUENCE_MAX};
 use lds_format::label::LogKind;
 use lds_format::log::ObjectType;
 use lds_format::writer::AppendError;
@@ -24,16 +24,12 @@ const ROOM_WAITS_MAX: u64 = 1 << 20;
 impl Db {
     /// Sets `key` to `value`.
     pub fn put(&self, key: &[u8], value: &[u8], options: WriteOptions) -> Result<()> {
-        let mut batch = WriteBatch::new();
-        batch.put(key, value);
-        self.write(&batch, options)
+        self.write_entries(&[(EntryKind::Put, key, value)], options)
     }
 
     /// Deletes `key`.
     pub fn delete(&self, key: &[u8], options: WriteOptions) -> Result<()> {
-        let mut batch = WriteBatch::new();
-        batch.delete(key);
-        self.write(&batch, options)
+        self.write_entries(&[(EntryKind::Delete, key, &[])], options)
     }
 
     /// The largest batch `write` accepts, in `WriteBatch::encoded_len` bytes: half the
@@ -44,28 +40,35 @@ impl Db {
 
     /// Applies a batch atomically: one backup log object, then the memtable.
     pub fn write(&self, batch: &WriteBatch, options: WriteOptions) -> Result<()> {
+        let entries: Vec<EntryRef<'_>> =
+            batch.entries.iter().map(|entry| (entry.kind, entry.key.as_slice(), entry.value.as_slice())).collect();
+        self.write_entries(&entries, options)
+    }
+
+    /// Applies borrowed entries atomically (`put` and `delete` copy nothing before the log).
+    fn write_entries(&self, entries: &[EntryRef<'_>], options: WriteOptions) -> Result<()> {
         let shared = &self.shared;
         if shared.read_only {
             return Err(Error::ReadOnly { path: shared.path_string() });
         }
-        if batch.is_empty() {
+        if entries.is_empty() {
             return Ok(());
         }
         let value_len_max = shared.geometry.slot_size / 4;
-        for entry in &batch.entries {
-            if entry.key.is_empty() || entry.key.len() > usize::from(u16::MAX) {
+        for &(_, key, value) in entries {
+            if key.is_empty() || key.len() > usize::from(u16::MAX) {
                 return Err(Error::InvalidArgument {
-                    reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", entry.key.len()),
+                    reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", key.len()),
                 });
             }
-            if entry.value.len() as u64 > value_len_max {
+            if value.len() as u64 > value_len_max {
                 return Err(Error::InvalidArgument {
-                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", entry.value.len()),
+                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", value.len()),
                 });
             }
         }
         let mut writer = shared.lock_writer();
-        let payload_len = batch.encoded_len() as u64;
+        let payload_len = refs_encoded_len(entries) as u64;
         let batch_len_max = writer.backup_log.context().payload_len_max() / 2;
         if payload_len > batch_len_max {
             return Err(Error::InvalidArgument {
@@ -76,7 +79,7 @@ impl Db {
         }
         self.raise_sn_if_needed(&mut writer)?;
         let first_sequence = writer.last_sequence + 1;
-        let last_sequence = first_sequence + batch.len() as u64 - 1;
+        let last_sequence = first_sequence + entries.len() as u64 - 1;
         if last_sequence > SEQUENCE_MAX {
             return Err(Error::Exhausted { what: "sequence numbers (2^56)" });
         }
@@ -86,7 +89,7 @@ impl Db {
         } else {
             0
         };
-        let payload = WriteBatchRecord { first_sequence, entries: batch.entries.clone(), synced_lsn_low }.encode();
+        let payload = encode_refs(first_sequence, entries, synced_lsn_low);
         let mut force_freeze = false;
         // Two rounds at most: a full log forces a freeze (and its flush moves the backup
         // start); a log still full after that fails the write.
@@ -114,8 +117,8 @@ impl Db {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.into()));
         }
-        for (index, entry) in batch.entries.iter().enumerate() {
-            mem.insert(&entry.key, first_sequence + index as u64, entry.kind, &entry.value);
+        for (index, &(kind, key, value)) in entries.iter().enumerate() {
+            mem.insert(key, first_sequence + index as u64, kind, value);
         }
         writer.last_sequence = last_sequence;
         shared.published.store(last_sequence, Ordering::Release);

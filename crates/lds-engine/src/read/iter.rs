@@ -10,15 +10,49 @@ use lds_format::batch::EntryKind;
 use lds_format::version::{ChunkMeta, SubChunkRef};
 
 use crate::error::Result;
-use crate::memtable::{Entry, InternalKey, MemTable};
+use crate::memtable::{Entry, InternalKey, MemTable, UserKey};
 use crate::read::view;
 use crate::state::Shared;
 use crate::table::cache::{Block, Tail};
+use crate::version::levels::Levels;
 use crate::version::published::Published;
+
+/// Where a chunk cursor's sub-chunks come from.
+enum Pending {
+    /// A list fixed at the start (a level-0 chunk; an unfinished compaction's chunks).
+    List(VecDeque<SubChunkRef>),
+    /// The chunks of a level at or above 1 (sorted, disjoint), from the `next`th on while they
+    /// start below `end`: taken one at a time, so that a seek costs the same whatever the
+    /// level's size.
+    Level { levels: Arc<Levels>, level: usize, next: usize, end: Option<Vec<u8>>, subs: VecDeque<SubChunkRef> },
+}
+
+impl Pending {
+    fn pop(&mut self) -> Option<SubChunkRef> {
+        match self {
+            Self::List(list) => list.pop_front(),
+            Self::Level { levels, level, next, end, subs } => {
+                if subs.is_empty() {
+                    let chunk = levels.levels[*level].get(*next)?;
+                    if end.as_deref().is_some_and(|end| chunk.smallest_key.as_slice() >= end) {
+                        return None;
+                    }
+                    *next += 1;
+                    subs.extend(chunk.sub_chunks.iter().copied());
+                }
+                subs.pop_front()
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = Self::List(VecDeque::new());
+    }
+}
 
 /// Walks the sub-chunks of a list of chunks block by block, from a start key.
 struct ChunkCursor {
-    slots: VecDeque<SubChunkRef>,
+    slots: Pending,
     index: Option<Arc<Tail>>,
     slot: u64,
     next_block: usize,
@@ -34,7 +68,11 @@ struct ChunkCursor {
 
 impl ChunkCursor {
     fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
-        let slots = chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect();
+        let slots = Pending::List(chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect());
+        Self::of(slots, start)
+    }
+
+    fn of(slots: Pending, start: &[u8]) -> Self {
         Self {
             slots,
             index: None,
@@ -70,7 +108,7 @@ impl ChunkCursor {
             let tail = match &self.index {
                 Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
                 _ => {
-                    let Some(sub_chunk) = self.slots.pop_front() else { return Ok(None) };
+                    let Some(sub_chunk) = self.slots.pop() else { return Ok(None) };
                     let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
                     self.slot = sub_chunk.slot;
                     self.next_block =
@@ -101,13 +139,14 @@ struct MemCursor {
 }
 
 impl MemCursor {
-    const FIRST_BATCH: usize = 8;
+    // A seek reads one entry, an iterator many: batches grow 1, 4, 16, ... 1024.
+    const FIRST_BATCH: usize = 1;
     const LARGEST_BATCH: usize = 1024;
 
     fn new(table: &Arc<MemTable>, start: &[u8], end: Option<&[u8]>) -> Self {
         Self {
             table: Arc::clone(table),
-            from: Bound::Included((start.to_vec(), Reverse(u64::MAX))),
+            from: Bound::Included((UserKey(start.to_vec()), Reverse(u64::MAX))),
             end: end.map(<[u8]>::to_vec),
             buffer: Vec::new().into_iter(),
             batch: Self::FIRST_BATCH,
@@ -125,7 +164,7 @@ impl MemCursor {
         let entries = self.table.batch(&self.from, self.end.as_deref(), self.batch);
         self.exhausted = entries.len() < self.batch;
         if let Some((key, sequence, _, _)) = entries.last() {
-            self.from = Bound::Excluded((key.clone(), Reverse(*sequence)));
+            self.from = Bound::Excluded((UserKey(key.clone()), Reverse(*sequence)));
         }
         self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
         self.buffer = entries.into_iter();
@@ -148,7 +187,7 @@ impl Source {
 }
 
 /// A merge candidate: user key, sequence (newest first), source index, kind, value.
-type HeapItem = Reverse<(Vec<u8>, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
+type HeapItem = Reverse<(UserKey, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
 
 /// An iterator over live keys and values in key order, as of one sequence number. It holds
 /// the version it started on, so the chunks it reads stay in place until it is dropped.
@@ -160,6 +199,7 @@ pub struct DbIterator {
     heap: BinaryHeap<HeapItem>,
     snapshot: u64,
     end: Option<Vec<u8>>,
+    /// The key whose newest visible version was decided last (reused: no allocation per key).
     decided: Option<Vec<u8>>,
     failed: bool,
 }
@@ -180,6 +220,22 @@ impl DbIterator {
         // not at all), its outputs up to it (SPEC.md §12).
         let is_input = |chunk: &ChunkMeta| redirect.is_some_and(|redirect| redirect.inputs.contains(&chunk.chunk_id));
         for (level, chunks) in published.levels.levels.iter().enumerate() {
+            if level > 0 && redirect.is_none() {
+                // A sorted level, its chunks taken as the cursor reaches them.
+                let levels = &published.levels;
+                let next = chunks.len() - levels.starting_at(level, start).len();
+                if next < chunks.len() && end.is_none_or(|end| chunks[next].smallest_key.as_slice() < end) {
+                    let pending = Pending::Level {
+                        levels: Arc::clone(levels),
+                        level,
+                        next,
+                        end: end.map(<[u8]>::to_vec),
+                        subs: VecDeque::new(),
+                    };
+                    sources.push(Source::Chunks(ChunkCursor::of(pending, start)));
+                }
+                continue;
+            }
             let in_level: Vec<&ChunkMeta> = if level == 0 {
                 chunks.iter().filter(|chunk| in_range(chunk)).collect()
             } else {
@@ -230,7 +286,7 @@ impl DbIterator {
 
     fn refill(&mut self, index: usize) -> Result<()> {
         if let Some((key, sequence, kind, value)) = self.sources[index].next(&self.shared)? {
-            self.heap.push(Reverse((key, Reverse(sequence), index, kind, value)));
+            self.heap.push(Reverse((UserKey(key), Reverse(sequence), index, kind, value)));
         }
         Ok(())
     }
@@ -243,7 +299,7 @@ impl Iterator for DbIterator {
         if self.failed {
             return None;
         }
-        while let Some(Reverse((key, Reverse(sequence), index, kind, value))) = self.heap.pop() {
+        while let Some(Reverse((UserKey(key), Reverse(sequence), index, kind, value))) = self.heap.pop() {
             if let Err(error) = self.refill(index) {
                 self.failed = true;
                 return Some(Err(error));
@@ -255,7 +311,13 @@ impl Iterator for DbIterator {
             if sequence > self.snapshot || self.decided.as_ref() == Some(&key) {
                 continue;
             }
-            self.decided = Some(key.clone());
+            match &mut self.decided {
+                Some(decided) => {
+                    decided.clear();
+                    decided.extend_from_slice(&key);
+                }
+                None => self.decided = Some(key.clone()),
+            }
             if kind == EntryKind::Put {
                 return Some(Ok((key, value)));
             }

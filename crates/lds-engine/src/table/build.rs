@@ -2,7 +2,7 @@
 //! with repair and salvage; the engine supplies its block and filter sizes.
 
 use lds_format::label::Geometry;
-pub(crate) use lds_format::pack::{build_chunks, ChunkFormat, ChunkPacker, Packed};
+pub(crate) use lds_format::pack::{ChunkFormat, ChunkPacker, Packed};
 
 use crate::options::Options;
 

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lds_format::batch::EntryKind;
-use lds_format::chunk::{decode_block, decode_index, Filter, Footer, IndexEntry, FOOTER_LEN};
+use lds_format::chunk::{decode_index, visit_block, Filter, Footer, IndexEntry, FOOTER_LEN};
 use lds_format::label::Geometry;
 use lds_format::version::SubChunkRef;
 use lds_volume::BlockDevice;
@@ -45,15 +45,22 @@ impl Block {
             0 => (0, 0),
             len => ((part.as_ptr() as usize - base) as u32, len as u32),
         };
-        let entries = decode_block(&bytes, offset)?
-            .into_iter()
-            .map(|found| BlockEntry {
+        // One pass, straight into the positions, sized by the trailer's entry count (checked
+        // by `visit_block`; bounded here by what the bytes can hold).
+        let count = bytes
+            .len()
+            .checked_sub(8)
+            .and_then(|at| bytes.get(at..at + 4))
+            .map_or(0, |count| u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize);
+        let mut entries = Vec::with_capacity(count.min(bytes.len() / 15));
+        visit_block(&bytes, offset, |found| {
+            entries.push(BlockEntry {
                 key: at(found.key),
                 sequence: found.sequence,
                 kind: found.kind,
                 value: at(found.value),
             })
-            .collect();
+        })?;
         Ok(Self { bytes, entries })
     }
 
