@@ -8,8 +8,9 @@ doc: |
   larger than a slot). All offsets are from the slot start. Invariants:
   `ofs_filter + len_filter == slot_size - 160`, `ofs_index + len_index ==
   ofs_filter`, `len_body <= ofs_index`. `digest` is blake3 of body ‖ index ‖
-  filter ‖ footer bytes 0..104; `footer_crc32c` covers bytes 0..156. Neither is
-  checked here.
+  filter ‖ footer bytes 0..104, or with flag bit 1 (format 1.3) xxh3-128 of the
+  same bytes (little endian) and 16 zero bytes; `footer_crc32c` covers bytes
+  0..156. Neither is checked here.
 doc-ref: SPEC.md §8.3
 seq:
   - id: magic
@@ -24,7 +25,9 @@ seq:
     doc: Level at the time of writing (informational).
   - id: flags
     type: u1
-    doc: Bit 0 `odd`; the other bits are reserved.
+    doc: |
+      Bit 0 `odd`; bit 1 (format 1.3) the digest is xxh3-128, not blake3; the
+      other bits are reserved.
   - id: instance
     type: u4
     doc: The owning instance.
@@ -77,3 +80,6 @@ seq:
 instances:
   odd:
     value: (flags & 1) != 0
+  has_xxh3_digest:
+    value: (flags & 2) != 0
+    doc: The digest is xxh3-128 and 16 zero bytes (SPEC.md §8.3, format 1.3).

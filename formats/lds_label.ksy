@@ -45,7 +45,8 @@ seq:
       Unknown bits make the volume unreadable. Bit 0 (1.1): `sync_watermark`,
       write batches carry a sync watermark (lds_write_batch::synced_lsn_low).
       Bit 1 (1.2): `multi_device`, the volume spans several devices and
-      `devices` holds their table.
+      `devices` holds their table. Bit 2 (1.3): `fast_digest`, chunks record an
+      xxh3-128 digest (lds_chunk_footer::flags bit 1).
   - id: geometry
     type: geometry
   - id: generation
@@ -77,13 +78,13 @@ instances:
     doc: Feature `multi_device` (1.2).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 3
+      version_major == 1 and len_label == 512 and features_incompat <= 7
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.1 defines bit 0, 1.2 bit 1), zero reserved bytes or a
+      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2), zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

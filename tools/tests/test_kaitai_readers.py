@@ -303,7 +303,7 @@ def test_engine_written_volume_of_several_devices_matches(kaitai_dump, tmp_path)
     assert len(slots_in_use()) == 2
     volume = compare(first, "volume of several devices", [third])
     primary = volume["labels"]["primary"]
-    assert primary["devices"]["num_devices"] == 2 and primary["features_incompat"] == 3, primary
+    assert primary["devices"]["num_devices"] == 2 and primary["features_incompat"] & 2, primary
     assert any(slot["footer"] is None for slot in volume["slots"]), "no gap of slots"
     state = compare_state(first, "volume of several devices", volume, [third])
     assert len(state) > 3000, "the state lost keys"

@@ -357,7 +357,13 @@ pub(crate) fn check_chunk(
                 Code::DigestMismatch,
                 structure.clone(),
                 slot_offset,
-                format!("the blake3 digest of slot {slot} does not match its contents"),
+                format!(
+                    "the {} digest of slot {slot} does not match its contents",
+                    match lds_format::chunk::DigestKind::of_flags(footer.flags) {
+                        lds_format::chunk::DigestKind::Blake3 => "blake3",
+                        lds_format::chunk::DigestKind::Xxh3 => "xxh3-128",
+                    }
+                ),
             );
         }
     }

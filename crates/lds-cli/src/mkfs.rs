@@ -52,9 +52,10 @@ pub struct MkfsOptions {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Format version: 1.1 (the default: write batches carry a sync watermark, SPEC.md §7.1)
-    /// or 1.0 (readable by LDS builds older than 1.1).
-    #[arg(long, default_value = "1.1", value_parser = ["1.0", "1.1"])]
+    /// Format version: 1.3 (the default: chunks record an xxh3-128 digest, SPEC.md §8.3, and
+    /// write batches a sync watermark, §7.1), 1.1 or 1.2 (a blake3 digest: readable by builds
+    /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build).
+    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3"])]
     pub format_version: String,
 }
 
@@ -193,10 +194,12 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     };
     let geometry =
         plan_layout(&request, uuid).map_err(|error| format!("{}: cannot lay out a volume: {error}", path.display()))?;
-    // 1.1 unless 1.0 is asked for (`MkfsOptions::default()` leaves the field empty).
+    // 1.3 unless an earlier version is asked for (`MkfsOptions::default()` leaves the field
+    // empty).
     let label = match options.format_version.as_str() {
         "1.0" => Label::new(geometry, &options.name),
-        _ => Label::new(geometry, &options.name).with_sync_watermark(),
+        "1.1" | "1.2" => Label::new(geometry, &options.name).with_sync_watermark(),
+        _ => Label::new(geometry, &options.name).with_sync_watermark().with_fast_digest(),
     };
     if options.dry_run {
         return report(out, options, "mkfs-plan", &format!("dry run: nothing written to {}", path.display()), &label);

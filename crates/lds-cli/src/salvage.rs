@@ -127,7 +127,8 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         dry_run: false,
         force: args.force,
         json: false,
-        format_version: "1.1".into(),
+        // What mkfs writes (SPEC.md §17).
+        format_version: "1.3".into(),
     };
     let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
     if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {

@@ -71,7 +71,7 @@ fn fsck_clean(path: &Path, context: &str) {
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2)] {
+    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4)] {
         assert!(
             volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,
             "{version}: {volumes:?}"

@@ -145,8 +145,8 @@ fn options_shape_the_layout() {
 }
 
 #[test]
-fn format_version_1_1_by_default_and_1_0_on_request() {
-    for (version, minor, incompat) in [("", 1, 1), ("1.1", 1, 1), ("1.0", 0, 0)] {
+fn format_version_1_3_by_default_and_earlier_ones_on_request() {
+    for (version, minor, incompat) in [("", 3, 5), ("1.3", 3, 5), ("1.2", 1, 1), ("1.1", 1, 1), ("1.0", 0, 0)] {
         let path = scratch(&format!("version-{version}.img"));
         let options = MkfsOptions {
             path: path.clone(),

@@ -23,7 +23,7 @@ pub(crate) fn flush_frozen(
     last_sequence: u64,
 ) -> Result<()> {
     let mut retention = Retention::new(shared.smallest_snapshot());
-    let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
+    let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     let mut packer = ChunkPacker::new(format);
     // Tombstones stay in level 0: older versions may lie below.
     table.visit(|key, sequence, kind, value| {

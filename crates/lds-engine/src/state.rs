@@ -171,6 +171,8 @@ pub(crate) struct Shared {
     /// The online map, shared with the other instances opened with this one.
     pub(crate) slots: Arc<Mutex<SlotMap>>,
     pub(crate) geometry: Geometry,
+    /// The digest new chunks record (the label's feature `fast_digest`, SPEC.md §8.3).
+    pub(crate) digest: lds_format::chunk::DigestKind,
     pub(crate) instance: u32,
     pub(crate) options: Options,
     pub(crate) path: PathBuf,

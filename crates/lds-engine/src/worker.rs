@@ -73,7 +73,7 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
             *slot = Some(crate::compaction::start(shared, plan)?);
         } else if let Some(journal) = resume {
             let version = Arc::clone(shared.lock_state().version());
-            let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
+            let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
             *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format)?);
             shared.lock_state().merging = true;
         }

@@ -87,6 +87,10 @@ fn killed_buffered_writer_leaves_a_prefix_of_its_writes() {
     kill_rounds("killed_buffered_writer_leaves_a_prefix_of_its_writes", false);
 }
 
+/// The two tests run one at a time: a child forked by one holds the other's open descriptors,
+/// locks included, until it execs, and a writer opening in that window finds its volume in use.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs eight kill rounds on one image: the child writes (synced or not) until killed; the
 /// recovered keys must be a prefix of those issued, holding every acknowledged key when the
 /// writes were synced.
@@ -101,6 +105,7 @@ fn kill_rounds(test_name: &str, sync: bool) {
         }
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let path = std::env::temp_dir().join(format!(
         "lds-kill-{}-{}.img",
         std::process::id(),

@@ -41,7 +41,7 @@ pub struct Footer {
     pub version_major: u16,
     /// Level when written.
     pub level: u8,
-    /// Flags (bit 0 odd).
+    /// Flags (bit 0 odd, bit 1 the digest is xxh3-128: `FOOTER_FLAG_*`).
     pub flags: u8,
     /// Owning instance.
     pub instance: u32,
@@ -77,7 +77,8 @@ pub struct Footer {
     pub slot_size: u32,
     /// The volume.
     pub volume_uuid: [u8; 16],
-    /// blake3 of body, index, filter and footer bytes 0..104.
+    /// The digest of body, index, filter and footer bytes 0..104: blake3, or (flag
+    /// `FOOTER_FLAG_XXH3`) xxh3-128 and 16 zero bytes (SPEC.md §8.3).
     pub digest: [u8; 32],
     /// crc32c of footer bytes 0..156.
     pub footer_crc32c: u32,
@@ -195,8 +196,11 @@ impl Footer {
         }
         Reader::new(&bytes[136..156], S, offset + 136).reserved(20)?;
         let invalid = |field: &'static str, reason: String| Err(FormatError::invalid(S, field, offset, reason));
-        if footer.flags & !1 != 0 {
+        if footer.flags & !(FOOTER_FLAG_ODD | FOOTER_FLAG_XXH3) != 0 {
             return invalid("flags", "reserved bits set".into());
+        }
+        if footer.flags & FOOTER_FLAG_XXH3 != 0 && footer.digest[16..] != [0; 16] {
+            return invalid("digest", "an xxh3-128 digest with its last 16 bytes not zero".into());
         }
         if u64::from(footer.slot_size) != slot_size {
             return invalid("slot_size", format!("{} but the volume's slots are {slot_size} bytes", footer.slot_size));
@@ -501,6 +505,89 @@ pub struct ChunkOptions {
     pub block_size: usize,
     /// Bloom filter bits per key (0: no filter).
     pub bloom_bits_per_key: u32,
+    /// The digest the footer records (xxh3-128 on volumes with feature `fast_digest`).
+    pub digest: DigestKind,
+}
+
+/// Footer flag bit 0: the chunk is its level's odd chunk (SPEC.md §11).
+pub const FOOTER_FLAG_ODD: u8 = 1;
+/// Footer flag bit 1 (format 1.3, feature `fast_digest`): the digest is xxh3-128 followed by
+/// 16 zero bytes, not blake3 (SPEC.md §8.3).
+pub const FOOTER_FLAG_XXH3: u8 = 2;
+
+/// Which function a chunk's digest is (SPEC.md §8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DigestKind {
+    /// blake3, 32 bytes (format 1.0 to 1.2).
+    #[default]
+    Blake3,
+    /// xxh3-128, then 16 zero bytes (format 1.3, feature `fast_digest`): about ten times
+    /// cheaper, and as good against stale or misdirected sectors (nothing here is adversarial).
+    Xxh3,
+}
+
+impl DigestKind {
+    /// The kind a footer's flags name.
+    pub fn of_flags(flags: u8) -> Self {
+        if flags & FOOTER_FLAG_XXH3 != 0 {
+            Self::Xxh3
+        } else {
+            Self::Blake3
+        }
+    }
+
+    /// The footer flag bit it sets.
+    pub fn flag(self) -> u8 {
+        match self {
+            Self::Blake3 => 0,
+            Self::Xxh3 => FOOTER_FLAG_XXH3,
+        }
+    }
+}
+
+/// A digest being computed, either kind.
+#[derive(Clone)]
+enum DigestState {
+    Blake3(Box<blake3::Hasher>),
+    Xxh3(Box<xxhash_rust::xxh3::Xxh3>),
+}
+
+impl std::fmt::Debug for DigestState {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            Self::Blake3(_) => "DigestState::Blake3",
+            Self::Xxh3(_) => "DigestState::Xxh3",
+        })
+    }
+}
+
+impl DigestState {
+    fn new(kind: DigestKind) -> Self {
+        match kind {
+            DigestKind::Blake3 => Self::Blake3(Box::new(blake3::Hasher::new())),
+            DigestKind::Xxh3 => Self::Xxh3(Box::new(xxhash_rust::xxh3::Xxh3::new())),
+        }
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Self::Blake3(hasher) => {
+                hasher.update(bytes);
+            }
+            Self::Xxh3(hasher) => hasher.update(bytes),
+        }
+    }
+
+    fn finish(&self) -> [u8; 32] {
+        match self {
+            Self::Blake3(hasher) => *hasher.finalize().as_bytes(),
+            Self::Xxh3(hasher) => {
+                let mut digest = [0u8; 32];
+                digest[..16].copy_from_slice(&hasher.digest128().to_le_bytes());
+                digest
+            }
+        }
+    }
 }
 
 /// Packs sorted entries into one slot.
@@ -647,7 +734,7 @@ impl ChunkBuilder {
         let footer = Footer {
             version_major: 1,
             level: identity.level,
-            flags: identity.flags,
+            flags: identity.flags | self.options.digest.flag(),
             instance: identity.instance,
             chunk_id: identity.chunk_id,
             sub_chunk_index: identity.sub_chunk_index,
@@ -672,7 +759,7 @@ impl ChunkBuilder {
         // The digest covers the body and the tail, then footer bytes 0..104: the first part
         // is hashed once, and each reseal (a level, flags or identity set later) hashes only
         // the footer's bytes after it.
-        let mut digest_prefix = blake3::Hasher::new();
+        let mut digest_prefix = DigestState::new(self.options.digest);
         digest_prefix.update(&self.body);
         digest_prefix.update(&tail_without_footer);
         let mut built = BuiltSubChunk {
@@ -702,14 +789,14 @@ pub struct BuiltSubChunk {
     /// Largest user key.
     pub last_key: Vec<u8>,
     /// The digest's hasher after the body and the tail (see `ChunkBuilder::finish`).
-    digest_prefix: blake3::Hasher,
+    digest_prefix: DigestState,
 }
 
 impl BuiltSubChunk {
     fn seal(&mut self) {
         let mut hasher = self.digest_prefix.clone();
         hasher.update(&self.footer.encode_digest_covered());
-        self.footer.digest = *hasher.finalize().as_bytes();
+        self.footer.digest = hasher.finish();
         debug_assert_eq!(self.footer.digest, sub_chunk_digest(&self.body, &self.tail_without_footer, &self.footer));
         let encoded = self.footer.encode();
         self.footer.footer_crc32c = u32::from_le_bytes([encoded[156], encoded[157], encoded[158], encoded[159]]);
@@ -726,7 +813,8 @@ impl BuiltSubChunk {
     /// Changes the level and flags (the odd flag is decided after a merge ends) and reseals.
     pub fn set_level_and_flags(&mut self, level: u8, flags: u8) {
         self.footer.level = level;
-        self.footer.flags = flags;
+        // The digest's kind stays what the chunk was built with.
+        self.footer.flags = flags | (self.footer.flags & FOOTER_FLAG_XXH3);
         self.seal();
     }
 
@@ -754,14 +842,14 @@ impl BuiltSubChunk {
     }
 }
 
-/// The blake3 digest of a sub-chunk (SPEC.md §8.3): its body, its tail before the footer
-/// (index and filter), and the footer's bytes before the digest. The one place it is computed.
+/// The digest of a sub-chunk (SPEC.md §8.3), blake3 or xxh3-128 as its footer flags say: its body, its tail
+/// before the footer (index and filter), and the footer's bytes before the digest.
 pub fn sub_chunk_digest(body: &[u8], tail: &[u8], footer: &Footer) -> [u8; 32] {
-    let mut hasher = blake3::Hasher::new();
+    let mut hasher = DigestState::new(DigestKind::of_flags(footer.flags));
     hasher.update(body);
     hasher.update(tail);
     hasher.update(&footer.encode_digest_covered());
-    *hasher.finalize().as_bytes()
+    hasher.finish()
 }
 
 /// A sub-chunk decoded from a whole slot image, with every check of SPEC.md §8.
@@ -844,7 +932,7 @@ mod tests {
     const SLOT: u64 = 64 * 1024;
 
     fn options() -> ChunkOptions {
-        ChunkOptions { slot_size: SLOT, block_size: 1024, bloom_bits_per_key: 10 }
+        ChunkOptions { slot_size: SLOT, block_size: 1024, bloom_bits_per_key: 10, digest: DigestKind::Blake3 }
     }
 
     fn identity() -> ChunkIdentity {

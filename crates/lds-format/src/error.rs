@@ -37,7 +37,7 @@ pub enum FormatError {
         /// The checksum of the bytes read.
         actual: u32,
     },
-    /// A blake3 digest does not match.
+    /// A digest (blake3 or xxh3-128, SPEC.md §8.3) does not match.
     DigestMismatch {
         /// Structure being checked.
         structure: &'static str,
@@ -144,7 +144,7 @@ impl fmt::Display for FormatError {
                 "{structure} at offset {offset}: checksum mismatch, stored {expected:#010x}, computed {actual:#010x}"
             ),
             Self::DigestMismatch { structure, offset } => {
-                write!(f, "{structure} at offset {offset}: blake3 digest mismatch")
+                write!(f, "{structure} at offset {offset}: digest mismatch")
             }
             Self::ReservedNotZero { structure, offset } => {
                 write!(f, "{structure} at offset {offset}: reserved bytes are not zero")

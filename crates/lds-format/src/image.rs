@@ -237,7 +237,12 @@ impl ImageBuilder {
         entries: &[(Vec<u8>, u64, EntryKind, Vec<u8>)],
     ) -> ChunkMeta {
         let geometry = self.label.geometry;
-        let options = ChunkOptions { slot_size: geometry.slot_size, block_size: 4096, bloom_bits_per_key: 10 };
+        let options = ChunkOptions {
+            slot_size: geometry.slot_size,
+            block_size: 4096,
+            bloom_bits_per_key: 10,
+            digest: crate::chunk::DigestKind::Blake3,
+        };
         let mut builder = ChunkBuilder::new(options);
         for (key, sequence, kind, value) in entries {
             assert!(builder.add(key, *sequence, *kind, value), "fixture entries overflow one slot");

@@ -259,8 +259,12 @@ pub const FEATURE_INCOMPAT_SYNC_WATERMARK: u64 = 1;
 /// Incompatible feature `multi_device` (version 1.2): the volume spans several devices, whose
 /// table the label's last 300 bytes hold (SPEC.md §4.3), bytes a 1.1 reader requires to be zero.
 pub const FEATURE_INCOMPAT_MULTI_DEVICE: u64 = 2;
+/// Incompatible feature `fast_digest` (version 1.3): chunks written to the volume record an
+/// xxh3-128 digest (footer flag bit 1, SPEC.md §8.3), which a 1.2 reader rejects.
+pub const FEATURE_INCOMPAT_FAST_DIGEST: u64 = 4;
 /// Incompatible features this build knows.
-pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK | FEATURE_INCOMPAT_MULTI_DEVICE;
+pub const FEATURES_INCOMPAT_KNOWN: u64 =
+    FEATURE_INCOMPAT_SYNC_WATERMARK | FEATURE_INCOMPAT_MULTI_DEVICE | FEATURE_INCOMPAT_FAST_DIGEST;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -291,6 +295,23 @@ impl Label {
         self.features_incompat & FEATURE_INCOMPAT_SYNC_WATERMARK != 0
     }
 
+    /// The label of format version 1.3 (SPEC.md §17): this one with feature `fast_digest`,
+    /// which mkfs sets on new volumes (with `sync_watermark`).
+    pub fn with_fast_digest(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_FAST_DIGEST;
+        self.version_minor = self.version_minor.max(3);
+        self
+    }
+
+    /// The digest new chunks of the volume record (SPEC.md §8.3).
+    pub fn digest_kind(&self) -> crate::chunk::DigestKind {
+        if self.features_incompat & FEATURE_INCOMPAT_FAST_DIGEST != 0 {
+            crate::chunk::DigestKind::Xxh3
+        } else {
+            crate::chunk::DigestKind::Blake3
+        }
+    }
+
     /// This label with the device table `devices` (feature `multi_device`, version 1.2), or,
     /// with `None`, the label of a volume on one device again (the feature cleared and the
     /// minor version back to what the other features need), SPEC.md §4.3, §17.
@@ -306,6 +327,9 @@ impl Label {
                     self.version_minor = u16::from(self.has_sync_watermark());
                 }
             }
+        }
+        if self.features_incompat & FEATURE_INCOMPAT_FAST_DIGEST != 0 {
+            self.version_minor = self.version_minor.max(3);
         }
         self.devices = devices;
         self
@@ -611,7 +635,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 4;
+        label.features_incompat = 8;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

@@ -20,11 +20,29 @@ pub struct ChunkFormat {
 }
 
 impl ChunkFormat {
+    /// The same format with the digest `kind` (xxh3-128 on volumes with feature
+    /// `fast_digest`, SPEC.md §8.3).
+    pub fn with_digest(mut self, kind: crate::chunk::DigestKind) -> Self {
+        self.options.digest = kind;
+        self
+    }
+
+    /// The format of chunks of `instance` on the volume `label` describes: its digest kind
+    /// from the label's features.
+    pub fn for_label(label: &crate::label::Label, instance: u32, block_size: usize, bloom_bits_per_key: u32) -> Self {
+        Self::new(&label.geometry, instance, block_size, bloom_bits_per_key).with_digest(label.digest_kind())
+    }
+
     /// Chunks of `instance` on a volume of `geometry`, with blocks of `block_size` bytes and
     /// filters of `bloom_bits_per_key` bits per key (0: none).
     pub fn new(geometry: &Geometry, instance: u32, block_size: usize, bloom_bits_per_key: u32) -> Self {
         Self {
-            options: ChunkOptions { slot_size: geometry.slot_size, block_size, bloom_bits_per_key },
+            options: ChunkOptions {
+                slot_size: geometry.slot_size,
+                block_size,
+                bloom_bits_per_key,
+                digest: crate::chunk::DigestKind::Blake3,
+            },
             identity: ChunkIdentity {
                 volume_uuid: geometry.volume_uuid,
                 instance,

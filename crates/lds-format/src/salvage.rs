@@ -441,7 +441,12 @@ mod tests {
     use crate::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions};
 
     fn built_slot() -> (Vec<u8>, Vec<Entry>) {
-        let mut builder = ChunkBuilder::new(ChunkOptions { slot_size: 65536, block_size: 512, bloom_bits_per_key: 10 });
+        let mut builder = ChunkBuilder::new(ChunkOptions {
+            slot_size: 65536,
+            block_size: 512,
+            bloom_bits_per_key: 10,
+            digest: crate::chunk::DigestKind::Blake3,
+        });
         let mut entries = Vec::new();
         for number in 0..400u64 {
             let entry = Entry {

@@ -126,7 +126,12 @@ fn decoders_survive_hostile_bytes() {
         entries: vec![BatchEntry { kind: EntryKind::Delete, key: b"z".to_vec(), value: Vec::new() }],
         synced_lsn_low: 9,
     };
-    let options = ChunkOptions { slot_size: geometry.slot_size, block_size: 512, bloom_bits_per_key: 10 };
+    let options = ChunkOptions {
+        slot_size: geometry.slot_size,
+        block_size: 512,
+        bloom_bits_per_key: 10,
+        digest: lds_format::chunk::DigestKind::Blake3,
+    };
     let mut builder = ChunkBuilder::new(options);
     for (key, sequence, kind, value) in &entries {
         assert!(builder.add(key, *sequence, *kind, value));

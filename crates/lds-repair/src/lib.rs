@@ -318,7 +318,7 @@ pub fn repair(
     }
     let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
     let present = |slot: u64| label.slot_present(slot);
-    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, &present)?;
+    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, &present, label.digest_kind())?;
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
         let base = plan.base();
@@ -410,10 +410,12 @@ pub(crate) fn place_chunks(
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
     usable: &dyn Fn(u64) -> bool,
+    digest: lds_format::chunk::DigestKind,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
-        let format = ChunkFormat::new(geometry, plan.instance, options.block_size, options.bloom_bits_per_key);
+        let format = ChunkFormat::new(geometry, plan.instance, options.block_size, options.bloom_bits_per_key)
+            .with_digest(digest);
         for run in std::mem::take(&mut plan.runs) {
             let mut packer = ChunkPacker::new(format);
             for entry in &run.entries {

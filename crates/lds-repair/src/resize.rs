@@ -302,7 +302,8 @@ fn rebase_once(
     }
     let left = plans.iter().any(|plan| plan.kept.iter().any(|chunk| !chunk.slots().all(usable)));
     let options = RepairOptions::new(crate::Mode::Yes);
-    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable)?;
+    let digest = label_of(device)?.digest_kind();
+    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable, digest)?;
     write_all(device, &chunk_writes, done)?;
     for plan in &plans {
         let base = plan.base();

@@ -10,7 +10,8 @@
 //!
 //! Each version freezes what it introduced: 1.0 and 1.1 one-device volumes (1.1 with the sync
 //! watermark), 1.2 volumes of several devices (SPEC.md §4.3), whose other devices are kept
-//! beside the first as `device-N.gz` (N their place in the table).
+//! beside the first as `device-N.gz` (N their place in the table), 1.3 one-device volumes
+//! whose chunks record xxh3-128 digests (SPEC.md §8.3).
 
 use std::io::Write;
 use std::path::Path;
@@ -20,7 +21,7 @@ use lds_engine::{Db, Options};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label};
 use lds_sim::device::SimDevice;
-use lds_sim::workload::{apply_op, formatted_image, layout, named, random_wrap, Op, Workload};
+use lds_sim::workload::{apply_op, formatted_geometry, layout, named, random_wrap, Op, Workload};
 
 /// The key/value pairs of each instance.
 type States = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
@@ -73,16 +74,27 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
     (device.current(), states)
 }
 
-fn two_instances_image() -> Vec<u8> {
+/// The label mkfs of `version` writes: 1.0 no feature; 1.1 (and 1.2, which adds nothing a new
+/// volume has) the sync watermark; 1.3 the fast digest too.
+fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
+    match version {
+        "1.0" => Label::new(geometry, name),
+        "1.1" | "1.2" => Label::new(geometry, name).with_sync_watermark(),
+        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
+    }
+}
+
+fn two_instances_image(version: &str) -> Vec<u8> {
     let mut request = layout();
     request.instance_count = Some(2);
     request.volume_len = 4 << 20;
     let geometry = plan_layout(&request, [0x52; 16]).unwrap_or_else(|error| panic!("{error}"));
-    ImageBuilder::format(Label::new(geometry, "frozen-two").with_sync_watermark()).bytes
+    ImageBuilder::format(label_of(version, geometry, "frozen-two")).bytes
 }
 
-fn frozen() -> Vec<Frozen> {
-    let base = || formatted_image().unwrap_or_else(|error| panic!("{error}"));
+/// Four volumes on one device: levels, wrapped logs, a reopen, two instances.
+fn frozen(version: &str) -> Vec<Frozen> {
+    let base = || ImageBuilder::format(label_of(version, formatted_geometry(), "crashtest")).bytes;
     let workload = |name: &str| named(name).unwrap_or_else(|| panic!("workload {name}"));
     let mut volumes = Vec::new();
     let (image, states) = write(base(), &[workload("compaction")]);
@@ -112,7 +124,7 @@ fn frozen() -> Vec<Frozen> {
         devices: Vec::new(),
         states,
     });
-    let (image, states) = write(two_instances_image(), &[workload("compaction"), random_wrap(23, 200)]);
+    let (image, states) = write(two_instances_image(version), &[workload("compaction"), random_wrap(23, 200)]);
     volumes.push(Frozen {
         name: "two_instances",
         description: "two instances sharing one slot area",
@@ -232,7 +244,7 @@ fn main() {
         eprintln!("{} exists: frozen fixtures are never regenerated", root.display());
         std::process::exit(1);
     }
-    let volumes = if version == "1.2" { frozen_1_2() } else { frozen() };
+    let volumes = if version == "1.2" { frozen_1_2() } else { frozen(&version) };
     for volume in volumes {
         let folder = root.join(volume.name);
         std::fs::create_dir_all(&folder).unwrap_or_else(|error| panic!("{error}"));

@@ -128,7 +128,7 @@ pub fn formatted_geometry() -> lds_format::label::Geometry {
 /// A formatted image of `layout()`, as mkfs writes it.
 pub fn formatted_image() -> Result<Vec<u8>, String> {
     let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
-    Ok(ImageBuilder::format(Label::new(geometry, "crashtest").with_sync_watermark()).bytes)
+    Ok(ImageBuilder::format(Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest()).bytes)
 }
 
 /// Engine options for simulation: inline (deterministic), small levels; `log_buffer_bytes`

@@ -97,7 +97,7 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let version = Arc::clone(state.version());
     state.merging = true;
     drop(state);
-    let format = chunk_format(&shared.geometry, shared.instance, &shared.options);
+    let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     Ok(Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format))
 }
 

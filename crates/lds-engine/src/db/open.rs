@@ -326,6 +326,7 @@ fn assemble(
         device,
         slots,
         geometry,
+        digest: label.digest_kind(),
         instance,
         options,
         path: path.to_path_buf(),
