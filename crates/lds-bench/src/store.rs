@@ -69,9 +69,12 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "journal_min_input_slots" => options.journal_min_input_slots = number()?,
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
+        "technique" => *options = options.clone().with_techniques(value)?,
+        "pinned_levels" => options.pinned_levels = number()? as u8,
+        "tail_cache_bytes" => options.tail_cache_bytes = number()? as usize,
         _ => {
             return Err(format!(
-                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger"
+                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes"
             ))
         }
     }

@@ -87,9 +87,13 @@ pub struct BenchOptions {
     #[arg(short, long)]
     pub force: bool,
     /// LDS only: set an engine option, NAME=VALUE (repeatable): compaction_journal=on|off,
-    /// journal_min_input_slots=N, journal_every_outputs=N, level0_compaction_trigger=N.
+    /// journal_min_input_slots=N, journal_every_outputs=N, level0_compaction_trigger=N,
+    /// pinned_levels=N, tail_cache_bytes=N.
     #[arg(long = "lds-option", value_name = "NAME=VALUE")]
     pub lds_options: Vec<String>,
+    /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning (see lds_engine::TECHNIQUES).
+    #[arg(long, value_name = "NAME[,NAME]")]
+    pub technique: Option<String>,
     /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with
     /// --num random entries, compact it to the last level, then rewrite that level without
     /// and with the journal (peak slots in use, time), and crash a journaled rewrite halfway
@@ -215,7 +219,7 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
             if fresh {
                 format_lds(options, force)?;
             }
-            let tuning: Vec<(String, String)> = options
+            let mut tuning: Vec<(String, String)> = options
                 .lds_options
                 .iter()
                 .map(|option| {
@@ -225,6 +229,9 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
                         .ok_or_else(|| format!("--lds-option {option}: NAME=VALUE"))
                 })
                 .collect::<Result<_, _>>()?;
+            if let Some(techniques) = &options.technique {
+                tuning.insert(0, ("technique".to_string(), techniques.clone()));
+            }
             Box::new(LdsStore::open(&options.path, &settings, options.slot_size, &tuning)?)
         } else {
             if fresh {
@@ -270,6 +277,7 @@ fn report(
             "path": options.path.display().to_string(),
             "workload": workload,
             "settings": settings,
+            "techniques": options.technique.clone().unwrap_or_default(),
             "results": results,
         });
         return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
@@ -283,6 +291,9 @@ fn report(
         settings.cache_bytes,
         settings.level1_bytes
     )?;
+    if let Some(techniques) = &options.technique {
+        writeln!(out, "techniques: {techniques}")?;
+    }
     run::table(results, out)?;
     if let Some(result) = results.iter().find(|result| result.chunk_write_mb_per_sec.is_some()) {
         writeln!(

@@ -67,6 +67,10 @@ pub struct CrashtestOptions {
     /// Print the counts as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Switch engine techniques on for every store of the run, NAME[,NAME] (see `lds bench
+    /// --technique`): level-pinning.
+    #[arg(long, value_name = "NAME[,NAME]", default_value = "")]
+    pub technique: String,
 }
 
 /// The workload of one run: a named one, or the seeded generator's.
@@ -76,6 +80,10 @@ fn workload_for(options: &CrashtestOptions, seed: u64) -> Option<Workload> {
 
 /// Runs the crash test; returns the exit code (0 no failure, 1 failures, 2 could not run).
 pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    if let Err(error) = lds_sim::workload::set_techniques(&options.technique) {
+        let _ = writeln!(err, "lds crashtest: --technique: {error}");
+        return 2;
+    }
     if options.workload == "repair" {
         return run_repair_crashtest(options, out, err);
     }
@@ -187,6 +195,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
             "failures": total.failures,
             "reproducers": reproducers,
             "reproducer_operations": reproducer_operations,
+            "techniques": options.technique,
             "seconds": seconds,
         });
         let _ = writeln!(out, "{document}");
@@ -503,13 +512,17 @@ fn write_reproducer(folder: &std::path::Path, workload: &Workload, reproducer: &
     std::fs::write(
         folder.join("failure.txt"),
         format!(
-            "crash point {} ({})\n{}: {}\n{} operations, {}\n",
+            "crash point {} ({})\n{}: {}\n{} operations, {}\ntechniques: {}\n",
             failure.crash_point,
             failure.state,
             failure.oracle,
             failure.message,
             reproducer.ops.len(),
-            reproducer.note
+            reproducer.note,
+            match lds_sim::workload::techniques() {
+                names if names.is_empty() => "none".to_string(),
+                names => names,
+            }
         ),
     )
 }

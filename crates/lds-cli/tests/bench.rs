@@ -79,6 +79,47 @@ fn every_benchmark_runs_on_a_small_image() {
 }
 
 #[test]
+fn level_pinning_runs_reads_through_pinned_tails() {
+    let path = std::env::temp_dir().join(format!("lds-bench-pinning-{}.img", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let path_text = path.display().to_string();
+    let arguments = [
+        "--benchmarks",
+        "fillrandom,readrandom",
+        "--num",
+        "20000",
+        "--size",
+        "48MiB",
+        "--slot-size",
+        "256KiB",
+        "--write-buffer",
+        "64KiB",
+        "--technique",
+        "level-pinning",
+        "--lds-option",
+        "tail_cache_bytes=0",
+        "--json",
+        &path_text,
+    ];
+    let document = run_json(&options(&arguments));
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(document["techniques"], "level-pinning");
+    let found = result(&document, "readrandom")["found"].as_u64().unwrap_or(0);
+    // 20,000 random draws from 20,000 keys leave about 63% of them (1 - 1/e).
+    assert!(found > 11_500 && found < 13_800, "readrandom found {found}");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let unknown =
+        options(&["--technique", "nonsense", "--num", "10", "--size", "48MiB", "--slot-size", "256KiB", &path_text]);
+    assert_eq!(run(&unknown, &mut out, &mut err), 1);
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        String::from_utf8_lossy(&err).contains("unknown technique 'nonsense'"),
+        "{}",
+        String::from_utf8_lossy(&err)
+    );
+}
+
+#[test]
 fn a_peer_not_built_in_is_a_clear_error() {
     let dir = std::env::temp_dir().join(format!("lds-bench-peer-{}", std::process::id()));
     let dir_text = dir.display().to_string();

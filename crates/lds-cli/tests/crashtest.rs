@@ -17,6 +17,7 @@ fn options(workload: &str) -> CrashtestOptions {
         minimize: 20,
         minimize_seconds: 60,
         json: true,
+        technique: String::new(),
     }
 }
 
@@ -87,4 +88,24 @@ fn every_crash_state_of_two_instances_opened_together_recovers_each_instance() {
     assert_eq!(counts["failures"], 0);
     assert_eq!(counts["workloads"], 2, "{counts}");
     assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
+}
+
+#[test]
+fn crash_states_with_level_pinning_recover_and_read_through_pinned_tails() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { ops: 120, technique: "level-pinning".into(), ..options("random-journal") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    assert_eq!(counts["techniques"], "level-pinning");
+    assert!(counts["distinct_images"].as_u64() > Some(50), "{counts}");
+}
+
+#[test]
+fn an_unknown_technique_is_a_usage_error_naming_the_known_ones() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { technique: "warp-drive".into(), ..options("basic") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 2);
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("unknown technique 'warp-drive'") && err.contains("level-pinning"), "{err}");
 }

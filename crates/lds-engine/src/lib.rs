@@ -31,5 +31,5 @@ mod worker;
 pub use batch::WriteBatch;
 pub use db::{Db, RecoveryReport, Snapshot, Stats};
 pub use error::{Error, RecoveryError, Result};
-pub use options::{Options, WriteOptions};
+pub use options::{Options, WriteOptions, TECHNIQUES};
 pub use read::iter::DbIterator;

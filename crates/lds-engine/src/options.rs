@@ -23,8 +23,20 @@ pub struct Options {
     pub level1_max_bytes: u64,
     /// Each deeper level may hold this many times the bytes of the one above (default 10).
     pub level_size_multiplier: u64,
-    /// Bytes of decoded blocks kept in memory for reads (default 8 MiB).
+    /// Bytes of decoded blocks kept in memory for reads (default 8 MiB), evicted by the CLOCK
+    /// policy (second chance).
     pub block_cache_bytes: usize,
+    /// Bytes of chunk tails (block index and filter) of unpinned levels kept in memory
+    /// (default 16 MiB), evicted by the CLOCK policy: a read of a chunk whose tail is not in
+    /// memory costs two device reads, tail then block.
+    pub tail_cache_bytes: usize,
+    /// Level pinning (LSM-KVD, technique `level-pinning`): the tails of every chunk of levels
+    /// 0 to `pinned_levels - 1` stay in memory, loaded at open and kept current at every
+    /// commit, so that a read in those levels costs one device read (default 0: none).
+    pub pinned_levels: u8,
+    /// The most bytes of tails pinned (default 64 MiB): upper levels first, a level's chunks
+    /// past the budget are cached as the others are.
+    pub pinned_bytes_max: usize,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -63,12 +75,39 @@ impl Default for Options {
             level1_max_bytes: 0,
             level_size_multiplier: 10,
             block_cache_bytes: 8 << 20,
+            tail_cache_bytes: 16 << 20,
+            pinned_levels: 0,
+            pinned_bytes_max: 64 << 20,
             log_buffer_bytes: 64 << 10,
             background: true,
             compaction_journal: true,
             journal_min_input_slots: 16,
             journal_every_outputs: 8,
         }
+    }
+}
+
+/// The techniques `Options::with_techniques` switches on by name (`--technique` of `lds
+/// bench` and `lds crashtest`).
+pub const TECHNIQUES: &[(&str, &str)] = &[(
+    "level-pinning",
+    "the tails (index and filter) of levels 0 to 2 stay in memory (LSM-KVD): a read there costs one device read",
+)];
+
+impl Options {
+    /// These options with the techniques named in `names` (comma-separated, see
+    /// [`TECHNIQUES`]) switched on; an unknown name is an error naming the known ones.
+    pub fn with_techniques(mut self, names: &str) -> Result<Self, String> {
+        for name in names.split(',').map(str::trim).filter(|name| !name.is_empty()) {
+            match name {
+                "level-pinning" => self.pinned_levels = 3,
+                other => {
+                    let known: Vec<&str> = TECHNIQUES.iter().map(|(name, _)| *name).collect();
+                    return Err(format!("unknown technique '{other}': known are {}", known.join(", ")));
+                }
+            }
+        }
+        Ok(self)
     }
 }
 

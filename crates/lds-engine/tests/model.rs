@@ -79,12 +79,13 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Runs `ops` on a fresh volume and compares with a BTreeMap after checks, at the end and
 /// after a final reopen.
-fn run_model(case: u64, ops: &[Op]) -> Result<(), TestCaseError> {
-    let image = image(&format!("case{case}"), 24 << 20);
+fn run_model(case: u64, ops: &[Op], options: &Options) -> Result<(), TestCaseError> {
+    let image =
+        image(&format!("case{case}-{}", std::thread::current().name().unwrap_or("main").replace("::", "-")), 24 << 20);
     let mut random = Random(case.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let open =
-        || Db::open(image.path(), Options::default()).map_err(|error| TestCaseError::fail(format!("open: {error}")));
+        || Db::open(image.path(), options.clone()).map_err(|error| TestCaseError::fail(format!("open: {error}")));
     let mut db = open()?;
     for (step, op) in ops.iter().enumerate() {
         let context = format!("case {case} step {step} ({op:?})");
@@ -133,14 +134,30 @@ fn run_model(case: u64, ops: &[Op]) -> Result<(), TestCaseError> {
 /// workloads of 1,500 operations (and a failure shrinks to a short one).
 #[test]
 fn random_operations_match_a_btreemap_across_reopens() {
+    run_model_cases(12, &Options::default());
+}
+
+/// The same model test with each engine technique switched on (`lds_engine::TECHNIQUES`),
+/// with no tail cache, so that reads go through what the technique keeps.
+#[test]
+fn random_operations_match_a_btreemap_with_each_technique() {
+    for (name, _) in lds_engine::TECHNIQUES {
+        let options = Options { tail_cache_bytes: 0, block_cache_bytes: 0, ..Options::default() }
+            .with_techniques(name)
+            .unwrap_or_else(|error| panic!("{error}"));
+        run_model_cases(4, &options);
+    }
+}
+
+fn run_model_cases(cases: u32, options: &Options) {
     let config =
-        ProptestConfig { cases: 12, max_shrink_iters: 200, failure_persistence: None, ..ProptestConfig::default() };
+        ProptestConfig { cases, max_shrink_iters: 200, failure_persistence: None, ..ProptestConfig::default() };
     let seed = [0x4C, 0x44, 0x53, 0x21].repeat(8);
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
     let mut runner = TestRunner::new_with_rng(config, rng);
     let case = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&proptest::collection::vec(op(), 1500), |ops| {
-        run_model(case.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, &ops)
+        run_model(case.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, &ops, options)
     });
     if let Err(error) = result {
         panic!("{error}");
@@ -183,12 +200,44 @@ fn check_all(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, context: &str) {
     let all: Vec<(Vec<u8>, Vec<u8>)> =
         db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{context}: {error}"));
     assert_eq!(all.len(), model.len(), "{context}");
+    assert!(
+        all.iter().zip(model).all(|((key, value), (want_key, want))| key == want_key && value == want),
+        "{context}"
+    );
 }
 
 #[test]
 fn compaction_builds_levels_with_odd_chunks_and_frees_slots() {
-    let image = Image::new("model-levels", &small_layout(48 << 20, 512 << 10, 96 << 10));
     let options = Options { level1_max_bytes: 2 * (64 << 10), level_size_multiplier: 4, ..Options::default() };
+    compaction_builds_levels("model-levels", options);
+}
+
+/// Level pinning through flushes, merges and reopens, with no other tail or block cache: the
+/// pinned tails follow every commit (a stale one would read another chunk's index).
+#[test]
+fn level_pinning_keeps_the_upper_levels_tails_current_through_compactions() {
+    let options = Options {
+        level1_max_bytes: 2 * (64 << 10),
+        level_size_multiplier: 4,
+        tail_cache_bytes: 0,
+        block_cache_bytes: 0,
+        ..Options::default()
+    }
+    .with_techniques("level-pinning")
+    .unwrap_or_else(|error| panic!("{error}"));
+    let image = compaction_builds_levels("model-levels-pinned", options.clone());
+    let db = Db::open(image.path(), options).unwrap_or_else(|error| panic!("reopen: {error}"));
+    let pinned = db.stats().pinned_tail_bytes;
+    let upper = db.chunks().iter().filter(|chunk| chunk.level < 3).count();
+    assert!(upper > 0 && pinned > 0, "{upper} chunks in levels 0 to 2, {pinned} tail bytes pinned after open");
+    drop(db);
+    let options = Options { pinned_levels: 0, ..Options::default() };
+    let db = Db::open(image.path(), options).unwrap_or_else(|error| panic!("reopen: {error}"));
+    assert_eq!(db.stats().pinned_tail_bytes, 0, "pinned with pinning off");
+}
+
+fn compaction_builds_levels(name: &str, options: Options) -> Image {
+    let image = Image::new(name, &small_layout(48 << 20, 512 << 10, 96 << 10));
     let mut random = Random(99);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut db = Db::open(image.path(), options.clone()).unwrap_or_else(|error| panic!("open: {error}"));
@@ -236,6 +285,8 @@ fn compaction_builds_levels_with_odd_chunks_and_frees_slots() {
     check(&db, &model, &mut random, "end");
     assert!(deepest >= 2, "compaction never reached level 2 (deepest {deepest})");
     assert!(odd_seen, "no odd chunk was ever kept (SPEC.md §11)");
+    check_all(&db, &model, "end, every key");
+    image
 }
 
 /// Runs a seeded workload in inline mode and returns the image's bytes.

@@ -131,10 +131,31 @@ pub fn formatted_image() -> Result<Vec<u8>, String> {
     Ok(ImageBuilder::format(Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest()).bytes)
 }
 
+thread_local! {
+    /// The engine techniques every store this thread opens starts with (`lds crashtest
+    /// --technique`, the fuzz `sim` target); empty for the default engine. Per thread, so
+    /// that tests running side by side keep their own.
+    static TECHNIQUES: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Switches engine techniques on for every store the simulator opens from now on in this
+/// thread (names as `lds_engine::Options::with_techniques` takes them; empty for none).
+pub fn set_techniques(names: &str) -> Result<(), String> {
+    Options::default().with_techniques(names)?;
+    TECHNIQUES.with(|techniques| *techniques.borrow_mut() = names.to_string());
+    Ok(())
+}
+
+/// The techniques `set_techniques` switched on in this thread.
+pub fn techniques() -> String {
+    TECHNIQUES.with(|techniques| techniques.borrow().clone())
+}
+
 /// Engine options for simulation: inline (deterministic), small levels; `log_buffer_bytes`
-/// 0 when `unbuffered`, so that every batch reaches the device.
+/// 0 when `unbuffered`, so that every batch reaches the device; the techniques of
+/// `set_techniques`.
 pub fn options(unbuffered: bool) -> Options {
-    Options {
+    let options = Options {
         background: false,
         level1_max_bytes: 2 * (64 << 10),
         level_size_multiplier: 4,
@@ -144,7 +165,9 @@ pub fn options(unbuffered: bool) -> Options {
         journal_min_input_slots: 2,
         journal_every_outputs: 1,
         ..Options::default()
-    }
+    };
+    // `set_techniques` checked the names.
+    options.clone().with_techniques(&techniques()).unwrap_or(options)
 }
 
 /// Applies an operation to the model.

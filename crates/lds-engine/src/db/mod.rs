@@ -81,6 +81,8 @@ pub struct Stats {
     /// The most slots in use at once since open (chunks, chunks being written, slots waiting
     /// for readers): what a merge needs beyond the live data shows here.
     pub peak_slots_in_use: u64,
+    /// Bytes of chunk tails pinned in memory now (level pinning, `Options::pinned_levels`).
+    pub pinned_tail_bytes: u64,
 }
 
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
@@ -299,6 +301,7 @@ impl Db {
             device_flushes: get(&counters.device_flushes),
             compaction_device_flushes: get(&counters.compaction_device_flushes),
             peak_slots_in_use: self.shared.lock_slots().slots_in_use_peak,
+            pinned_tail_bytes: self.shared.cache.pinned_bytes() as u64,
         }
     }
 

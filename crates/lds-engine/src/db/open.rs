@@ -289,7 +289,7 @@ fn assemble(
     let backup_log = LogAppender::new(backup_context, backup.head, version.ofs_backup_start, version.lsn_backup_start);
     let mut options = options;
     options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
-    let cache = TableCache::new(options.block_cache_bytes);
+    let cache = TableCache::new(options.block_cache_bytes, options.tail_cache_bytes);
     // The cleaned inputs of an unfinished compaction are free on the media (SPEC.md §12), but
     // the version names them until the compaction's final delta: only its own outputs reuse
     // them (a flush adding a chunk there would contradict the version). Another instance
@@ -378,6 +378,9 @@ fn assemble(
         merge_buffers: Mutex::new(Vec::new()),
         counters: crate::state::Counters::default(),
     });
+    // Level pinning: the pinned levels' tails are read now (SPEC.md §8.2, §8.3).
+    let published = Arc::clone(&shared.lock_state().published);
+    crate::version::commit::repin(&shared, &published);
     let background = if background {
         Some(crate::worker::spawn(Arc::clone(&shared)).map_err(|source| Error::Thread { source })?)
     } else {

@@ -1,8 +1,8 @@
 //! Chunk tails and blocks read from the slots, decoded and verified once, and cached: the
-//! tail (block index and filter) of every sub-chunk in use, and decoded blocks up to a byte
-//! budget, evicted first-in first-out.
+//! tails (block index and filter) of the pinned levels' sub-chunks (level pinning), other
+//! tails and decoded blocks each up to a byte budget, evicted by the CLOCK policy.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lds_format::batch::EntryKind;
@@ -83,47 +83,95 @@ impl Block {
     }
 }
 
-/// Decoded blocks by (slot, block offset), evicted first-in first-out past a byte budget.
-struct BlockCache {
+/// A cache bounded by bytes with the CLOCK policy (second chance): entries sit on a ring; a
+/// hit marks its entry; to make room, the hand sweeps the ring, clearing marks and evicting
+/// the first entry it finds unmarked. Recently read entries survive a sweep, as with LRU,
+/// without reordering anything on a hit (a read takes the lock for a flag, not a list move).
+struct ClockCache<K, V> {
     budget: usize,
     bytes: usize,
-    blocks: HashMap<(u64, u32), Arc<Block>>,
-    order: VecDeque<(u64, u32)>,
+    /// The ring: key, value, its footprint, and the mark of a hit since the hand passed.
+    ring: Vec<(K, V, usize, bool)>,
+    index: HashMap<K, usize>,
+    hand: usize,
 }
 
-impl BlockCache {
+impl<K: std::hash::Hash + Eq + Copy, V: Clone> ClockCache<K, V> {
     fn new(budget: usize) -> Self {
-        Self { budget, bytes: 0, blocks: HashMap::new(), order: VecDeque::new() }
+        Self { budget, bytes: 0, ring: Vec::new(), index: HashMap::new(), hand: 0 }
     }
 
-    fn get(&self, key: (u64, u32)) -> Option<Arc<Block>> {
-        self.blocks.get(&key).cloned()
+    fn get(&mut self, key: &K) -> Option<V> {
+        let position = *self.index.get(key)?;
+        let entry = &mut self.ring[position];
+        entry.3 = true;
+        Some(entry.1.clone())
     }
 
-    fn insert(&mut self, key: (u64, u32), block: Arc<Block>) {
-        if block.footprint() > self.budget || self.blocks.contains_key(&key) {
+    fn insert(&mut self, key: K, value: V, footprint: usize) {
+        if footprint > self.budget || self.index.contains_key(&key) {
             return;
         }
-        self.bytes += block.footprint();
-        self.blocks.insert(key, block);
-        self.order.push_back(key);
-        while self.bytes > self.budget {
-            let Some(oldest) = self.order.pop_front() else { break };
-            if let Some(evicted) = self.blocks.remove(&oldest) {
-                self.bytes -= evicted.footprint();
+        // Bounded: each round evicts an entry, or clears a mark (at most one sweep of marks).
+        while self.bytes + footprint > self.budget && !self.ring.is_empty() {
+            self.hand %= self.ring.len();
+            if self.ring[self.hand].3 {
+                self.ring[self.hand].3 = false;
+                self.hand += 1;
+            } else {
+                self.remove_at(self.hand);
             }
         }
+        self.index.insert(key, self.ring.len());
+        self.ring.push((key, value, footprint, false));
+        self.bytes += footprint;
     }
 
-    /// Drops a freed slot's blocks.
-    fn remove_slot(&mut self, slot: u64) {
-        let keys: Vec<(u64, u32)> = self.blocks.keys().filter(|key| key.0 == slot).copied().collect();
-        for key in keys {
-            if let Some(removed) = self.blocks.remove(&key) {
-                self.bytes -= removed.footprint();
-            }
+    fn remove(&mut self, key: &K) -> Option<V> {
+        let position = *self.index.get(key)?;
+        Some(self.remove_at(position))
+    }
+
+    fn remove_at(&mut self, position: usize) -> V {
+        let (key, value, footprint, _) = self.ring.swap_remove(position);
+        self.index.remove(&key);
+        if let Some(moved) = self.ring.get(position) {
+            self.index.insert(moved.0, position);
         }
-        self.order.retain(|key| key.0 != slot);
+        self.bytes -= footprint;
+        value
+    }
+
+    fn remove_where(&mut self, doomed: impl Fn(&K) -> bool) {
+        let keys: Vec<K> = self.ring.iter().filter(|entry| doomed(&entry.0)).map(|entry| entry.0).collect();
+        for key in keys {
+            self.remove(&key);
+        }
+    }
+}
+
+/// The tails of the sub-chunks of pinned levels (kept whatever the budget of the others) and,
+/// within their budget, the tails of the other chunks read lately (SPEC.md §8.2, §8.3).
+struct TailCache {
+    pinned: HashMap<u64, Arc<Tail>>,
+    pinned_bytes: usize,
+    others: ClockCache<u64, Arc<Tail>>,
+}
+
+impl Tail {
+    /// Decodes the index and filter `bytes` of the sub-chunk at `slot_offset` with `footer`.
+    fn decode(bytes: &[u8], slot_offset: u64, footer: &Footer) -> std::result::Result<Self, lds_format::FormatError> {
+        let (index_bytes, filter_bytes) = bytes.split_at((footer.len_index as usize).min(bytes.len()));
+        let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), footer)?;
+        let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), footer)?;
+        Ok(Self { index, filter })
+    }
+
+    /// Bytes it holds in memory.
+    pub(crate) fn footprint(&self) -> usize {
+        self.index.iter().map(|entry| std::mem::size_of::<IndexEntry>() + entry.last_key.len()).sum::<usize>()
+            + self.filter.bits.len()
+            + std::mem::size_of::<Self>()
     }
 }
 
@@ -139,8 +187,8 @@ pub(crate) fn footer_not_the_versions(footer_offset: u64, slot: u64) -> lds_form
 
 /// The tails and blocks of chunks read so far.
 pub(crate) struct TableCache {
-    tails: Mutex<HashMap<u64, Arc<Tail>>>,
-    blocks: Mutex<BlockCache>,
+    tails: Mutex<TailCache>,
+    blocks: Mutex<ClockCache<(u64, u32), Arc<Block>>>,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -152,9 +200,75 @@ fn corrupt(device: &dyn BlockDevice, source: lds_format::FormatError) -> Error {
 }
 
 impl TableCache {
-    /// An empty cache holding at most `block_bytes` of decoded blocks.
-    pub(crate) fn new(block_bytes: usize) -> Self {
-        Self { tails: Mutex::new(HashMap::new()), blocks: Mutex::new(BlockCache::new(block_bytes)) }
+    /// An empty cache holding at most `block_bytes` of decoded blocks and `tail_bytes` of the
+    /// tails of chunks outside the pinned levels.
+    pub(crate) fn new(block_bytes: usize, tail_bytes: usize) -> Self {
+        Self {
+            tails: Mutex::new(TailCache {
+                pinned: HashMap::new(),
+                pinned_bytes: 0,
+                others: ClockCache::new(tail_bytes),
+            }),
+            blocks: Mutex::new(ClockCache::new(block_bytes)),
+        }
+    }
+
+    /// Bytes of the tails pinned now.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        locked(&self.tails).pinned_bytes
+    }
+
+    /// Makes `wanted` the pinned sub-chunks (level pinning, LSM-KVD): their tails are read now
+    /// when not in memory yet, and stay until a later call leaves them out (they then join
+    /// the other tails); no more than `budget` bytes are pinned, the sub-chunks taken in the
+    /// order given (upper levels first). A tail that cannot be read is left out: the reads of
+    /// its chunk report the error, as without pinning. Returns the bytes pinned.
+    pub(crate) fn pin(
+        &self,
+        device: &dyn BlockDevice,
+        geometry: &Geometry,
+        wanted: &[SubChunkRef],
+        budget: usize,
+    ) -> usize {
+        let wanted_slots: std::collections::HashSet<u64> = wanted.iter().map(|sub_chunk| sub_chunk.slot).collect();
+        {
+            let mut tails = locked(&self.tails);
+            let leaving: Vec<u64> = tails.pinned.keys().filter(|slot| !wanted_slots.contains(slot)).copied().collect();
+            for slot in leaving {
+                if let Some(tail) = tails.pinned.remove(&slot) {
+                    tails.pinned_bytes -= tail.footprint();
+                    let footprint = tail.footprint();
+                    tails.others.insert(slot, tail, footprint);
+                }
+            }
+        }
+        for sub_chunk in wanted {
+            let slot = sub_chunk.slot;
+            let (pinned, bytes, cached) = {
+                let mut tails = locked(&self.tails);
+                (tails.pinned.contains_key(&slot), tails.pinned_bytes, tails.others.remove(&slot))
+            };
+            if pinned {
+                continue;
+            }
+            let tail = match cached {
+                Some(tail) => tail,
+                None => match self.read_tail(device, geometry, sub_chunk) {
+                    Ok(tail) => Arc::new(tail),
+                    Err(_) => continue,
+                },
+            };
+            let footprint = tail.footprint();
+            let mut tails = locked(&self.tails);
+            if bytes + footprint > budget {
+                tails.others.insert(slot, tail, footprint);
+                break;
+            }
+            tails.pinned_bytes += footprint;
+            tails.pinned.insert(slot, tail);
+        }
+        let pinned = locked(&self.tails).pinned_bytes;
+        pinned
     }
 
     /// The decoded tail of the sub-chunk in `sub_chunk.slot`.
@@ -165,9 +279,24 @@ impl TableCache {
         sub_chunk: &SubChunkRef,
     ) -> Result<Arc<Tail>> {
         let slot = sub_chunk.slot;
-        if let Some(tail) = locked(&self.tails).get(&slot) {
-            return Ok(Arc::clone(tail));
+        {
+            let mut tails = locked(&self.tails);
+            if let Some(tail) = tails.pinned.get(&slot) {
+                return Ok(Arc::clone(tail));
+            }
+            if let Some(tail) = tails.others.get(&slot) {
+                return Ok(tail);
+            }
         }
+        let tail = Arc::new(self.read_tail(device, geometry, sub_chunk)?);
+        let footprint = tail.footprint();
+        locked(&self.tails).others.insert(slot, Arc::clone(&tail), footprint);
+        Ok(tail)
+    }
+
+    /// Reads and decodes the tail of the sub-chunk in `sub_chunk.slot`.
+    fn read_tail(&self, device: &dyn BlockDevice, geometry: &Geometry, sub_chunk: &SubChunkRef) -> Result<Tail> {
+        let slot = sub_chunk.slot;
         let slot_offset = geometry.slot_offset(slot);
         let slot_size = geometry.slot_size;
         let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
@@ -183,14 +312,19 @@ impl TableCache {
             slot_offset + u64::from(footer.ofs_index),
             u64::from(footer.len_index) + u64::from(footer.len_filter),
         )?;
-        let (index_bytes, filter_bytes) = tail_bytes.split_at(footer.len_index as usize);
-        let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), &footer)
-            .map_err(|error| corrupt(device, error))?;
-        let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), &footer)
-            .map_err(|error| corrupt(device, error))?;
-        let tail = Arc::new(Tail { index, filter });
-        locked(&self.tails).insert(slot, Arc::clone(&tail));
-        Ok(tail)
+        Tail::decode(&tail_bytes, slot_offset, &footer).map_err(|error| corrupt(device, error))
+    }
+
+    /// Keeps the tail of a chunk just written to `slot` (`tail_bytes`: its index and filter),
+    /// so that pinning it at the commit that names it reads nothing while the version is
+    /// locked.
+    pub(crate) fn admit_tail(&self, geometry: &Geometry, slot: u64, footer: &Footer, tail_bytes: &[u8]) {
+        if let Ok(tail) = Tail::decode(tail_bytes, geometry.slot_offset(slot), footer) {
+            let footprint = tail.footprint();
+            let mut tails = locked(&self.tails);
+            tails.others.remove(&slot);
+            tails.others.insert(slot, Arc::new(tail), footprint);
+        }
     }
 
     /// One block of the sub-chunk in `slot`, verified and decoded once.
@@ -202,19 +336,26 @@ impl TableCache {
         entry: &IndexEntry,
     ) -> Result<Arc<Block>> {
         let key = (slot, entry.ofs_block);
-        if let Some(block) = locked(&self.blocks).get(key) {
+        if let Some(block) = locked(&self.blocks).get(&key) {
             return Ok(block);
         }
         let offset = geometry.slot_offset(slot) + u64::from(entry.ofs_block);
         let bytes = device.read_vec(offset, u64::from(entry.len_block))?;
         let block = Arc::new(Block::decode(bytes, offset).map_err(|error| corrupt(device, error))?);
-        locked(&self.blocks).insert(key, Arc::clone(&block));
+        let footprint = block.footprint();
+        locked(&self.blocks).insert(key, Arc::clone(&block), footprint);
         Ok(block)
     }
 
     /// Forgets a freed slot's tail and blocks (a later chunk may take the slot).
     pub(crate) fn forget_slot(&self, slot: u64) {
-        locked(&self.tails).remove(&slot);
-        locked(&self.blocks).remove_slot(slot);
+        {
+            let mut tails = locked(&self.tails);
+            if let Some(tail) = tails.pinned.remove(&slot) {
+                tails.pinned_bytes -= tail.footprint();
+            }
+            tails.others.remove(&slot);
+        }
+        locked(&self.blocks).remove_where(|key| key.0 == slot);
     }
 }

@@ -31,6 +31,9 @@ pub(crate) fn write_chunks(
             release(&shared.slots, &slots);
             return Err(error.into());
         }
+        if level < shared.options.pinned_levels {
+            shared.cache.admit_tail(&shared.geometry, slot, &chunk.footer, &chunk.tail_without_footer);
+        }
         metas.push(meta);
     }
     Ok(metas)

@@ -200,7 +200,34 @@ fn commit_as(
     state.compaction_stalled = false;
     state.commits += 1;
     reclaim(state, &shared.slots, &shared.cache);
+    let published = Arc::clone(&state.published);
+    repin(shared, &published);
     Ok(())
+}
+
+/// Level pinning (LSM-KVD): pins the tails of the chunks of levels below `pinned_levels` of
+/// `published` (its version, and the outputs of an unfinished compaction), within
+/// `pinned_bytes_max`, upper levels first. Never fails: a tail it cannot read stays
+/// unpinned, and the commit that called it stands.
+pub(crate) fn repin(shared: &Shared, published: &Published) {
+    let levels = usize::from(shared.options.pinned_levels);
+    if levels == 0 {
+        return;
+    }
+    let mut wanted: Vec<lds_format::version::SubChunkRef> = Vec::new();
+    for chunks in published.levels.levels.iter().take(levels) {
+        wanted.extend(chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()));
+    }
+    if let Some(redirect) = &published.redirect {
+        wanted.extend(
+            redirect
+                .outputs
+                .iter()
+                .filter(|chunk| usize::from(chunk.level) < levels)
+                .flat_map(|chunk| chunk.sub_chunks.iter().copied()),
+        );
+    }
+    shared.cache.pin(shared.device.as_ref(), &shared.geometry, &wanted, shared.options.pinned_bytes_max);
 }
 
 /// Appends a journal record of the running compaction and flushes it (SPEC.md §12): its
@@ -224,5 +251,7 @@ pub(crate) fn journal(
     #[cfg(feature = "fault-clean-before-journal")]
     drop((previous, newly_cleaned));
     reclaim(state, &shared.slots, &shared.cache);
+    let published = Arc::clone(&state.published);
+    repin(shared, &published);
     Ok(())
 }
