@@ -447,6 +447,7 @@ fn sample_version() -> &'static Version {
                 smallest_key: smallest.as_bytes().to_vec(),
                 largest_key: largest.as_bytes().to_vec(),
                 sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
+                value_refs: Vec::new(),
             });
         }
         Version::from_base(&base).unwrap_or_else(|error| panic!("delta_version: the sample version: {error}"))

@@ -98,9 +98,13 @@ fn sector_size() -> u64 {
     u64::from(layout().sector_size.unwrap_or(SECTOR_SIZE_MIN))
 }
 
+/// A formatted volume, made once: with feature `value_chunks` (what `kv-separation` needs)
+/// or without, as the techniques switched on want.
 fn fresh_image() -> &'static [u8] {
-    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
-    IMAGE.get_or_init(|| formatted_image().unwrap_or_else(|error| panic!("sim: cannot format the volume: {error}")))
+    static IMAGES: [OnceLock<Vec<u8>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let index = usize::from(options(false).value_separation_min.is_some());
+    IMAGES[index]
+        .get_or_init(|| formatted_image().unwrap_or_else(|error| panic!("sim: cannot format the volume: {error}")))
 }
 
 fn open(device: &SimDevice, unbuffered: bool) -> Result<Db, Error> {

@@ -69,6 +69,7 @@ pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), String> {
         deleted,
         compact_pointers: Vec::new(),
         added,
+        values: None,
     };
     image.append_delta(0, &delta(Vec::new(), current.clone())).map_err(|error| error.to_string())?;
     let mut objects = 1;

@@ -166,6 +166,11 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         name: "lds-bench".into(),
         force,
         format_version: options.format_version.clone(),
+        // Key-value separation needs a volume with value chunks (SPEC.md §8.6).
+        value_chunks: options
+            .technique
+            .as_deref()
+            .is_some_and(|names| names.split(',').any(|name| name.trim() == "kv-separation")),
         ..MkfsOptions::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -37,11 +37,16 @@ pub struct Target {
     /// failing at once.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "60")]
     pub wait: Option<u64>,
+    /// Engine techniques for the writes, NAME[,NAME] (see `lds bench --technique`):
+    /// `kv-separation` keeps values of 1 KiB and more in value chunks (a volume made with
+    /// `lds mkfs --value-chunks`). Reads need none: pointers are always followed.
+    #[arg(long, value_name = "NAME[,NAME]", default_value = "")]
+    pub technique: String,
 }
 
 impl Target {
-    fn options(&self) -> Options {
-        Options { instance: self.instance, ..Options::default() }
+    fn options(&self) -> Result<Options, String> {
+        Options { instance: self.instance, ..Options::default() }.with_techniques(&self.technique)
     }
 
     fn wait(&self) -> Duration {
@@ -59,14 +64,14 @@ fn open_error(error: &Error) -> String {
 
 /// Opens for writing: an exclusive lock, recovery, background work.
 fn open_writer(target: &Target) -> Result<Db, String> {
-    Db::open_waiting(&target.path, target.options(), target.wait())
+    Db::open_waiting(&target.path, target.options()?, target.wait())
         .map(|(db, _)| db)
         .map_err(|error| open_error(&error))
 }
 
 /// Opens read-only: a shared lock, the backup log replayed into memory, nothing written.
 fn open_reader(target: &Target) -> Result<Db, String> {
-    Db::open_read_only(&target.path, target.options(), target.wait())
+    Db::open_read_only(&target.path, target.options()?, target.wait())
         .map(|(db, _)| db)
         .map_err(|error| open_error(&error))
 }
@@ -417,7 +422,11 @@ pub fn recover(
         Ok(device) => device,
         Err(message) => return fail(err, "recover", &message),
     };
-    let (db, report) = match Db::open_device(Arc::clone(&device.device), &target.path, target.options()) {
+    let options = match target.options() {
+        Ok(options) => options,
+        Err(message) => return fail(err, "recover", &message),
+    };
+    let (db, report) = match Db::open_device(Arc::clone(&device.device), &target.path, options) {
         Ok(opened) => opened,
         Err(error) => return fail(err, "recover", &open_error(&error)),
     };

@@ -55,8 +55,13 @@ pub struct MkfsOptions {
     /// Format version: 1.3 (the default: chunks record an xxh3-128 digest, SPEC.md §8.3, and
     /// write batches a sync watermark, §7.1), 1.1 or 1.2 (a blake3 digest: readable by builds
     /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build).
-    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3"])]
+    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4"])]
     pub format_version: String,
+    /// Allow value chunks (format 1.4, feature `value_chunks`, SPEC.md §8.6): the engine's
+    /// key-value separation (`--technique kv-separation`) keeps large values there, up to 1 GiB
+    /// each. Builds before 1.4 refuse such a volume. `--format-version 1.4` implies it.
+    #[arg(long)]
+    pub value_chunks: bool,
 }
 
 fn parse_sector_size(text: &str) -> Result<u32, String> {
@@ -200,6 +205,17 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
         "1.0" => Label::new(geometry, &options.name),
         "1.1" | "1.2" => Label::new(geometry, &options.name).with_sync_watermark(),
         _ => Label::new(geometry, &options.name).with_sync_watermark().with_fast_digest(),
+    };
+    let label = match (options.value_chunks || options.format_version == "1.4", options.format_version.as_str()) {
+        (true, "1.0" | "1.1" | "1.2") => {
+            return Err(format!(
+                "{}: --value-chunks needs format 1.4 (it is asked with --format-version {})",
+                path.display(),
+                options.format_version
+            ))
+        }
+        (true, _) => label.with_value_chunks(),
+        (false, _) => label,
     };
     if options.dry_run {
         return report(out, options, "mkfs-plan", &format!("dry run: nothing written to {}", path.display()), &label);

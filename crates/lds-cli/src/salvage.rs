@@ -129,6 +129,7 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         json: false,
         // What mkfs writes (SPEC.md §17).
         format_version: "1.3".into(),
+        value_chunks: false,
     };
     let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
     if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {

@@ -39,7 +39,7 @@ fn command(command: CompactionCommand) -> (i32, String, String) {
 }
 
 fn scan(path: &Path) -> String {
-    let target = Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None };
+    let target = Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None, technique: String::new() };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(kv::scan(&target, &ScanRange::default(), &mut out, &mut err), EXIT_OK, "{}", text(&err));
     text(&out)

@@ -17,7 +17,7 @@ impl Volume {
         Self(path)
     }
     fn target(&self, hex: bool) -> Target {
-        Target { path: self.0.clone(), instance: 0, hex, wait: None }
+        Target { path: self.0.clone(), instance: 0, hex, wait: None, technique: String::new() }
     }
 }
 
@@ -123,7 +123,7 @@ fn bad_input_is_named_and_nothing_after_it_is_loaded() {
 fn not_a_volume_is_a_clear_error() {
     let path = std::env::temp_dir().join(format!("lds-kv-test-{}-garbage.img", std::process::id()));
     std::fs::write(&path, vec![7u8; 1 << 20]).unwrap_or_else(|error| panic!("{error}"));
-    let target = Target { path: path.clone(), instance: 0, hex: false, wait: None };
+    let target = Target { path: path.clone(), instance: 0, hex: false, wait: None, technique: String::new() };
     let mut err = Vec::new();
     assert_eq!(kv::put(&target, "k", "v", false, &mut err), EXIT_ERROR);
     assert!(text(&err).contains("not an LDS volume"), "{}", text(&err));

@@ -38,7 +38,8 @@ fn mkfs_and_dump_on_a_loop_device() {
     assert_eq!(label["primary"]["geometry"]["volume_len"], 64u64 << 20);
     assert_eq!(label["chosen"], "both");
     // The engine on a block device: synced appends flush their range (sync_file_range).
-    let target = lds_cli::kv::Target { path: device.clone(), instance: 0, hex: false, wait: None };
+    let target =
+        lds_cli::kv::Target { path: device.clone(), instance: 0, hex: false, wait: None, technique: String::new() };
     assert_eq!(lds_cli::kv::put(&target, "on-a-block-device", "yes", true, &mut err), 0);
     let lines = (0..3000).map(|number| format!("key{number:05}\tvalue{number}\n")).collect::<String>();
     assert_eq!(

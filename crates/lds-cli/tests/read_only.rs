@@ -53,7 +53,7 @@ fn digest(path: &Path) -> blake3::Hash {
 }
 
 fn target(path: &Path, wait: Option<u64>) -> Target {
-    Target { path: path.to_path_buf(), instance: 0, hex: false, wait }
+    Target { path: path.to_path_buf(), instance: 0, hex: false, wait, technique: String::new() }
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -86,7 +86,13 @@ fn every_fixture_is_repaired_converges_and_undoes() {
                 repaired += 1;
                 let (fsck, report) = fsck_code(&image);
                 assert_eq!(fsck, 0, "{name}: fsck after repair\n{report}");
-                let scan = lds_cli::kv::Target { path: image.clone(), instance: 0, wait: None, hex: false };
+                let scan = lds_cli::kv::Target {
+                    path: image.clone(),
+                    instance: 0,
+                    wait: None,
+                    hex: false,
+                    technique: String::new(),
+                };
                 let range = lds_cli::kv::ScanRange { start: None, end: None, prefix: None, limit: None, json: false };
                 let mut err = Vec::new();
                 assert_eq!(
@@ -138,7 +144,8 @@ fn an_undo_file_is_refused_after_the_volume_changed() {
         repair(&image, RepairArgs { yes: true, undo_file: Some(undo.clone()), ..RepairArgs::default() });
     assert_eq!(code, 1, "{output}");
     // A write after the repair, over a sector the repair wrote.
-    let put = lds_cli::kv::Target { path: image.clone(), instance: 0, wait: None, hex: false };
+    let put =
+        lds_cli::kv::Target { path: image.clone(), instance: 0, wait: None, hex: false, technique: String::new() };
     for number in 0..200 {
         assert_eq!(lds_cli::kv::put(&put, &format!("later{number:04}"), "v", true, &mut Vec::new()), 0);
     }

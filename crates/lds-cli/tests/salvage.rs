@@ -18,7 +18,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn target(path: &Path) -> Target {
-    Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None }
+    Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None, technique: String::new() }
 }
 
 fn scan(path: &Path) -> String {

@@ -113,6 +113,18 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// An option needs a feature the volume lacks.
+    #[error("{path}: {what} needs feature {feature}, which the volume lacks ({hint})")]
+    FeatureMissing {
+        /// The volume.
+        path: String,
+        /// What needs it.
+        what: &'static str,
+        /// The feature.
+        feature: &'static str,
+        /// How to get a volume with it.
+        hint: &'static str,
+    },
     /// An internal invariant failed: a bug, reported rather than acted on.
     #[error("internal invariant failed: {what}")]
     Invariant {
@@ -156,6 +168,17 @@ pub enum RecoveryError {
     UnfinishedCompactions {
         /// Their ids.
         ids: Vec<u64>,
+    },
+    /// A batch replayed from the backup log points to a value chunk that is not there
+    /// (SPEC.md §8.6: a value chunk written directly is durable before its batch).
+    #[error("a replayed batch points to value chunk {value_chunk_id} in slot {slot}: {reason}")]
+    PendingValueMissing {
+        /// The value chunk.
+        value_chunk_id: u64,
+        /// The slot the pointer names.
+        slot: u64,
+        /// What the slot holds instead.
+        reason: String,
     },
     /// An unfinished compaction names an input the version does not hold (problem 601 of the
     /// checker).

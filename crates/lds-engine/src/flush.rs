@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use lds_format::version::DeltaVersion;
+use lds_format::value::{BuiltValueChunk, ValueChunkMeta};
+use lds_format::version::{DeltaVersion, ValueDelta};
 
 use crate::error::Result;
 use crate::memtable::MemTable;
@@ -11,11 +12,16 @@ use crate::retention::Retention;
 use crate::state::Shared;
 use crate::table::build::{chunk_format, ChunkPacker};
 use crate::table::write::write_chunks;
-use crate::version::commit::commit;
+use crate::values::Separator;
+use crate::version::commit::commit_slots;
 #[cfg(not(feature = "fault-drop-chunk-flush"))]
 use crate::version::commit::flush_device;
+use crate::version::slots::release;
 
 /// Writes a frozen memtable to level-0 chunks and commits them with the new backup start.
+/// With key-value separation, its large values go to new value chunks written with them
+/// (SPEC.md §8.6), and the delta version adds those and the pending value chunks its pointers
+/// name; pending value chunks only its dropped entries named are freed.
 pub(crate) fn flush_frozen(
     shared: &Shared,
     table: &MemTable,
@@ -25,20 +31,49 @@ pub(crate) fn flush_frozen(
     let mut retention = Retention::new(shared.smallest_snapshot());
     let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     let mut packer = ChunkPacker::new(format);
+    let mut separator = Separator::new(shared);
     // Tombstones stay in level 0: older versions may lie below.
     table.visit(|key, sequence, kind, value| {
         if retention.keep(key, sequence, kind, |_| false) {
+            let (kind, value) = separator.keep(shared, kind, value);
             packer.push(key, sequence, kind, value);
+        } else {
+            separator.drop_entry(kind, value);
         }
     });
+    let value_slots = separator.allocated_slots();
+    let (values, kept, dropped, failed) = separator.finish();
+    let written = match failed {
+        Some(error) => Err(error),
+        None => crate::values::write(shared, &values),
+    };
+    if let Err(error) = written {
+        release(&shared.slots, &value_slots);
+        return Err(error);
+    }
     let mut built: Vec<_> = packer.finish().into_iter().map(|packed| packed.chunk).collect();
     let placement = vec![(0u8, 0u8); built.len()];
-    let added = write_chunks(shared, &mut built, &placement, false)?;
+    let added = match write_chunks(shared, &mut built, &placement, false) {
+        Ok(added) => added,
+        Err(error) => {
+            release(&shared.slots, &value_slots);
+            return Err(error);
+        }
+    };
     // The chunks must be durable before the delta version that names them.
     #[cfg(not(feature = "fault-drop-chunk-flush"))]
     flush_device(shared)?;
     let mut state = shared.lock_state();
     let version = Arc::clone(state.version());
+    // Pending value chunks this memtable's pointers name: added if a kept pointer names
+    // them, else freed (SPEC.md §8.6).
+    let mut value_added: Vec<ValueChunkMeta> = values.iter().map(BuiltValueChunk::meta).collect();
+    value_added.extend(kept.iter().filter_map(|id| state.pending_values.get(id).copied()));
+    let freed: Vec<u64> = dropped
+        .iter()
+        .filter(|id| !kept.contains(id))
+        .filter_map(|id| state.pending_values.get(id).map(|chunk| chunk.slot))
+        .collect();
     let delta = DeltaVersion {
         last_sequence: last_sequence.max(version.last_sequence),
         ofs_backup_start: backup_start.0,
@@ -47,8 +82,12 @@ pub(crate) fn flush_frozen(
         deleted: Vec::new(),
         compact_pointers: Vec::new(),
         added,
+        values: shared.value_chunks.then(|| ValueDelta { added: value_added, ..ValueDelta::default() }),
     };
-    commit(shared, &mut state, &delta, &[])?;
+    commit_slots(shared, &mut state, &delta, freed)?;
+    for id in kept.iter().chain(&dropped) {
+        state.pending_values.remove(id);
+    }
     shared.counters.memtable_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }

@@ -25,6 +25,7 @@ mod read;
 mod retention;
 mod state;
 mod table;
+mod values;
 mod version;
 mod worker;
 

@@ -49,9 +49,8 @@ impl MemTable {
         self.entries.insert((UserKey(key.to_vec()), Reverse(sequence)), (kind, value.to_vec()));
     }
 
-    /// The newest version of `key` at or below `snapshot`, with its sequence number:
-    /// `Some((sequence, None))` is a tombstone.
-    pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, Option<Vec<u8>>)> {
+    /// The newest version of `key` at or below `snapshot`: its sequence number, kind and value.
+    pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, EntryKind, Vec<u8>)> {
         let start = (UserKey(key.to_vec()), Reverse(snapshot));
         let entry = self.entries.range((Bound::Included(start), Bound::Unbounded)).next()?;
         let (found, Reverse(sequence)) = entry.key();
@@ -59,7 +58,7 @@ impl MemTable {
             return None;
         }
         let (kind, value) = entry.value();
-        Some((*sequence, (*kind == EntryKind::Put).then(|| value.clone())))
+        Some((*sequence, *kind, value.clone()))
     }
 
     /// Calls `visit` with every entry in internal-key order, borrowed (a flush copies them
@@ -107,9 +106,9 @@ mod tests {
         table.insert(b"a", 3, EntryKind::Delete, b"");
         table.insert(b"a", 5, EntryKind::Put, b"five");
         table.insert(b"b", 2, EntryKind::Put, b"bee");
-        assert_eq!(table.get(b"a", 10), Some((5, Some(b"five".to_vec()))));
-        assert_eq!(table.get(b"a", 4), Some((3, None)));
-        assert_eq!(table.get(b"a", 2), Some((1, Some(b"one".to_vec()))));
+        assert_eq!(table.get(b"a", 10), Some((5, EntryKind::Put, b"five".to_vec())));
+        assert_eq!(table.get(b"a", 4), Some((3, EntryKind::Delete, Vec::new())));
+        assert_eq!(table.get(b"a", 2), Some((1, EntryKind::Put, b"one".to_vec())));
         assert_eq!(table.get(b"a", 0), None);
         assert_eq!(table.get(b"c", 10), None);
         let mut order: Vec<(Vec<u8>, u64)> = Vec::new();

@@ -38,6 +38,8 @@ pub(crate) struct Counters {
     pub(crate) merge_outputs: AtomicU64,
     pub(crate) device_flushes: AtomicU64,
     pub(crate) compaction_device_flushes: AtomicU64,
+    pub(crate) values_relocated_bytes: AtomicU64,
+    pub(crate) value_collections: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.
@@ -150,6 +152,9 @@ pub(crate) struct TreeState {
     pub(crate) shutting_down: bool,
     /// Flushes and compactions done, for waiters.
     pub(crate) commits: u64,
+    /// Value chunks written directly whose memtable is not flushed yet (SPEC.md §8.6): named
+    /// only by the backup log, their slots marked in use.
+    pub(crate) pending_values: BTreeMap<u64, lds_format::value::ValueChunkMeta>,
 }
 
 /// The online map of slots (SPEC.md §9.4) and the allocation cursor (§10.4), shared by every
@@ -203,6 +208,16 @@ pub(crate) struct Shared {
     pub(crate) merger: Mutex<Option<Merger>>,
     /// Slot-sized read buffers merges reuse (`compaction::merge::MergeContext`).
     pub(crate) merge_buffers: Mutex<Vec<Vec<u8>>>,
+    /// The label has feature `value_chunks` (SPEC.md §8.6): pointers may be read, and every
+    /// commit keeps the value section.
+    pub(crate) value_chunks: bool,
+    /// Values of at least this many bytes go to value chunks at flush (`Options::
+    /// value_separation_min`, on a volume with the feature), and of at least
+    /// `value_direct_min` before their batch.
+    pub(crate) value_separation_min: Option<usize>,
+    pub(crate) value_direct_min: Option<usize>,
+    /// The id of the next value chunk (above every id the version and the backup log name).
+    pub(crate) next_value_id: AtomicU64,
 }
 
 impl TreeState {

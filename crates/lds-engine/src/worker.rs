@@ -31,7 +31,9 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
         return Choice::DoNothing;
     }
     let limits = Limits::new(&shared.options, shared.geometry.slot_size);
-    choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size)
+    // Value chunks are collected only where new ones are written (separation on).
+    let gc = shared.value_separation_min.map(|_| shared.options.value_gc_live_percent);
+    choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size, gc)
 }
 
 /// An upper bound of the delta version a flush of the frozen memtable commits.

@@ -17,14 +17,18 @@ pub enum EntryKind {
     Delete,
     /// A value.
     Put,
+    /// A value in value chunks: the entry's value is a value pointer (SPEC.md §8.6, format
+    /// 1.4, feature `value_chunks`).
+    Pointer,
 }
 
 impl EntryKind {
-    /// The on-disk code: 1 put, 0 delete.
+    /// The on-disk code: 1 put, 0 delete, 2 pointer.
     pub fn code(self) -> u8 {
         match self {
             Self::Delete => 0,
             Self::Put => 1,
+            Self::Pointer => 2,
         }
     }
 
@@ -33,16 +37,23 @@ impl EntryKind {
         match code {
             0 => Some(Self::Delete),
             1 => Some(Self::Put),
+            2 => Some(Self::Pointer),
             _ => None,
         }
     }
 
-    /// `put` or `delete`.
+    /// `put`, `delete` or `pointer`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Delete => "delete",
             Self::Put => "put",
+            Self::Pointer => "pointer",
         }
+    }
+
+    /// True for a put or a pointer: the key has a value (inline or in value chunks).
+    pub fn has_value(self) -> bool {
+        self != Self::Delete
     }
 }
 
@@ -203,6 +214,12 @@ pub fn decode_entries<'a>(
         }
         let key = reader.bytes(usize::from(len_key))?;
         let value = reader.bytes(len_value as usize)?;
+        if kind == EntryKind::Pointer {
+            crate::value::ValuePointer::decode(
+                value,
+                entry_offset + BATCH_ENTRY_FIXED_LEN as u64 + u64::from(len_key),
+            )?;
+        }
         visit(kind, key, value);
     }
     reader.finish()?;

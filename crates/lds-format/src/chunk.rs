@@ -375,6 +375,14 @@ pub fn visit_block_checked<'a>(
         if key.is_empty() {
             return Err(FormatError::invalid(S, "len_key", entry_offset, "empty key"));
         }
+        if kind == EntryKind::Pointer && !crate::value::is_pointer_shaped(value) {
+            return Err(FormatError::invalid(
+                S,
+                "len_value",
+                entry_offset,
+                "a pointer entry whose value is no pointer",
+            ));
+        }
         if let Some((previous_key, previous_seq_kind)) = previous.filter(|_| sorted) {
             if compare_internal(previous_key, previous_seq_kind, key, seq_kind) != std::cmp::Ordering::Less {
                 return Err(FormatError::invalid(S, "key", entry_offset, "entries are not sorted"));
@@ -547,7 +555,7 @@ impl DigestKind {
 
 /// A digest being computed, either kind.
 #[derive(Clone)]
-enum DigestState {
+pub(crate) enum DigestState {
     Blake3(Box<blake3::Hasher>),
     Xxh3(Box<xxhash_rust::xxh3::Xxh3>),
 }
@@ -562,14 +570,14 @@ impl std::fmt::Debug for DigestState {
 }
 
 impl DigestState {
-    fn new(kind: DigestKind) -> Self {
+    pub(crate) fn new(kind: DigestKind) -> Self {
         match kind {
             DigestKind::Blake3 => Self::Blake3(Box::new(blake3::Hasher::new())),
             DigestKind::Xxh3 => Self::Xxh3(Box::new(xxhash_rust::xxh3::Xxh3::new())),
         }
     }
 
-    fn update(&mut self, bytes: &[u8]) {
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
         match self {
             Self::Blake3(hasher) => {
                 hasher.update(bytes);
@@ -578,7 +586,7 @@ impl DigestState {
         }
     }
 
-    fn finish(&self) -> [u8; 32] {
+    pub(crate) fn finish(&self) -> [u8; 32] {
         match self {
             Self::Blake3(hasher) => *hasher.finalize().as_bytes(),
             Self::Xxh3(hasher) => {
@@ -605,6 +613,8 @@ pub struct ChunkBuilder {
     num_entries: u64,
     smallest_seq: u64,
     largest_seq: u64,
+    /// Bytes the pointer entries hold in each value chunk (SPEC.md §6.4, §8.6).
+    value_refs: std::collections::BTreeMap<u64, u64>,
 }
 
 impl ChunkBuilder {
@@ -624,6 +634,7 @@ impl ChunkBuilder {
             num_entries: 0,
             smallest_seq: u64::MAX,
             largest_seq: 0,
+            value_refs: std::collections::BTreeMap::new(),
         }
     }
 
@@ -687,6 +698,9 @@ impl ChunkBuilder {
         self.body.extend_from_slice(value);
         if new_key == 1 {
             self.key_hashes.push(filter_hash(key));
+        }
+        if kind == EntryKind::Pointer {
+            crate::value::pointer_refs(value, &mut self.value_refs);
         }
         if self.num_entries == 0 {
             self.first_key = key.to_vec();
@@ -768,6 +782,7 @@ impl ChunkBuilder {
             footer,
             first_key: self.first_key,
             last_key: self.last_key,
+            value_refs: self.value_refs.into_iter().collect(),
             digest_prefix,
         };
         built.seal();
@@ -788,6 +803,8 @@ pub struct BuiltSubChunk {
     pub first_key: Vec<u8>,
     /// Largest user key.
     pub last_key: Vec<u8>,
+    /// Bytes its pointer entries hold in each value chunk, by value chunk id (SPEC.md §6.4).
+    pub value_refs: Vec<(u64, u64)>,
     /// The digest's hasher after the body and the tail (see `ChunkBuilder::finish`).
     digest_prefix: DigestState,
 }
@@ -813,8 +830,9 @@ impl BuiltSubChunk {
     /// Changes the level and flags (the odd flag is decided after a merge ends) and reseals.
     pub fn set_level_and_flags(&mut self, level: u8, flags: u8) {
         self.footer.level = level;
-        // The digest's kind stays what the chunk was built with.
-        self.footer.flags = flags | (self.footer.flags & FOOTER_FLAG_XXH3);
+        // The digest's kind stays what the chunk was built with; of the chunk metadata's
+        // flags only `odd` is a footer flag (SPEC.md §6.4, §8.3).
+        self.footer.flags = (flags & FOOTER_FLAG_ODD) | (self.footer.flags & FOOTER_FLAG_XXH3);
         self.seal();
     }
 

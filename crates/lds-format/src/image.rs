@@ -35,7 +35,17 @@ pub fn area_context(geometry: &Geometry, kind: LogKind, instance: u32) -> AreaCo
     }
 }
 
-/// The base version of an empty tree.
+/// The base version of an empty tree of `instance` of the volume `label` describes: with an
+/// empty value section on a volume with feature `value_chunks` (SPEC.md §6.1).
+pub fn empty_base_version_of(label: &Label, instance: u32) -> BaseVersion {
+    let mut base = empty_base_version(&label.geometry, instance, label.generation);
+    if label.has_value_chunks() {
+        base.values = Some(crate::version::ValueSection { next_value_chunk_id: 1, chunks: Vec::new() });
+    }
+    base
+}
+
+/// The base version of an empty tree (with no value section).
 pub fn empty_base_version(geometry: &Geometry, instance: u32, label_generation: u64) -> BaseVersion {
     BaseVersion {
         geometry: *geometry,
@@ -47,6 +57,7 @@ pub fn empty_base_version(geometry: &Geometry, instance: u32, label_generation: 
         lsn_backup_start: 1,
         compact_pointers: Vec::new(),
         chunks: Vec::new(),
+        values: None,
     }
 }
 
@@ -71,7 +82,7 @@ pub fn format_writes(label: &Label) -> Vec<DeviceWrite> {
         let context = area_context(geometry, LogKind::Version, instance);
         let mut appender =
             LogAppender::new(context, LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 }, 0, 1);
-        let base = empty_base_version(geometry, instance, label.generation);
+        let base = empty_base_version_of(label, instance);
         // An empty base version is far below any area's limit (an area holds 16 sectors).
         if let Ok(pending) = appender.append(ObjectType::BaseVersion, 1, &base.encode()) {
             for write in pending {
@@ -118,7 +129,7 @@ impl ImageBuilder {
         }
         let instances = (0..geometry.instance_count)
             .map(|instance| {
-                let base = empty_base_version(&geometry, instance, label.generation);
+                let base = empty_base_version_of(&label, instance);
                 let version_context = area_context(&geometry, LogKind::Version, instance);
                 let head = LogHead {
                     offset: crate::codec::align8(64 + base.encode().len() as u64),
@@ -271,6 +282,7 @@ impl ImageBuilder {
             smallest_key: built.first_key.clone(),
             largest_key: built.last_key.clone(),
             sub_chunks: vec![SubChunkRef { slot, digest: built.footer.digest }],
+            value_refs: Vec::new(),
         }
     }
 

@@ -262,9 +262,15 @@ pub const FEATURE_INCOMPAT_MULTI_DEVICE: u64 = 2;
 /// Incompatible feature `fast_digest` (version 1.3): chunks written to the volume record an
 /// xxh3-128 digest (footer flag bit 1, SPEC.md §8.3), which a 1.2 reader rejects.
 pub const FEATURE_INCOMPAT_FAST_DIGEST: u64 = 4;
+/// Incompatible feature `value_chunks` (version 1.4): value chunks in slots, value pointers
+/// in batches and blocks, value references in chunk metadata and value sections in versions
+/// (SPEC.md §8.6), all of which a 1.3 reader rejects.
+pub const FEATURE_INCOMPAT_VALUE_CHUNKS: u64 = 8;
 /// Incompatible features this build knows.
-pub const FEATURES_INCOMPAT_KNOWN: u64 =
-    FEATURE_INCOMPAT_SYNC_WATERMARK | FEATURE_INCOMPAT_MULTI_DEVICE | FEATURE_INCOMPAT_FAST_DIGEST;
+pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK
+    | FEATURE_INCOMPAT_MULTI_DEVICE
+    | FEATURE_INCOMPAT_FAST_DIGEST
+    | FEATURE_INCOMPAT_VALUE_CHUNKS;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -303,6 +309,19 @@ impl Label {
         self
     }
 
+    /// The label of format version 1.4 (SPEC.md §17): this one with feature `value_chunks`
+    /// (`lds mkfs --value-chunks`).
+    pub fn with_value_chunks(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_VALUE_CHUNKS;
+        self.version_minor = self.version_minor.max(4);
+        self
+    }
+
+    /// True when the volume may hold value chunks and pointers (SPEC.md §8.6).
+    pub fn has_value_chunks(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_VALUE_CHUNKS != 0
+    }
+
     /// The digest new chunks of the volume record (SPEC.md §8.3).
     pub fn digest_kind(&self) -> crate::chunk::DigestKind {
         if self.features_incompat & FEATURE_INCOMPAT_FAST_DIGEST != 0 {
@@ -330,6 +349,9 @@ impl Label {
         }
         if self.features_incompat & FEATURE_INCOMPAT_FAST_DIGEST != 0 {
             self.version_minor = self.version_minor.max(3);
+        }
+        if self.has_value_chunks() {
+            self.version_minor = self.version_minor.max(4);
         }
         self.devices = devices;
         self
@@ -635,7 +657,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 8;
+        label.features_incompat = 16;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

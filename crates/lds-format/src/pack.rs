@@ -8,7 +8,7 @@ use crate::chunk::{
     BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN,
 };
 use crate::label::Geometry;
-use crate::version::{ChunkMeta, SubChunkRef};
+use crate::version::{ChunkMeta, SubChunkRef, CHUNK_FLAG_VALUE_REFS};
 
 /// What every chunk a writer packs shares: its sizes and its identity before placement.
 #[derive(Debug, Clone, Copy)]
@@ -186,10 +186,12 @@ pub fn build_chunks<'a>(
 pub fn place(chunk: &mut BuiltSubChunk, slot: u64, level: u8, flags: u8) -> ChunkMeta {
     chunk.set_level_and_flags(level, flags);
     chunk.set_identity(slot, 0, 1);
+    let flags = (flags & !CHUNK_FLAG_VALUE_REFS) | if chunk.value_refs.is_empty() { 0 } else { CHUNK_FLAG_VALUE_REFS };
     ChunkMeta {
         chunk_id: slot,
         level,
         flags,
+        value_refs: chunk.value_refs.clone(),
         num_entries: chunk.footer.num_entries,
         smallest_seq: chunk.footer.smallest_seq,
         largest_seq: chunk.footer.largest_seq,

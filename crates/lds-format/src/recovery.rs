@@ -668,6 +668,9 @@ pub fn online_map<'a>(
                 claim(slot, instance)?;
             }
         }
+        for value_chunk in version.value_chunks.values() {
+            claim(value_chunk.slot, instance)?;
+        }
         for journal in journals.values() {
             for output in &journal.outputs {
                 for slot in output.slots() {

@@ -276,8 +276,39 @@ pub struct GoodVersion {
 
 /// The part of a delta (or base) version that `error` objects to, removed; false when the
 /// error names nothing in it.
-fn leave_out(added: &mut Vec<ChunkMeta>, deleted: &mut Vec<DeletedChunk>, error: &ReplayError) -> Option<String> {
+fn leave_out(
+    added: &mut Vec<ChunkMeta>,
+    deleted: &mut Vec<DeletedChunk>,
+    values: &mut Option<crate::version::ValueDelta>,
+    error: &ReplayError,
+) -> Option<String> {
     let position = match error {
+        ReplayError::ValueChunkMissing { value_chunk_id } | ReplayError::ValueChunkReferenced { value_chunk_id } => {
+            let values = values.as_mut()?;
+            let position = values.deleted.iter().rposition(|id| id == value_chunk_id)?;
+            values.deleted.remove(position);
+            return Some(format!("the deletion of value chunk {value_chunk_id} ({error})"));
+        }
+        ReplayError::ValueChunkTwice { value_chunk_id } | ReplayError::ValueSlotOutOfRange { value_chunk_id, .. } => {
+            let values = values.as_mut()?;
+            let position = values.added.iter().rposition(|chunk| chunk.value_chunk_id == *value_chunk_id)?;
+            values.added.remove(position);
+            return Some(format!("value chunk {value_chunk_id} ({error})"));
+        }
+        ReplayError::ValueIdDecreased { before, .. } => {
+            values.as_mut()?.next_value_chunk_id = *before;
+            return Some(format!("the value chunk id counter ({error})"));
+        }
+        ReplayError::DanglingValueRef { chunk_id, .. } => added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?,
+        ReplayError::SlotInUse { slot, owner }
+            if owner & crate::version::VALUE_CHUNK_OWNER != 0
+                || !added.iter().any(|chunk| chunk.slots().any(|used| used == *slot)) =>
+        {
+            let values = values.as_mut()?;
+            let position = values.added.iter().rposition(|chunk| chunk.slot == *slot)?;
+            let value_chunk = values.added.remove(position);
+            return Some(format!("value chunk {} ({error})", value_chunk.value_chunk_id));
+        }
         ReplayError::DeletedMissing { chunk_id, level } => {
             let position = deleted.iter().position(|entry| entry.chunk_id == *chunk_id && entry.level == *level)?;
             deleted.remove(position);
@@ -300,16 +331,31 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
     let mut base = base.clone();
     let mut left_out = Vec::new();
     // Each failed attempt removes one chunk.
-    for _ in 0..=base.chunks.len() {
+    let value_chunks = base.values.as_ref().map_or(0, |values| values.chunks.len());
+    for _ in 0..=base.chunks.len() + value_chunks {
         match Version::from_base(&base) {
             Ok(version) => return (version, left_out),
-            Err(error) => match leave_out(&mut base.chunks, &mut Vec::new(), &error) {
-                Some(what) => left_out.push(what),
-                None => break,
-            },
+            Err(error) => {
+                let mut values = base.values.as_ref().map(|values| crate::version::ValueDelta {
+                    next_value_chunk_id: values.next_value_chunk_id,
+                    deleted: Vec::new(),
+                    added: values.chunks.clone(),
+                });
+                let what = leave_out(&mut base.chunks, &mut Vec::new(), &mut values, &error);
+                if let (Some(section), Some(values)) = (base.values.as_mut(), values) {
+                    section.chunks = values.added;
+                }
+                match what {
+                    Some(what) => left_out.push(what),
+                    None => break,
+                }
+            }
         }
     }
     base.chunks.clear();
+    if let Some(values) = base.values.as_mut() {
+        values.chunks.clear();
+    }
     let version = Version::from_base(&base).unwrap_or_else(|_| Version {
         num_levels: base.num_levels.clamp(1, crate::version::LEVELS_COUNT_MAX),
         last_sequence: base.last_sequence,
@@ -320,6 +366,10 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
         chunks: BTreeMap::new(),
         slot_owner: BTreeMap::new(),
         num_slots: base.geometry.num_slots,
+        value_chunks: BTreeMap::new(),
+        value_live: BTreeMap::new(),
+        next_value_chunk_id: 1,
+        has_values: base.values.is_some(),
     });
     left_out.push("every chunk of the base version".into());
     (version, left_out)
@@ -330,10 +380,11 @@ pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String
     let mut delta = delta.clone();
     let mut left_out = Vec::new();
     // Each failed attempt removes one part of the delta.
-    for _ in 0..=delta.added.len() + delta.deleted.len() {
+    let value_parts = delta.values.as_ref().map_or(0, |values| values.added.len() + values.deleted.len() + 1);
+    for _ in 0..=delta.added.len() + delta.deleted.len() + value_parts {
         match version.apply(&delta) {
             Ok(()) => return left_out,
-            Err(error) => match leave_out(&mut delta.added, &mut delta.deleted, &error) {
+            Err(error) => match leave_out(&mut delta.added, &mut delta.deleted, &mut delta.values, &error) {
                 Some(what) => left_out.push(what),
                 None => break,
             },

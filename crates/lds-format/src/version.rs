@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::codec::{Reader, Writer};
 use crate::error::FormatError;
 use crate::label::Geometry;
+use crate::value::{ValueChunkMeta, VALUE_CHUNK_META_LEN};
 
 /// Most levels a tree may have (SPEC.md §16).
 pub const LEVELS_COUNT_MAX: u32 = 16;
@@ -16,6 +17,14 @@ pub const CHUNK_META_FIXED_LEN: usize = 48;
 pub const DELETED_CHUNK_LEN: usize = 16;
 /// `flags` bit 0 of chunk metadata and footer: the chunk is an odd chunk (SPEC.md §11).
 pub const CHUNK_FLAG_ODD: u8 = 1;
+/// `flags` bit 1 of chunk metadata (not of footers, where bit 1 names the digest): value
+/// references follow the sub-chunks (SPEC.md §6.4, format 1.4).
+pub const CHUNK_FLAG_VALUE_REFS: u8 = 2;
+/// Bytes of one value reference in chunk metadata.
+pub const VALUE_REF_LEN: usize = 16;
+/// The owner `Version::slot_owner` records for a slot holding value chunk `id`: the id with
+/// this bit set (chunk ids are slot numbers, below 2^63).
+pub const VALUE_CHUNK_OWNER: u64 = 1 << 63;
 
 /// One slot of a chunk and the digest of what it holds (SPEC.md §6.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +58,9 @@ pub struct ChunkMeta {
     pub largest_key: Vec<u8>,
     /// The slots, in key order.
     pub sub_chunks: Vec<SubChunkRef>,
+    /// Bytes its pointer entries hold in each value chunk: `(value_chunk_id, bytes)` in
+    /// increasing id order; empty without flag `CHUNK_FLAG_VALUE_REFS` (SPEC.md §6.4).
+    pub value_refs: Vec<(u64, u64)>,
 }
 
 impl ChunkMeta {
@@ -74,6 +86,12 @@ impl ChunkMeta {
         for sub_chunk in &self.sub_chunks {
             writer.u64(sub_chunk.slot).bytes(&sub_chunk.digest);
         }
+        if self.flags & CHUNK_FLAG_VALUE_REFS != 0 {
+            writer.u32(count_u32(self.value_refs.len()));
+            for &(id, bytes) in &self.value_refs {
+                writer.u64(id).u64(bytes);
+            }
+        }
     }
 
     /// Decodes and checks the record's invariants.
@@ -83,7 +101,7 @@ impl ChunkMeta {
         let chunk_id = reader.u64()?;
         let level = reader.u8()?;
         let flags = reader.u8()?;
-        if flags & !CHUNK_FLAG_ODD != 0 {
+        if flags & !(CHUNK_FLAG_ODD | CHUNK_FLAG_VALUE_REFS) != 0 {
             return Err(invalid("flags", "reserved bits set"));
         }
         let num_sub_chunks = reader.u16()?;
@@ -98,6 +116,22 @@ impl ChunkMeta {
         let mut sub_chunks = Vec::with_capacity(count);
         for _ in 0..count {
             sub_chunks.push(SubChunkRef { slot: reader.u64()?, digest: reader.array()? });
+        }
+        let mut value_refs = Vec::new();
+        if flags & CHUNK_FLAG_VALUE_REFS != 0 {
+            let num_value_refs = reader.u32()?;
+            let count = reader.count(u64::from(num_value_refs), VALUE_REF_LEN, "num_value_refs")?;
+            if count == 0 {
+                return Err(invalid("num_value_refs", "zero with flag value_refs"));
+            }
+            value_refs.reserve(count);
+            for _ in 0..count {
+                let (id, bytes) = (reader.u64()?, reader.u64()?);
+                if bytes == 0 || value_refs.last().is_some_and(|&(previous, _)| previous >= id) {
+                    return Err(invalid("value_refs", "ids not increasing, or a reference of 0 bytes"));
+                }
+                value_refs.push((id, bytes));
+            }
         }
         if u64::from(level) >= u64::from(LEVELS_COUNT_MAX) {
             return Err(invalid("level", "at or above the level limit 16"));
@@ -133,6 +167,7 @@ impl ChunkMeta {
             smallest_key,
             largest_key,
             sub_chunks,
+            value_refs,
         })
     }
 
@@ -143,6 +178,7 @@ impl ChunkMeta {
             + self.smallest_key.len()
             + self.largest_key.len()
             + SUB_CHUNK_REF_LEN * self.sub_chunks.len()
+            + if self.flags & CHUNK_FLAG_VALUE_REFS != 0 { 4 + VALUE_REF_LEN * self.value_refs.len() } else { 0 }
     }
 
     /// The slots the chunk occupies.
@@ -214,6 +250,37 @@ pub struct BaseVersion {
     pub compact_pointers: Vec<CompactPointer>,
     /// Every chunk of the tree.
     pub chunks: Vec<ChunkMeta>,
+    /// The value section (SPEC.md §6.1, volumes with feature `value_chunks`).
+    pub values: Option<ValueSection>,
+}
+
+/// The value chunks of a base version (SPEC.md §6.1, §6.5).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValueSection {
+    /// Above every value chunk id the instance has used.
+    pub next_value_chunk_id: u64,
+    /// Every value chunk of the tree.
+    pub chunks: Vec<ValueChunkMeta>,
+}
+
+/// The value chunk changes of a delta version (SPEC.md §6.2).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValueDelta {
+    /// `next_value_chunk_id` after this change.
+    pub next_value_chunk_id: u64,
+    /// Value chunks removed (before the additions).
+    pub deleted: Vec<u64>,
+    /// Value chunks added.
+    pub added: Vec<ValueChunkMeta>,
+}
+
+fn decode_value_metas(
+    reader: &mut Reader<'_>,
+    count: u32,
+    field: &'static str,
+) -> Result<Vec<ValueChunkMeta>, FormatError> {
+    let count = reader.count(u64::from(count), VALUE_CHUNK_META_LEN, field)?;
+    (0..count).map(|_| ValueChunkMeta::decode(reader)).collect()
 }
 
 impl BaseVersion {
@@ -233,6 +300,12 @@ impl BaseVersion {
         encode_pointers(&self.compact_pointers, &mut writer);
         for chunk in &self.chunks {
             chunk.encode(&mut writer);
+        }
+        if let Some(values) = &self.values {
+            writer.u64(values.next_value_chunk_id).u32(count_u32(values.chunks.len())).u32(0);
+            for chunk in &values.chunks {
+                chunk.encode(&mut writer);
+            }
         }
         writer.into_bytes()
     }
@@ -260,8 +333,20 @@ impl BaseVersion {
         let num_compact_pointers = reader.u32()?;
         let compact_pointers = decode_pointers(&mut reader, num_compact_pointers)?;
         let chunks = decode_metas(&mut reader, num_chunks, "num_chunks")?;
+        let values = if reader.remaining() > 0 {
+            let next_value_chunk_id = reader.u64()?;
+            let num_value_chunks = reader.u32()?;
+            reader.reserved(4)?;
+            Some(ValueSection {
+                next_value_chunk_id,
+                chunks: decode_value_metas(&mut reader, num_value_chunks, "num_value_chunks")?,
+            })
+        } else {
+            None
+        };
         reader.finish()?;
         Ok(Self {
+            values,
             geometry,
             instance,
             num_levels,
@@ -301,6 +386,8 @@ pub struct DeltaVersion {
     pub compact_pointers: Vec<CompactPointer>,
     /// Chunks added.
     pub added: Vec<ChunkMeta>,
+    /// The value section (SPEC.md §6.2, volumes with feature `value_chunks`).
+    pub values: Option<ValueDelta>,
 }
 
 impl DeltaVersion {
@@ -324,6 +411,18 @@ impl DeltaVersion {
         encode_pointers(&self.compact_pointers, &mut writer);
         for chunk in &self.added {
             chunk.encode(&mut writer);
+        }
+        if let Some(values) = &self.values {
+            writer
+                .u64(values.next_value_chunk_id)
+                .u32(count_u32(values.deleted.len()))
+                .u32(count_u32(values.added.len()));
+            for id in &values.deleted {
+                writer.u64(*id);
+            }
+            for chunk in &values.added {
+                chunk.encode(&mut writer);
+            }
         }
         writer.into_bytes()
     }
@@ -349,8 +448,28 @@ impl DeltaVersion {
         }
         let compact_pointers = decode_pointers(&mut reader, num_compact_pointers)?;
         let added = decode_metas(&mut reader, num_added, "num_added")?;
+        let values = if reader.remaining() > 0 {
+            let next_value_chunk_id = reader.u64()?;
+            let num_value_deleted = reader.u32()?;
+            let num_value_added = reader.u32()?;
+            let count = reader.count(u64::from(num_value_deleted), 8, "num_value_deleted")?;
+            let deleted = (0..count).map(|_| reader.u64()).collect::<Result<Vec<u64>, FormatError>>()?;
+            let added = decode_value_metas(&mut reader, num_value_added, "num_value_added")?;
+            Some(ValueDelta { next_value_chunk_id, deleted, added })
+        } else {
+            None
+        };
         reader.finish()?;
-        Ok(Self { last_sequence, ofs_backup_start, lsn_backup_start, compaction_id, deleted, compact_pointers, added })
+        Ok(Self {
+            last_sequence,
+            ofs_backup_start,
+            lsn_backup_start,
+            compaction_id,
+            deleted,
+            compact_pointers,
+            added,
+            values,
+        })
     }
 }
 
@@ -473,6 +592,51 @@ pub enum ReplayError {
         /// The slot.
         slot: u64,
     },
+    /// A deleted value chunk is not in the version, or is deleted twice.
+    ValueChunkMissing {
+        /// The value chunk.
+        value_chunk_id: u64,
+    },
+    /// An added value chunk id is already present, or not below `next_value_chunk_id`.
+    ValueChunkTwice {
+        /// The value chunk.
+        value_chunk_id: u64,
+    },
+    /// A value chunk's slot is beyond the geometry.
+    ValueSlotOutOfRange {
+        /// The value chunk.
+        value_chunk_id: u64,
+        /// The slot.
+        slot: u64,
+    },
+    /// A chunk refers to a value chunk the version does not have.
+    DanglingValueRef {
+        /// The chunk.
+        chunk_id: u64,
+        /// The value chunk it names.
+        value_chunk_id: u64,
+    },
+    /// A deleted value chunk is still referred to by a chunk that stays.
+    ValueChunkReferenced {
+        /// The value chunk.
+        value_chunk_id: u64,
+    },
+    /// `next_value_chunk_id` went down.
+    ValueIdDecreased {
+        /// The value before.
+        before: u64,
+        /// The value after.
+        after: u64,
+    },
+}
+
+/// How an owner in `Version::slot_owner` reads in messages.
+fn owner_name(owner: u64) -> String {
+    if owner & VALUE_CHUNK_OWNER != 0 {
+        format!("value chunk {}", owner & !VALUE_CHUNK_OWNER)
+    } else {
+        format!("chunk {owner}")
+    }
 }
 
 impl std::fmt::Display for ReplayError {
@@ -485,13 +649,31 @@ impl std::fmt::Display for ReplayError {
                 write!(f, "adds chunk {chunk_id}, which is already present")
             }
             Self::SlotInUse { slot, owner } => {
-                write!(f, "uses slot {slot}, which chunk {owner} already uses")
+                write!(f, "uses slot {slot}, which {} already uses", owner_name(*owner))
             }
             Self::LevelOutOfRange { chunk_id, level } => {
                 write!(f, "puts chunk {chunk_id} at level {level}, beyond num_levels")
             }
             Self::SlotOutOfRange { chunk_id, slot } => {
                 write!(f, "chunk {chunk_id} uses slot {slot}, beyond num_slots")
+            }
+            Self::ValueChunkMissing { value_chunk_id } => {
+                write!(f, "deletes value chunk {value_chunk_id}, which is not in the version (or twice)")
+            }
+            Self::ValueChunkTwice { value_chunk_id } => {
+                write!(f, "adds value chunk {value_chunk_id}, which is present or not below next_value_chunk_id")
+            }
+            Self::ValueSlotOutOfRange { value_chunk_id, slot } => {
+                write!(f, "value chunk {value_chunk_id} uses slot {slot}, beyond num_slots")
+            }
+            Self::DanglingValueRef { chunk_id, value_chunk_id } => {
+                write!(f, "chunk {chunk_id} refers to value chunk {value_chunk_id}, which the version does not have")
+            }
+            Self::ValueChunkReferenced { value_chunk_id } => {
+                write!(f, "deletes value chunk {value_chunk_id}, which a remaining chunk still refers to")
+            }
+            Self::ValueIdDecreased { before, after } => {
+                write!(f, "next_value_chunk_id goes from {before} down to {after}")
             }
         }
     }
@@ -518,6 +700,16 @@ pub struct Version {
     pub slot_owner: BTreeMap<u64, u64>,
     /// Number of slots in the geometry (for range checks).
     pub num_slots: u64,
+    /// Value chunks by id (SPEC.md §8.6); `slot_owner` lists their slots with owner
+    /// `VALUE_CHUNK_OWNER | id`.
+    pub value_chunks: BTreeMap<u64, ValueChunkMeta>,
+    /// Live bytes of each value chunk: the sum of the chunks' value references (a value chunk
+    /// no chunk refers to is absent).
+    pub value_live: BTreeMap<u64, u64>,
+    /// Above every value chunk id the instance has used.
+    pub next_value_chunk_id: u64,
+    /// The version has a value section (feature `value_chunks`): its base versions keep one.
+    pub has_values: bool,
 }
 
 impl Version {
@@ -537,11 +729,83 @@ impl Version {
             chunks: BTreeMap::new(),
             slot_owner: BTreeMap::new(),
             num_slots: base.geometry.num_slots,
+            value_chunks: BTreeMap::new(),
+            value_live: BTreeMap::new(),
+            next_value_chunk_id: base.values.as_ref().map_or(1, |values| values.next_value_chunk_id.max(1)),
+            has_values: base.values.is_some(),
         };
+        for value_chunk in base.values.iter().flat_map(|values| &values.chunks) {
+            version.add_value_chunk(*value_chunk)?;
+        }
         for chunk in &base.chunks {
             version.add(chunk.clone())?;
         }
+        for chunk in &base.chunks {
+            version.check_refs(chunk)?;
+        }
         Ok(version)
+    }
+
+    fn add_value_chunk(&mut self, value_chunk: ValueChunkMeta) -> Result<(), ReplayError> {
+        let value_chunk_id = value_chunk.value_chunk_id;
+        if self.value_chunks.contains_key(&value_chunk_id) || value_chunk_id >= self.next_value_chunk_id {
+            return Err(ReplayError::ValueChunkTwice { value_chunk_id });
+        }
+        if value_chunk.slot >= self.num_slots {
+            return Err(ReplayError::ValueSlotOutOfRange { value_chunk_id, slot: value_chunk.slot });
+        }
+        if let Some(&owner) = self.slot_owner.get(&value_chunk.slot) {
+            return Err(ReplayError::SlotInUse { slot: value_chunk.slot, owner });
+        }
+        self.slot_owner.insert(value_chunk.slot, VALUE_CHUNK_OWNER | value_chunk_id);
+        self.value_chunks.insert(value_chunk_id, value_chunk);
+        Ok(())
+    }
+
+    /// Every value chunk `chunk` refers to is in the version.
+    fn check_refs(&self, chunk: &ChunkMeta) -> Result<(), ReplayError> {
+        match chunk.value_refs.iter().find(|(id, _)| !self.value_chunks.contains_key(id)) {
+            Some(&(value_chunk_id, _)) => {
+                Err(ReplayError::DanglingValueRef { chunk_id: chunk.chunk_id, value_chunk_id })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Adds (`plus`) or removes a chunk's value references from the live bytes.
+    fn count_refs(&mut self, chunk: &ChunkMeta, plus: bool) {
+        for &(id, bytes) in &chunk.value_refs {
+            let live = self.value_live.entry(id).or_insert(0);
+            *live = if plus { *live + bytes } else { live.saturating_sub(bytes) };
+            if *live == 0 {
+                self.value_live.remove(&id);
+            }
+        }
+    }
+
+    /// The live bytes of value chunk `id` (SPEC.md §8.6).
+    pub fn live_bytes(&self, id: u64) -> u64 {
+        self.value_live.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The value chunks a change deleting `deleted` and adding `added` leaves without live
+    /// bytes (which its delta version must delete, SPEC.md §6.2), in id order; value chunks
+    /// no chunk refers to already are among them.
+    pub fn orphaned_by(&self, deleted: &[DeletedChunk], added: &[ChunkMeta]) -> Vec<u64> {
+        let mut live = self.value_live.clone();
+        for chunk in deleted.iter().filter_map(|deleted| self.chunks.get(&deleted.chunk_id)) {
+            for (id, bytes) in &chunk.value_refs {
+                if let Some(left) = live.get_mut(id) {
+                    *left = left.saturating_sub(*bytes);
+                }
+            }
+        }
+        for chunk in added {
+            for (id, bytes) in &chunk.value_refs {
+                *live.entry(*id).or_insert(0) += bytes;
+            }
+        }
+        self.value_chunks.keys().filter(|id| live.get(id).is_none_or(|bytes| *bytes == 0)).copied().collect()
     }
 
     fn add(&mut self, chunk: ChunkMeta) -> Result<(), ReplayError> {
@@ -562,6 +826,7 @@ impl Version {
         for slot in chunk.slots() {
             self.slot_owner.insert(slot, chunk.chunk_id);
         }
+        self.count_refs(&chunk, true);
         self.chunks.insert(chunk.chunk_id, chunk);
         Ok(())
     }
@@ -577,12 +842,27 @@ impl Version {
                 for slot in chunk.slots() {
                     next.slot_owner.remove(&slot);
                 }
+                next.count_refs(&chunk, false);
             }
+        }
+        if let Some(values) = &delta.values {
+            for id in &values.deleted {
+                if let Some(value_chunk) = next.value_chunks.remove(id) {
+                    next.slot_owner.remove(&value_chunk.slot);
+                }
+            }
+            for value_chunk in &values.added {
+                next.slot_owner.insert(value_chunk.slot, VALUE_CHUNK_OWNER | value_chunk.value_chunk_id);
+                next.value_chunks.insert(value_chunk.value_chunk_id, *value_chunk);
+            }
+            next.next_value_chunk_id = values.next_value_chunk_id;
+            next.has_values = true;
         }
         for added in &delta.added {
             for slot in added.slots() {
                 next.slot_owner.insert(slot, added.chunk_id);
             }
+            next.count_refs(added, true);
             next.chunks.insert(added.chunk_id, added.clone());
         }
         for pointer in &delta.compact_pointers {
@@ -611,6 +891,14 @@ impl Version {
                 deleted_set.contains(&chunk_id)
             } else {
                 delta.deleted.iter().any(|deleted| deleted.chunk_id == chunk_id)
+            }
+        };
+        let value_added: &[ValueChunkMeta] = delta.values.as_ref().map_or(&[], |values| values.added.as_slice());
+        let released = |owner: u64| {
+            if owner & VALUE_CHUNK_OWNER != 0 {
+                delta.values.as_ref().is_some_and(|values| values.deleted.contains(&(owner & !VALUE_CHUNK_OWNER)))
+            } else {
+                is_deleted(owner)
             }
         };
         let mut seen = HashSet::new();
@@ -659,14 +947,87 @@ impl Version {
                     return Err(ReplayError::SlotInUse { slot, owner });
                 }
                 if let Some(&owner) = self.slot_owner.get(&slot) {
-                    if !is_deleted(owner) {
+                    if !released(owner) {
                         return Err(ReplayError::SlotInUse { slot, owner });
                     }
+                }
+                if let Some(value_chunk) = value_added.iter().find(|value_chunk| value_chunk.slot == slot) {
+                    return Err(ReplayError::SlotInUse { slot, owner: VALUE_CHUNK_OWNER | value_chunk.value_chunk_id });
                 }
             }
             if large {
                 added_ids.insert(chunk.chunk_id);
                 added_slots.extend(chunk.slots().map(|slot| (slot, chunk.chunk_id)));
+            }
+        }
+        self.check_value_delta(delta)
+    }
+
+    /// The value section's checks (SPEC.md §6.2): deletions exist, additions are new and on
+    /// free slots, ids only grow, and no reference is left dangling.
+    fn check_value_delta(&self, delta: &DeltaVersion) -> Result<(), ReplayError> {
+        let empty = ValueDelta { next_value_chunk_id: self.next_value_chunk_id, ..ValueDelta::default() };
+        let values = delta.values.as_ref().unwrap_or(&empty);
+        if values.next_value_chunk_id < self.next_value_chunk_id {
+            return Err(ReplayError::ValueIdDecreased {
+                before: self.next_value_chunk_id,
+                after: values.next_value_chunk_id,
+            });
+        }
+        for (index, id) in values.deleted.iter().enumerate() {
+            if !self.value_chunks.contains_key(id) || values.deleted[..index].contains(id) {
+                return Err(ReplayError::ValueChunkMissing { value_chunk_id: *id });
+            }
+        }
+        let deleted_chunk = |id: u64| delta.deleted.iter().any(|deleted| deleted.chunk_id == id);
+        for (index, value_chunk) in values.added.iter().enumerate() {
+            let value_chunk_id = value_chunk.value_chunk_id;
+            let present = self.value_chunks.contains_key(&value_chunk_id) && !values.deleted.contains(&value_chunk_id);
+            let twice = values.added[..index].iter().any(|other| other.value_chunk_id == value_chunk_id);
+            if present || twice || value_chunk_id >= values.next_value_chunk_id {
+                return Err(ReplayError::ValueChunkTwice { value_chunk_id });
+            }
+            let slot = value_chunk.slot;
+            if slot >= self.num_slots {
+                return Err(ReplayError::ValueSlotOutOfRange { value_chunk_id, slot });
+            }
+            if let Some(&owner) = self.slot_owner.get(&slot) {
+                let released = if owner & VALUE_CHUNK_OWNER != 0 {
+                    values.deleted.contains(&(owner & !VALUE_CHUNK_OWNER))
+                } else {
+                    deleted_chunk(owner)
+                };
+                if !released {
+                    return Err(ReplayError::SlotInUse { slot, owner });
+                }
+            }
+            if let Some(other) = values.added[..index].iter().find(|other| other.slot == slot) {
+                return Err(ReplayError::SlotInUse { slot, owner: VALUE_CHUNK_OWNER | other.value_chunk_id });
+            }
+        }
+        // References after the delta: every added chunk's name a value chunk that is there,
+        // and no deleted value chunk keeps a reference from a chunk that stays.
+        let exists = |id: &u64| {
+            (self.value_chunks.contains_key(id) && !values.deleted.contains(id))
+                || values.added.iter().any(|value_chunk| value_chunk.value_chunk_id == *id)
+        };
+        for chunk in &delta.added {
+            if let Some(&(value_chunk_id, _)) = chunk.value_refs.iter().find(|(id, _)| !exists(id)) {
+                return Err(ReplayError::DanglingValueRef { chunk_id: chunk.chunk_id, value_chunk_id });
+            }
+        }
+        let moved = |id: &u64| values.added.iter().any(|value_chunk| value_chunk.value_chunk_id == *id);
+        for id in values.deleted.iter().filter(|id| !moved(id)) {
+            let removed: u64 = delta
+                .deleted
+                .iter()
+                .filter_map(|deleted| self.chunks.get(&deleted.chunk_id))
+                .flat_map(|chunk| chunk.value_refs.iter())
+                .filter(|(ref_id, _)| ref_id == id)
+                .map(|(_, bytes)| bytes)
+                .sum();
+            if self.live_bytes(*id) > removed {
+                return Err(ReplayError::ValueChunkReferenced { value_chunk_id: *id });
             }
         }
         Ok(())
@@ -688,6 +1049,10 @@ impl Version {
                 .map(|(&level, key)| CompactPointer { level, key: key.clone() })
                 .collect(),
             chunks: self.chunks.values().cloned().collect(),
+            values: self.has_values.then(|| ValueSection {
+                next_value_chunk_id: self.next_value_chunk_id,
+                chunks: self.value_chunks.values().copied().collect(),
+            }),
         }
     }
 
@@ -705,7 +1070,10 @@ impl Version {
     /// Checks the invariants the version keeps by construction.
     pub fn assert_invariants(&self) {
         let slots: usize = self.chunks.values().map(|chunk| chunk.sub_chunks.len()).sum();
-        assert_eq!(slots, self.slot_owner.len());
+        assert_eq!(slots + self.value_chunks.len(), self.slot_owner.len());
+        for (id, value_chunk) in &self.value_chunks {
+            assert_eq!(self.slot_owner.get(&value_chunk.slot), Some(&(VALUE_CHUNK_OWNER | id)));
+        }
         for chunk in self.chunks.values() {
             assert!(u32::from(chunk.level) < self.num_levels);
             for slot in chunk.slots() {
@@ -736,6 +1104,7 @@ pub(crate) mod tests {
             smallest_key: smallest.to_vec(),
             largest_key: largest.to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
+            value_refs: Vec::new(),
         }
     }
 
@@ -862,6 +1231,7 @@ pub(crate) mod tests {
             lsn_backup_start: 12,
             compact_pointers: vec![CompactPointer { level: 1, key: b"m".to_vec() }],
             chunks: vec![meta(3, 0, b"a", b"k"), meta(5, 1, b"c", b"z")],
+            values: None,
         }
     }
 
@@ -874,6 +1244,7 @@ pub(crate) mod tests {
             deleted: vec![DeletedChunk { chunk_id: 3, level: 0 }, DeletedChunk { chunk_id: 5, level: 1 }],
             compact_pointers: vec![CompactPointer { level: 0, key: b"k".to_vec() }],
             added: vec![meta(7, 1, b"a", b"m"), meta(8, 1, b"n", b"z")],
+            values: None,
         }
     }
 
@@ -987,5 +1358,110 @@ pub(crate) mod tests {
         let mut bad = journal();
         bad.cleaned = vec![77];
         assert!(CompactionJournal::decode(&bad.encode(), 0).is_err());
+    }
+
+    fn value_chunk(id: u64, slot: u64) -> ValueChunkMeta {
+        ValueChunkMeta { value_chunk_id: id, slot, len_body: 1000, digest: [id as u8; 32] }
+    }
+
+    fn with_refs(mut chunk: ChunkMeta, refs: &[(u64, u64)]) -> ChunkMeta {
+        chunk.flags |= CHUNK_FLAG_VALUE_REFS;
+        chunk.value_refs = refs.to_vec();
+        chunk
+    }
+
+    fn valued_base() -> BaseVersion {
+        BaseVersion {
+            geometry: geometry(),
+            instance: 0,
+            num_levels: 7,
+            last_sequence: 10,
+            label_generation: 1,
+            ofs_backup_start: 0,
+            lsn_backup_start: 1,
+            compact_pointers: Vec::new(),
+            chunks: vec![with_refs(meta(1, 1, b"a", b"f"), &[(3, 400), (4, 50)]), meta(2, 1, b"g", b"k")],
+            values: Some(ValueSection { next_value_chunk_id: 5, chunks: vec![value_chunk(3, 5), value_chunk(4, 6)] }),
+        }
+    }
+
+    #[test]
+    fn value_sections_round_trip_and_count_live_bytes() {
+        let base = valued_base();
+        assert_eq!(BaseVersion::decode(&base.encode(), 0), Ok(base.clone()));
+        let version = Version::from_base(&base).unwrap_or_else(|error| panic!("{error}"));
+        version.assert_invariants();
+        assert_eq!((version.live_bytes(3), version.live_bytes(4)), (400, 50));
+        assert_eq!(version.slot_owner.get(&5), Some(&(VALUE_CHUNK_OWNER | 3)));
+        assert_eq!(version.to_base(base.geometry, 0), base);
+        let delta = DeltaVersion {
+            last_sequence: 11,
+            deleted: vec![DeletedChunk { chunk_id: 1, level: 1 }],
+            added: vec![with_refs(meta(7, 2, b"a", b"f"), &[(3, 400), (8, 9)])],
+            values: Some(ValueDelta { next_value_chunk_id: 9, deleted: vec![4], added: vec![value_chunk(8, 9)] }),
+            ..DeltaVersion::default()
+        };
+        assert_eq!(DeltaVersion::decode(&delta.encode(), 0), Ok(delta.clone()));
+        let mut next = version.clone();
+        next.apply(&delta).unwrap_or_else(|error| panic!("{error}"));
+        next.assert_invariants();
+        assert_eq!((next.live_bytes(3), next.live_bytes(4), next.live_bytes(8)), (400, 0, 9));
+        assert!(!next.value_chunks.contains_key(&4) && !next.slot_owner.contains_key(&6));
+        assert_eq!(next.next_value_chunk_id, 9);
+    }
+
+    #[test]
+    fn value_deltas_that_contradict_the_version_are_refused() {
+        let version = Version::from_base(&valued_base()).unwrap_or_else(|error| panic!("{error}"));
+        let refused = |delta: DeltaVersion| version.clone().apply(&delta).err();
+        let values = |deleted: Vec<u64>, added: Vec<ValueChunkMeta>| {
+            Some(ValueDelta { next_value_chunk_id: 20, deleted, added })
+        };
+        // Value chunk 4 is still referred to by chunk 1, which stays.
+        assert_eq!(
+            refused(DeltaVersion { values: values(vec![4], Vec::new()), ..DeltaVersion::default() }),
+            Some(ReplayError::ValueChunkReferenced { value_chunk_id: 4 })
+        );
+        // A chunk naming a value chunk no one adds.
+        let dangling = with_refs(meta(8, 1, b"x", b"z"), &[(12, 1)]);
+        assert_eq!(
+            refused(DeltaVersion { added: vec![dangling], ..DeltaVersion::default() }),
+            Some(ReplayError::DanglingValueRef { chunk_id: 8, value_chunk_id: 12 })
+        );
+        // A value chunk on a chunk's slot, on another value chunk's, twice, or past the ids.
+        assert_eq!(
+            refused(DeltaVersion { values: values(Vec::new(), vec![value_chunk(9, 2)]), ..DeltaVersion::default() }),
+            Some(ReplayError::SlotInUse { slot: 2, owner: 2 })
+        );
+        assert_eq!(
+            refused(DeltaVersion { values: values(Vec::new(), vec![value_chunk(9, 6)]), ..DeltaVersion::default() }),
+            Some(ReplayError::SlotInUse { slot: 6, owner: VALUE_CHUNK_OWNER | 4 })
+        );
+        assert_eq!(
+            refused(DeltaVersion { values: values(Vec::new(), vec![value_chunk(3, 30)]), ..DeltaVersion::default() }),
+            Some(ReplayError::ValueChunkTwice { value_chunk_id: 3 })
+        );
+        assert_eq!(
+            refused(DeltaVersion { values: values(Vec::new(), vec![value_chunk(25, 30)]), ..DeltaVersion::default() }),
+            Some(ReplayError::ValueChunkTwice { value_chunk_id: 25 })
+        );
+        // A chunk on a value chunk's slot.
+        assert_eq!(
+            refused(DeltaVersion { added: vec![meta(5, 1, b"x", b"z")], ..DeltaVersion::default() }),
+            Some(ReplayError::SlotInUse { slot: 5, owner: VALUE_CHUNK_OWNER | 3 })
+        );
+        // Ids never go down; a moved value chunk (deleted and added with its id) is fine.
+        assert_eq!(
+            refused(DeltaVersion {
+                values: Some(ValueDelta { next_value_chunk_id: 2, ..ValueDelta::default() }),
+                ..DeltaVersion::default()
+            }),
+            Some(ReplayError::ValueIdDecreased { before: 5, after: 2 })
+        );
+        let mut moved = version.clone();
+        let delta = DeltaVersion { values: values(vec![3], vec![value_chunk(3, 40)]), ..DeltaVersion::default() };
+        moved.apply(&delta).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!((moved.value_chunks[&3].slot, moved.live_bytes(3)), (40, 400));
+        moved.assert_invariants();
     }
 }

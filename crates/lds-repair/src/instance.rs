@@ -575,7 +575,7 @@ impl Rebuild<'_> {
                 self.fix(vec![code], "no base version is left: rebuilt the tree from the chunks in the slots".into());
             fix.dropped = vec!["every version the log held (the data in free slots is kept at level 0)".into()];
             fix.class = FixClass::Fix;
-            let base = lds_format::image::empty_base_version(self.geometry, self.instance, label.generation);
+            let base = lds_format::image::empty_base_version_of(label, self.instance);
             let version = Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
                 device: self.device.name().display().to_string(),
                 instance: self.instance,

@@ -33,7 +33,10 @@ pub fn formatted_image() -> Result<Vec<u8>, String> {
     request.instance_count = Some(INSTANCES);
     request.volume_len = 4 << 20;
     let geometry = plan_layout(&request, [0x54; 16]).map_err(|error| error.to_string())?;
-    Ok(ImageBuilder::format(Label::new(geometry, "crashtest-instances").with_sync_watermark().with_fast_digest()).bytes)
+    Ok(ImageBuilder::format(crate::workload::label_for_techniques(
+        Label::new(geometry, "crashtest-instances").with_sync_watermark().with_fast_digest(),
+    ))
+    .bytes)
 }
 
 /// The random workload of `seed` with each operation sent to one instance (a reopen reopens

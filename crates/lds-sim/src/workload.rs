@@ -128,7 +128,10 @@ pub fn formatted_geometry() -> lds_format::label::Geometry {
 /// A formatted image of `layout()`, as mkfs writes it.
 pub fn formatted_image() -> Result<Vec<u8>, String> {
     let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
-    Ok(ImageBuilder::format(Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest()).bytes)
+    Ok(ImageBuilder::format(label_for_techniques(
+        Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest(),
+    ))
+    .bytes)
 }
 
 thread_local! {
@@ -136,6 +139,16 @@ thread_local! {
     /// --technique`, the fuzz `sim` target); empty for the default engine. Per thread, so
     /// that tests running side by side keep their own.
     static TECHNIQUES: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The label with what the techniques switched on need: feature `value_chunks` for
+/// `kv-separation` (SPEC.md §8.6).
+pub fn label_for_techniques(label: Label) -> Label {
+    if options(false).value_separation_min.is_some() {
+        label.with_value_chunks()
+    } else {
+        label
+    }
 }
 
 /// Switches engine techniques on for every store the simulator opens from now on in this
@@ -167,7 +180,14 @@ pub fn options(unbuffered: bool) -> Options {
         ..Options::default()
     };
     // `set_techniques` checked the names.
-    options.clone().with_techniques(&techniques()).unwrap_or(options)
+    let mut options = options.clone().with_techniques(&techniques()).unwrap_or(options);
+    if options.value_separation_min.is_some() {
+        // The simulator's values are 1 byte to tens of KiB: most go to value chunks at
+        // flush, those too large for a batch (the 8 KiB backup log takes about 1.6 KiB) before
+        // their batch, and overwrites leave garbage to collect.
+        options.value_separation_min = Some(24);
+    }
+    options
 }
 
 /// Applies an operation to the model.
@@ -401,8 +421,56 @@ pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
         "random" => Some(random(seed, len)),
         "random-wrap" => Some(random_wrap(seed, len)),
         "random-journal" => Some(random_journal(seed, len)),
+        "random-values" => Some(random_values(seed, len)),
         _ => None,
     }
+}
+
+/// A random workload of values from a byte to 80 KiB (more than a slot of the simulator's
+/// volume when key-value separation is on, else at most 12 KiB) over 16 keys, overwritten and
+/// deleted often, with flushes, manual compactions and reopens: with `--technique
+/// kv-separation` it writes value chunks at flush and before batches, spans slots, and leaves
+/// garbage that merges relocate (SPEC.md §8.6).
+pub fn random_values(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) | 1);
+    let large_max = if options(false).value_separation_min.is_some() { 80 << 10 } else { 12 << 10 };
+    let mut ops = Vec::with_capacity(len);
+    let key = |random: &mut Random| format!("key-{:02}", random.below(16)).into_bytes();
+    let value = |random: &mut Random| {
+        let len = match random.below(20) {
+            0 => 1 + random.below(large_max) as usize,
+            1..=8 => 300 + random.below(1500) as usize,
+            _ => 1 + random.below(200) as usize,
+        };
+        let seed = random.next_u64() as usize;
+        (0..len).map(|index| b'a' + ((seed + index * 7) % 26) as u8).collect::<Vec<u8>>()
+    };
+    for _ in 0..len {
+        let sync = random.below(8) == 0;
+        let op = match random.below(100) {
+            0..=59 => Op::Put { key: key(&mut random), value: value(&mut random), sync },
+            60..=71 => Op::Delete { key: key(&mut random), sync },
+            72..=81 => {
+                // Small values: a batch stays under the simulator's batch limit.
+                let entries = (0..1 + random.below(3))
+                    .map(|_| {
+                        let key = key(&mut random);
+                        let value = (random.below(4) > 0).then(|| {
+                            let len = 1 + random.below(300) as usize;
+                            (0..len).map(|index| b'A' + (index % 26) as u8).collect::<Vec<u8>>()
+                        });
+                        (key, value)
+                    })
+                    .collect();
+                Op::Batch { entries, sync }
+            }
+            82..=89 => Op::Flush,
+            90..=95 => Op::Compact,
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-values-{seed}"), ops }
 }
 
 /// The named workloads: `basic` (a few synced and buffered writes and a flush), `wrap`

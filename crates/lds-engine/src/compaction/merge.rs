@@ -32,6 +32,8 @@ use crate::table::cache::footer_not_the_versions;
 
 /// What a merge reads through: the device holding its inputs and where slots are.
 pub(crate) struct MergeContext<'a> {
+    /// Where relocated values are read and new value chunks allocated.
+    pub(crate) values: &'a dyn ValueStore,
     /// The device holding the inputs.
     pub(crate) device: &'a dyn BlockDevice,
     /// Where slots are.
@@ -171,6 +173,104 @@ impl Run {
     }
 }
 
+/// Reading values through pointers and allocating value chunks (the store's, `values`).
+pub(crate) trait ValueStore {
+    /// The value `pointer` names, read through `version`, its checksum checked.
+    fn read_value(&self, version: &Version, pointer: &[u8]) -> Result<Vec<u8>>;
+    /// An id and a slot for a new value chunk.
+    fn allocate_value_chunk(&self) -> Result<(u64, u64)>;
+}
+
+/// The relocation of values out of value chunks with much garbage (SPEC.md §8.6): the
+/// pointers a merge keeps into those get a copy of the value in a new value chunk.
+pub(crate) struct Relocation {
+    /// The value chunks whose values move.
+    pub(crate) from: BTreeSet<u64>,
+    /// The version the pointers are read through (it names every value chunk the inputs
+    /// point to until the merge commits).
+    version: std::sync::Arc<Version>,
+    packer: lds_format::value::ValuePacker,
+    pointer: Vec<u8>,
+    /// Bytes of values copied.
+    pub(crate) bytes: u64,
+    /// A read or an allocation failed: the rest of the merge keeps its pointers as they are.
+    pub(crate) failed: bool,
+}
+
+impl Relocation {
+    pub(crate) fn new(
+        from: BTreeSet<u64>,
+        version: std::sync::Arc<Version>,
+        format: lds_format::value::ValueFormat,
+    ) -> Self {
+        Self {
+            from,
+            version,
+            packer: lds_format::value::ValuePacker::new(format),
+            pointer: Vec::new(),
+            bytes: 0,
+            failed: false,
+        }
+    }
+
+    /// The pointer to keep in place of `pointer`: when it has extents in value chunks being
+    /// collected, the same pointer with those extents copied to new value chunks (the value
+    /// and its checksum unchanged, its other extents in place); else `None` (keep it).
+    fn relocate(&mut self, context: &MergeContext<'_>, pointer: &[u8]) -> Option<&[u8]> {
+        if self.failed {
+            return None;
+        }
+        let mut decoded = lds_format::value::ValuePointer::decode(pointer, 0).ok()?;
+        if !decoded.extents.iter().any(|extent| self.from.contains(&extent.value_chunk_id)) {
+            return None;
+        }
+        match self.copy_extents(context.values, pointer, &decoded.extents) {
+            Ok(extents) => {
+                self.bytes += extents.1;
+                decoded.extents = extents.0;
+                self.pointer = decoded.encode();
+                Some(&self.pointer)
+            }
+            Err(_) => {
+                self.failed = true;
+                None
+            }
+        }
+    }
+
+    /// The extents with those in collected value chunks copied (one extent may become two
+    /// when the copy ends a value chunk), and the bytes copied. The value is read whole and
+    /// its checksum checked first: a damaged value is not copied under a new home.
+    fn copy_extents(
+        &mut self,
+        store: &dyn ValueStore,
+        pointer: &[u8],
+        extents: &[lds_format::value::Extent],
+    ) -> Result<(Vec<lds_format::value::Extent>, u64)> {
+        let value = store.read_value(&self.version, pointer)?;
+        let mut copied = Vec::with_capacity(extents.len());
+        let (mut position, mut bytes) = (0usize, 0u64);
+        for extent in extents {
+            let part = &value[position..position + extent.len as usize];
+            position += extent.len as usize;
+            if !self.from.contains(&extent.value_chunk_id) {
+                copied.push(*extent);
+                continue;
+            }
+            let copy = self.packer.add(part, || store.allocate_value_chunk())?;
+            copied.extend(copy.extents);
+            bytes += u64::from(extent.len);
+        }
+        Ok((copied, bytes))
+    }
+
+    /// The value chunks holding the copies, built, and every slot they took.
+    pub(crate) fn finish(self) -> (Vec<lds_format::value::BuiltValueChunk>, Vec<u64>) {
+        let slots = self.packer.allocated().into_iter().map(|(_, slot)| slot).collect();
+        (self.packer.finish(), slots)
+    }
+}
+
 /// Chunks a call of `produce` finished.
 pub(crate) struct Produced {
     /// The chunks, in key order.
@@ -207,6 +307,8 @@ pub(crate) struct Merger {
     retention: Retention,
     /// Key ranges of the levels below the target: a tombstone may go where none overlaps.
     deeper: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Values being moved out of value chunks with much garbage (unjournaled merges only).
+    pub(crate) relocation: Option<Relocation>,
 }
 
 impl Merger {
@@ -329,6 +431,7 @@ impl Merger {
             packer: Some(ChunkPacker::new(format)),
             retention: Retention::new(smallest_snapshot),
             deeper,
+            relocation: None,
         }
     }
 
@@ -408,7 +511,12 @@ impl Merger {
                 !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
             });
             if keep {
-                packer.push(key, entry.sequence, entry.kind, loaded.slice(entry.value));
+                let value = loaded.slice(entry.value);
+                let relocated = match (&mut self.relocation, entry.kind) {
+                    (Some(relocation), EntryKind::Pointer) => relocation.relocate(context, value),
+                    _ => None,
+                };
+                packer.push(key, entry.sequence, entry.kind, relocated.unwrap_or(value));
             }
         }
     }

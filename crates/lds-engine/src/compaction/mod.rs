@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
 
-use crate::compaction::merge::{delta_estimate, MergeContext, Merger};
+use crate::compaction::merge::{delta_estimate, MergeContext, Merger, Relocation};
 use crate::compaction::pick::Plan;
 use crate::error::Result;
 use crate::state::Shared;
@@ -64,6 +64,7 @@ fn commit_move(shared: &Shared, plan: &Plan) -> Result<()> {
         deleted: deleted_of(&plan.victims),
         compact_pointers: pointer.into_iter().collect(),
         added: moved,
+        values: None,
     };
     commit(shared, &mut state, &delta, &[])
 }
@@ -76,8 +77,11 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let mut state = shared.lock_state();
     let inputs: Vec<u64> = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.chunk_id).collect();
     let input_slots: usize = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.sub_chunks.len()).sum();
-    let mut journaled =
-        shared.options.compaction_journal && input_slots as u64 >= shared.options.journal_min_input_slots;
+    // A rewrite for garbage collection (same level, not manual) relocates values: unjournaled.
+    let collecting = plan.source_level == plan.target_level && !plan.manual;
+    let mut journaled = shared.options.compaction_journal
+        && input_slots as u64 >= shared.options.journal_min_input_slots
+        && !collecting;
     let delta_reserve = delta_estimate(state.version(), &inputs);
     if journaled {
         // Room for the final delta and a few records, or a trim now.
@@ -98,7 +102,19 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     state.merging = true;
     drop(state);
     let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
-    Ok(Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format))
+    let mut merger = Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format);
+    // Unjournaled merges relocate the values of value chunks with much garbage (SPEC.md
+    // §8.6: journaled ones move pointers only).
+    if let (false, Some(_)) = (journaled, shared.value_separation_min) {
+        let slot_size = shared.geometry.slot_size;
+        let candidates = pick::gc_candidates(&version, shared.options.value_gc_live_percent, slot_size);
+        let inputs = plan.victims.iter().chain(&plan.overlapping);
+        let from = pick::relocation_set(&version, inputs, &candidates, slot_size);
+        if !from.is_empty() {
+            merger.relocation = Some(Relocation::new(from, version, crate::values::format(shared)));
+        }
+    }
+    Ok(merger)
 }
 
 /// Runs one step of a merge: up to `journal_every_outputs` outputs and a journal record, or
@@ -111,6 +127,9 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     shared.counters.compaction_device_flushes.fetch_add(flushes, Ordering::Relaxed);
     if matches!(finished, Ok(true)) {
         shared.counters.merges.fetch_add(1, Ordering::Relaxed);
+        if merger.source_level == merger.target_level && !merger.manual {
+            shared.counters.value_collections.fetch_add(1, Ordering::Relaxed);
+        }
         if merger.journaled() {
             shared.counters.journaled_merges.fetch_add(1, Ordering::Relaxed);
         }
@@ -119,8 +138,12 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
 }
 
 fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
-    let context =
-        MergeContext { device: shared.device.as_ref(), geometry: &shared.geometry, buffers: &shared.merge_buffers };
+    let context = MergeContext {
+        values: shared,
+        device: shared.device.as_ref(),
+        geometry: &shared.geometry,
+        buffers: &shared.merge_buffers,
+    };
     let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
     let produced = merger.produce(&context, chunks_max)?;
     let built = produced.chunks;
@@ -145,6 +168,18 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         }
     }
     let mut chunks: Vec<_> = built.into_iter().map(|packed| packed.chunk).collect();
+    // Relocated values (a merge that relocates is unjournaled: one step, `complete`).
+    let mut value_added = Vec::new();
+    if let Some(relocation) = merger.relocation.take().filter(|_| produced.complete) {
+        let bytes = relocation.bytes;
+        let (values, slots) = relocation.finish();
+        if let Err(error) = crate::values::write(shared, &values) {
+            crate::version::slots::release(&shared.slots, &slots);
+            return Err(error);
+        }
+        shared.counters.values_relocated_bytes.fetch_add(bytes, Ordering::Relaxed);
+        value_added = values.iter().map(lds_format::value::BuiltValueChunk::meta).collect();
+    }
     let added = write_chunks(shared, &mut chunks, &placement, merger.journaled())?;
     shared.counters.merge_outputs.fetch_add(added.len() as u64, Ordering::Relaxed);
     // The outputs must be durable before the record or delta version that names them; the
@@ -165,6 +200,9 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
             deleted: deleted_of(&merger.inputs),
             compact_pointers: merger.pointer.clone().into_iter().collect(),
             added: outputs,
+            values: shared
+                .value_chunks
+                .then(|| lds_format::version::ValueDelta { added: value_added, ..Default::default() }),
         };
         commit_merge(shared, &mut state, &delta, &merger.inputs)?;
         state.merging = false;

@@ -18,9 +18,19 @@ pub(crate) enum Choice {
 }
 
 /// The next compaction: a step of a manual compaction from `manual` on first, then whatever
-/// is over its limit.
-pub(crate) fn choose(version: &Version, limits: &Limits, manual: Option<u8>, slot_size: u64) -> Choice {
-    let plan = manual.and_then(|level| pick(version, limits, Some(level))).or_else(|| pick(version, limits, None));
+/// is over its limit, then (with `gc_live_percent`) a rewrite that relocates the values of
+/// value chunks with much garbage.
+pub(crate) fn choose(
+    version: &Version,
+    limits: &Limits,
+    manual: Option<u8>,
+    slot_size: u64,
+    gc_live_percent: Option<u8>,
+) -> Choice {
+    let plan = manual
+        .and_then(|level| pick(version, limits, Some(level)))
+        .or_else(|| pick(version, limits, None))
+        .or_else(|| gc_live_percent.and_then(|percent| pick_gc(version, percent, slot_size)));
     match plan {
         None => Choice::DoNothing,
         Some(plan) if trivial_move(&plan, slot_size) => Choice::Move(plan),
@@ -150,13 +160,91 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
     Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false })
 }
 
+/// The value chunks whose live bytes fell below `percent` of what a slot holds (SPEC.md
+/// §8.6): a merge copies their live values to new value chunks, so that they can be freed.
+/// Measured against the slot, not the body: a value chunk a flush or a direct write left
+/// partly filled wastes its slot as surely as garbage does, and its values get packed.
+pub(crate) fn gc_candidates(version: &Version, percent: u8, slot_size: u64) -> std::collections::BTreeSet<u64> {
+    let capacity = value_capacity(slot_size);
+    version
+        .value_chunks
+        .values()
+        .filter(|chunk| version.live_bytes(chunk.value_chunk_id) * 100 < capacity * u64::from(percent))
+        .map(|chunk| chunk.value_chunk_id)
+        .collect()
+}
+
+fn value_capacity(slot_size: u64) -> u64 {
+    slot_size - lds_format::value::VALUE_FOOTER_LEN as u64
+}
+
+/// The value chunks a merge of `inputs` relocates (SPEC.md §8.6): the candidates whose every
+/// live byte the inputs point to (the merge's commit then frees them), when they are more
+/// than the new value chunks their live bytes fill, so that each relocation frees a slot or
+/// more. Empty otherwise: moving values that free nothing would only copy them again later.
+pub(crate) fn relocation_set<'a>(
+    version: &Version,
+    inputs: impl Iterator<Item = &'a ChunkMeta>,
+    candidates: &std::collections::BTreeSet<u64>,
+    slot_size: u64,
+) -> std::collections::BTreeSet<u64> {
+    let mut pointed: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for chunk in inputs {
+        for (id, bytes) in chunk.value_refs.iter().filter(|(id, _)| candidates.contains(id)) {
+            *pointed.entry(*id).or_insert(0) += bytes;
+        }
+    }
+    let freeable: std::collections::BTreeSet<u64> =
+        pointed.iter().filter(|(id, bytes)| version.live_bytes(**id) == **bytes).map(|(id, _)| *id).collect();
+    let relocated: u64 = freeable.iter().map(|id| version.live_bytes(*id)).sum();
+    if freeable.len() as u64 > relocated.div_ceil(value_capacity(slot_size)) {
+        freeable
+    } else {
+        std::collections::BTreeSet::new()
+    }
+}
+
+/// A garbage collection of value chunks (SPEC.md §8.6): a rewrite, at their own level, of the
+/// chunks of one level from 1 down that point into the candidates (`gc_candidates`; level-0
+/// chunks are merged soon enough), which relocates the values of the candidates only that
+/// level points to (`relocation_set`). The level is the one where this frees the most slots
+/// net, and the slots freed must at least repay what the rewrite writes. Each collection
+/// frees a slot or more, so collections end.
+fn pick_gc(version: &Version, percent: u8, slot_size: u64) -> Option<Plan> {
+    let candidates = gc_candidates(version, percent, slot_size);
+    if candidates.is_empty() {
+        return None;
+    }
+    let mut best: Option<(u64, u8, Vec<ChunkMeta>)> = None;
+    for level in 1..version.num_levels as u8 {
+        let chunks = version.level(level);
+        let pointing = |chunk: &&ChunkMeta| chunk.value_refs.iter().any(|(id, _)| candidates.contains(id));
+        let (Some(first), Some(last)) = (chunks.iter().position(pointing), chunks.iter().rposition(pointing)) else {
+            continue;
+        };
+        // The chunks between the first and the last that point into the candidates, all of
+        // them: a merge packs its outputs across its victims, which must leave no chunk of the
+        // level between them (the level stays disjoint).
+        let victims: Vec<ChunkMeta> = chunks[first..=last].iter().map(|chunk| (*chunk).clone()).collect();
+        let relocated = relocation_set(version, victims.iter(), &candidates, slot_size);
+        let moved: u64 = relocated.iter().map(|id| version.live_bytes(*id)).sum();
+        let gain = (relocated.len() as u64).saturating_sub(moved.div_ceil(value_capacity(slot_size)));
+        let cost = victims.iter().map(|chunk| chunk.len_data).sum::<u64>() + moved;
+        if gain >= 1 && gain * slot_size >= cost && best.as_ref().is_none_or(|(best_gain, _, _)| gain > *best_gain) {
+            best = Some((gain, level, victims));
+        }
+    }
+    let (_, level, victims) = best?;
+    Some(Plan { source_level: level, target_level: level, victims, overlapping: Vec::new(), manual: false })
+}
+
 /// Whether a plan moves its victims down without rewriting them: nothing overlaps them in
 /// the target level, and they do not overlap each other (one chunk from level 1 and below;
 /// level-0 chunks of sequential writes, which LevelDB would move one by one). Several
 /// level-0 chunks move only when each fills at least half its slot: a slot holds one chunk,
 /// so moving small chunks down would keep their slots mostly empty, where a merge packs them.
 fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
-    if plan.manual || !plan.overlapping.is_empty() {
+    if plan.manual || !plan.overlapping.is_empty() || plan.source_level == plan.target_level {
         return false;
     }
     if plan.victims.len() == 1 {
@@ -189,6 +277,7 @@ mod tests {
             smallest_key: smallest.as_bytes().to_vec(),
             largest_key: largest.as_bytes().to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [0; 32] }],
+            value_refs: Vec::new(),
         }
     }
 
@@ -227,6 +316,10 @@ mod tests {
             chunks: BTreeMap::new(),
             slot_owner: BTreeMap::new(),
             num_slots: 100,
+            value_chunks: BTreeMap::new(),
+            value_live: BTreeMap::new(),
+            next_value_chunk_id: 1,
+            has_values: false,
         };
         for chunk in chunks {
             version.slot_owner.insert(chunk.chunk_id, chunk.chunk_id);
@@ -241,7 +334,7 @@ mod tests {
     fn nothing_to_do_below_the_limits() {
         let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
         assert!(pick(&version(chunks), &LIMITS, None).is_none());
-        assert!(matches!(choose(&version(Vec::new()), &LIMITS, None, 20), Choice::DoNothing));
+        assert!(matches!(choose(&version(Vec::new()), &LIMITS, None, 20, None), Choice::DoNothing));
     }
 
     #[test]

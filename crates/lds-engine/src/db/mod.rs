@@ -83,6 +83,18 @@ pub struct Stats {
     pub peak_slots_in_use: u64,
     /// Bytes of chunk tails pinned in memory now (level pinning, `Options::pinned_levels`).
     pub pinned_tail_bytes: u64,
+    /// Value chunks of the version now (key-value separation, SPEC.md §8.6).
+    pub value_chunks: u64,
+    /// Their bytes of values.
+    pub value_bytes: u64,
+    /// Of those, the bytes the tree still points to (the rest is garbage until relocated).
+    pub value_live_bytes: u64,
+    /// Value chunks written directly (before their batch) not yet added by a flush.
+    pub pending_value_chunks: u64,
+    /// Bytes of values merges copied to new value chunks (garbage collection), since open.
+    pub values_relocated_bytes: u64,
+    /// Merges run only to relocate values (rewrites of a level's chunks in place), since open.
+    pub value_collections: u64,
 }
 
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
@@ -269,6 +281,7 @@ impl Db {
             deleted: Vec::new(),
             compact_pointers: Vec::new(),
             added: Vec::new(),
+            values: None,
         };
         // The outputs' slots are in use in the online map (SPEC.md §9.4); they are freed once
         // the delta is durable and no reader holds the redirected version.
@@ -290,6 +303,10 @@ impl Db {
     /// What the background work did since the store opened.
     pub fn stats(&self) -> Stats {
         let counters = &self.shared.counters;
+        let (version, pending_value_chunks) = {
+            let state = self.shared.lock_state();
+            (Arc::clone(state.version()), state.pending_values.len() as u64)
+        };
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             memtable_flushes: get(&counters.memtable_flushes),
@@ -302,6 +319,12 @@ impl Db {
             compaction_device_flushes: get(&counters.compaction_device_flushes),
             peak_slots_in_use: self.shared.lock_slots().slots_in_use_peak,
             pinned_tail_bytes: self.shared.cache.pinned_bytes() as u64,
+            value_chunks: version.value_chunks.len() as u64,
+            value_bytes: version.value_chunks.values().map(|chunk| u64::from(chunk.len_body)).sum(),
+            value_live_bytes: version.value_live.values().sum(),
+            pending_value_chunks,
+            values_relocated_bytes: get(&counters.values_relocated_bytes),
+            value_collections: get(&counters.value_collections),
         }
     }
 

@@ -114,9 +114,11 @@ impl Db {
         for instance in 0..label.geometry.instance_count {
             recovered.push(recover_one(device.as_ref(), &label, instance, &path_string)?);
         }
+        let pending: Vec<(u32, u64)> = recovered.iter().flat_map(Recovered::pending_slots).collect();
         let slots = slot_map(
             &label,
             recovered.iter().map(|found| (found.instance, &found.recovery.version_log)),
+            &pending,
             &path_string,
         )?;
         let slots = Arc::new(Mutex::new(slots));
@@ -136,6 +138,15 @@ struct Recovered {
     recovery: lds_format::instance::InstanceRecovery,
     backup_area: Vec<u8>,
     journal: Option<lds_format::version::CompactionJournal>,
+    /// Value chunks the replayed batches point to that the version does not list (SPEC.md
+    /// §8.6): in use, added by the flush of their memtable.
+    pending: BTreeMap<u64, lds_format::value::ValueChunkMeta>,
+}
+
+impl Recovered {
+    fn pending_slots(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.pending.values().map(|chunk| (self.instance, chunk.slot))
+    }
 }
 
 fn recovery_error(path: &str, instance: u32, source: RecoveryError) -> Error {
@@ -159,6 +170,24 @@ fn recover_one(device: &dyn BlockDevice, label: &Label, instance: u32, path: &st
         return Err(recovery_error(path, instance, RecoveryError::UnfinishedCompactions { ids }));
     }
     let journal = unfinished.values().next().cloned();
+    let mut pending = BTreeMap::new();
+    if label.has_value_chunks() && recovery.damage().is_none() {
+        let mut pointers = Vec::new();
+        let context = area_context(geometry, LogKind::Backup, instance);
+        recovery
+            .replay(&backup_area, &context, |_, kind, _, value| {
+                if kind == lds_format::batch::EntryKind::Pointer {
+                    pointers.push(value.to_vec());
+                }
+            })
+            .map_err(|source| Error::Corrupt { path: path.to_string(), source })?;
+        let version = &recovery.version_log.version;
+        pending = crate::values::pending_of_replay(device, geometry, instance, version, &pointers).map_err(
+            |(value_chunk_id, slot, reason)| {
+                recovery_error(path, instance, RecoveryError::PendingValueMissing { value_chunk_id, slot, reason })
+            },
+        )?;
+    }
     if let Some(journal) = &journal {
         if let Some(&missing) = journal.inputs.iter().find(|id| !recovery.version_log.version.chunks.contains_key(id)) {
             return Err(recovery_error(
@@ -168,7 +197,7 @@ fn recover_one(device: &dyn BlockDevice, label: &Label, instance: u32, path: &st
             ));
         }
     }
-    Ok(Recovered { instance, recovery, backup_area, journal })
+    Ok(Recovered { instance, recovery, backup_area, journal, pending })
 }
 
 /// The online map of every instance's version (SPEC.md §9.4). Slots every geometry in force
@@ -179,6 +208,7 @@ fn recover_one(device: &dyn BlockDevice, label: &Label, instance: u32, path: &st
 fn slot_map<'a>(
     label: &Label,
     versions: impl Iterator<Item = (u32, &'a VersionLogState)> + Clone,
+    pending: &[(u32, u64)],
     path: &str,
 ) -> Result<SlotMap> {
     let usable_slots =
@@ -194,6 +224,23 @@ fn slot_map<'a>(
             RecoveryError::SlotConflict { slot: conflict.slot, instances: conflict.instances },
         )
     })?;
+    // Value chunks named only by replayed batches (SPEC.md §8.6).
+    for &(instance, slot) in pending {
+        match online.get_mut(slot as usize) {
+            Some(used) if !*used => *used = true,
+            _ => {
+                return Err(recovery_error(
+                    path,
+                    instance,
+                    RecoveryError::PendingValueMissing {
+                        value_chunk_id: 0,
+                        slot,
+                        reason: "the slot is past the slot area or used by a chunk".into(),
+                    },
+                ))
+            }
+        }
+    }
     let mut absent = 0u64;
     for (slot, used) in online.iter_mut().enumerate() {
         if !label.slot_present(slot as u64) {
@@ -216,10 +263,26 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
     if instance >= geometry.instance_count {
         return Err(Error::NoSuchInstance { path: path_string, instance, instance_count: geometry.instance_count });
     }
-    // The opened instance's logs; every other instance's version log, for the online map.
+    if options.value_separation_min.is_some() && !label.has_value_chunks() {
+        return Err(Error::FeatureMissing {
+            path: path_string,
+            what: "key-value separation (technique kv-separation)",
+            feature: "value_chunks",
+            hint: "format it with lds mkfs --value-chunks",
+        });
+    }
+    // The opened instance's logs; every other instance's version log, for the online map
+    // (and its backup log on a volume with value chunks: its pending value chunks are in use).
     let found = recover_one(device.as_ref(), &label, instance, &path_string)?;
     let mut others = Vec::new();
+    let mut pending: Vec<(u32, u64)> = found.pending_slots().collect();
     for other in (0..geometry.instance_count).filter(|&other| other != instance) {
+        if label.has_value_chunks() {
+            let recovered = recover_one(device.as_ref(), &label, other, &path_string)?;
+            pending.extend(recovered.pending_slots());
+            others.push((other, recovered.recovery.version_log));
+            continue;
+        }
         let (offset, len) = geometry.log_area(LogKind::Version, other);
         let area = device.read_vec(offset, len)?;
         let state = recover_version_log(&area, &area_context(&geometry, LogKind::Version, other))
@@ -230,6 +293,7 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
         &label,
         std::iter::once((instance, &found.recovery.version_log))
             .chain(others.iter().map(|(other, state)| (*other, state))),
+        &pending,
         &path_string,
     )?;
     assemble(device, path, &label, found, Arc::new(Mutex::new(slots)), options, read_only)
@@ -248,7 +312,7 @@ fn assemble(
 ) -> Result<(Db, RecoveryReport)> {
     let path_string = path.display().to_string();
     let geometry = label.geometry;
-    let Recovered { instance, recovery, backup_area, journal } = found;
+    let Recovered { instance, recovery, backup_area, journal, pending } = found;
     // Damage that no crash explains would make recovery serve an older state silently and
     // then overwrite what a repair could use (docs/reliability.md I7): refuse instead.
     if let Some(damage) = recovery.damage() {
@@ -322,6 +386,13 @@ fn assemble(
         slots_in_use: slots_in_use - compaction_pool.len() as u64,
     };
     let background = options.background && !read_only;
+    let next_value_id =
+        pending.keys().next_back().map_or(version.next_value_chunk_id, |id| version.next_value_chunk_id.max(id + 1));
+    let value_separation_min = options.value_separation_min.filter(|_| label.has_value_chunks()).map(|min| min.max(1));
+    // A value goes around the backup log when it is large, or would not fit a batch.
+    let batch_value_max = (backup_context.payload_len_max() / 4) as usize;
+    let value_direct_min =
+        value_separation_min.map(|min| options.value_direct_min.min(batch_value_max).max(min).max(1));
     let shared = Arc::new(Shared {
         device,
         slots,
@@ -363,6 +434,7 @@ fn assemble(
             manual_compaction: None,
             shutting_down: false,
             commits: 0,
+            pending_values: pending,
         }),
         work: Condvar::new(),
         progress: Condvar::new(),
@@ -377,6 +449,10 @@ fn assemble(
         merger: Mutex::new(None),
         merge_buffers: Mutex::new(Vec::new()),
         counters: crate::state::Counters::default(),
+        value_chunks: label.has_value_chunks(),
+        value_separation_min,
+        value_direct_min,
+        next_value_id: AtomicU64::new(next_value_id),
     });
     // Level pinning: the pinned levels' tails are read now (SPEC.md §8.2, §8.3).
     let published = Arc::clone(&shared.lock_state().published);

@@ -54,8 +54,12 @@ impl Db {
         if entries.is_empty() {
             return Ok(());
         }
-        let value_len_max = shared.geometry.slot_size / 4;
-        for &(_, key, value) in entries {
+        // With key-value separation a value may pass a slot (SPEC.md §8.6, §16).
+        let (value_len_max, limit) = match shared.value_separation_min {
+            Some(_) => (lds_format::value::VALUE_LEN_MAX, "2^30 (the value pointer's limit)".to_string()),
+            None => (shared.geometry.slot_size / 4, format!("slot_size / 4 = {}", shared.geometry.slot_size / 4)),
+        };
+        for &(kind, key, value) in entries {
             if key.is_empty() || key.len() > usize::from(u16::MAX) {
                 return Err(Error::InvalidArgument {
                     reason: format!("a key of {} bytes: keys are 1 to 65535 bytes", key.len()),
@@ -63,10 +67,36 @@ impl Db {
             }
             if value.len() as u64 > value_len_max {
                 return Err(Error::InvalidArgument {
-                    reason: format!("a value of {} bytes exceeds slot_size / 4 = {value_len_max}", value.len()),
+                    reason: format!("a value of {} bytes exceeds {limit}", value.len()),
                 });
             }
+            if kind == EntryKind::Pointer {
+                return Err(Error::InvalidArgument { reason: "a pointer entry is the engine's own".into() });
+            }
         }
+        // Large values first go to value chunks of their own, flushed before the batch that
+        // points to them (SPEC.md §8.6); if the batch is not appended, they are given up.
+        let Some(direct) = crate::values::write_direct(shared, entries)? else {
+            return self.append_entries(entries, options).map(|_| ());
+        };
+        let separated = direct.entries(entries);
+        match self.append_entries(&separated, options) {
+            Err(error)
+                if matches!(
+                    error,
+                    Error::InvalidArgument { .. } | Error::Exhausted { .. } | Error::SpaceFull { .. }
+                ) =>
+            {
+                direct.abandon(shared);
+                Err(error)
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Appends entries to the backup log and inserts them into the memtable.
+    fn append_entries(&self, entries: &[EntryRef<'_>], options: WriteOptions) -> Result<()> {
+        let shared = &self.shared;
         let mut writer = shared.lock_writer();
         let payload_len = refs_encoded_len(entries) as u64;
         let batch_len_max = writer.backup_log.context().payload_len_max() / 2;

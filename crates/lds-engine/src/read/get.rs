@@ -8,8 +8,8 @@ use crate::error::Result;
 use crate::read::view;
 use crate::state::Shared;
 
-/// A found version: its sequence number and value (`None`: a tombstone).
-type Found = (u64, Option<Vec<u8>>);
+/// A found version: its sequence number, kind and value (a pointer's value is the pointer).
+type Found = (u64, EntryKind, Vec<u8>);
 
 /// The newest version of `key` at or below `snapshot` in one sub-chunk.
 fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
@@ -27,8 +27,9 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
                 return Ok(None);
             }
             if found.sequence <= snapshot {
-                let value = (found.kind == EntryKind::Put).then(|| block.slice(found.value).to_vec());
-                return Ok(Some((found.sequence, value)));
+                let value =
+                    if found.kind == EntryKind::Delete { Vec::new() } else { block.slice(found.value).to_vec() };
+                return Ok(Some((found.sequence, found.kind, value)));
             }
         }
         if entry.last_key.as_slice() > key {
@@ -50,12 +51,15 @@ fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) 
 /// The value of `key` at `snapshot`.
 pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
     let view = view(shared);
+    let published = &view.published;
+    // A pointer is read through the version of this view: the value chunks it names stay
+    // until no reader holds it.
+    let resolve = |(_, kind, value): Found| crate::values::resolve(shared, &published.version, kind, value);
     for table in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
-        if let Some((_, value)) = table.get(key, snapshot) {
-            return Ok(value);
+        if let Some(found) = table.get(key, snapshot) {
+            return resolve(found);
         }
     }
-    let published = &view.published;
     for level in 0..published.levels.levels.len() {
         let candidates = published.candidates(level, key);
         if level == 0 {
@@ -71,15 +75,15 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
                     }
                 }
             }
-            if let Some((_, value)) = best {
-                return Ok(value);
+            if let Some(found) = best {
+                return resolve(found);
             }
         } else {
             // One chunk of the level holds the key (an output of an unfinished compaction
             // and the remaining chunks of its target level are disjoint too).
             for chunk in candidates {
-                if let Some((_, value)) = find_in_chunk(shared, chunk, key, snapshot)? {
-                    return Ok(value);
+                if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    return resolve(found);
                 }
             }
         }

@@ -193,8 +193,9 @@ type HeapItem = Reverse<(UserKey, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
 /// the version it started on, so the chunks it reads stay in place until it is dropped.
 pub struct DbIterator {
     shared: Arc<Shared>,
-    /// Holds the version it started on, so that the chunks it reads stay in place.
-    _published: Arc<Published>,
+    /// Holds the version it started on, so that the chunks (and value chunks) it reads stay
+    /// in place; pointers are read through it.
+    published: Arc<Published>,
     sources: Vec<Source>,
     heap: BinaryHeap<HeapItem>,
     snapshot: u64,
@@ -270,7 +271,7 @@ impl DbIterator {
         }
         let mut iterator = Self {
             shared: Arc::clone(shared),
-            _published: view.published,
+            published: view.published,
             sources,
             heap: BinaryHeap::new(),
             snapshot,
@@ -318,8 +319,18 @@ impl Iterator for DbIterator {
                 }
                 None => self.decided = Some(key.clone()),
             }
-            if kind == EntryKind::Put {
-                return Some(Ok((key, value)));
+            match kind {
+                EntryKind::Put => return Some(Ok((key, value))),
+                EntryKind::Pointer => {
+                    return match crate::values::read(&self.shared, &self.published.version, &value) {
+                        Ok(value) => Some(Ok((key, value))),
+                        Err(error) => {
+                            self.failed = true;
+                            Some(Err(error))
+                        }
+                    };
+                }
+                EntryKind::Delete => {}
             }
         }
         None

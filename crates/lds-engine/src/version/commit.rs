@@ -8,7 +8,7 @@
 use std::sync::{Arc, MutexGuard};
 
 use lds_format::log::ObjectType;
-use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion};
+use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion, Version};
 use lds_format::writer::AppendError;
 
 use crate::error::{Error, Result};
@@ -91,6 +91,7 @@ pub(crate) fn raise_sn(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -
         deleted: Vec::new(),
         compact_pointers: Vec::new(),
         added: Vec::new(),
+        values: None,
     };
     commit_as(shared, state, &delta, Vec::new(), true)
 }
@@ -161,6 +162,8 @@ fn commit_as(
     freed: Vec<u64>,
     force_base: bool,
 ) -> Result<()> {
+    let mut freed = freed;
+    let delta = &with_values(shared, state.version(), delta, &mut freed);
     let mut next = (**state.version()).clone();
     next.apply(delta)
         .map_err(|error| Error::Invariant { what: format!("a new delta version contradicts the version: {error}") })?;
@@ -203,6 +206,33 @@ fn commit_as(
     let published = Arc::clone(&state.published);
     repin(shared, &published);
     Ok(())
+}
+
+/// The delta with its value section on a volume with value chunks (SPEC.md §6.2, §8.6): the
+/// id counter, and the deletion of every value chunk the change leaves without live bytes,
+/// whose slot joins `freed`.
+fn with_values(shared: &Shared, version: &Version, delta: &DeltaVersion, freed: &mut Vec<u64>) -> DeltaVersion {
+    let mut delta = delta.clone();
+    if !shared.value_chunks {
+        return delta;
+    }
+    let mut values = delta.values.take().unwrap_or_default();
+    let orphaned = version.orphaned_by(&delta.deleted, &delta.added);
+    let moved = |id: &u64| values.added.iter().any(|chunk| chunk.value_chunk_id == *id);
+    for id in orphaned {
+        if !values.deleted.contains(&id) && !moved(&id) {
+            values.deleted.push(id);
+            freed.extend(version.value_chunks.get(&id).map(|chunk| chunk.slot));
+        }
+    }
+    let added_max = values.added.iter().map(|chunk| chunk.value_chunk_id + 1).max().unwrap_or(0);
+    values.next_value_chunk_id = values
+        .next_value_chunk_id
+        .max(version.next_value_chunk_id)
+        .max(added_max)
+        .max(shared.next_value_id.load(std::sync::atomic::Ordering::Acquire));
+    delta.values = Some(values);
+    delta
 }
 
 /// Level pinning (LSM-KVD): pins the tails of the chunks of levels below `pinned_levels` of

@@ -37,8 +37,13 @@ pub fn small_layout(volume_len: u64, len_version_log: u64, len_backup_log: u64) 
 
 /// Writes what mkfs would write for `request` to `path`.
 pub fn format_image(path: &Path, request: &LayoutRequest) {
+    format_image_with(path, request, |label| label);
+}
+
+/// Writes what mkfs would write for `request` to `path`, with the label `features` makes.
+pub fn format_image_with(path: &Path, request: &LayoutRequest, features: impl FnOnce(Label) -> Label) {
     let geometry = plan_layout(request, [0x42; 16]).unwrap_or_else(|error| panic!("{error}"));
-    std::fs::write(path, ImageBuilder::format(Label::new(geometry, "test")).bytes)
+    std::fs::write(path, ImageBuilder::format(features(Label::new(geometry, "test"))).bytes)
         .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
 }
 
@@ -47,8 +52,17 @@ pub struct Image(PathBuf);
 
 impl Image {
     pub fn new(name: &str, request: &LayoutRequest) -> Self {
+        Self::with_features(name, request, |label| label)
+    }
+
+    /// A volume of format 1.4 with feature `value_chunks` (SPEC.md §8.6).
+    pub fn with_value_chunks(name: &str, request: &LayoutRequest) -> Self {
+        Self::with_features(name, request, |label| label.with_sync_watermark().with_fast_digest().with_value_chunks())
+    }
+
+    pub fn with_features(name: &str, request: &LayoutRequest, features: impl FnOnce(Label) -> Label) -> Self {
         let path = std::env::temp_dir().join(format!("lds-engine-test-{}-{name}.img", std::process::id()));
-        format_image(&path, request);
+        format_image_with(&path, request, features);
         Self(path)
     }
 
