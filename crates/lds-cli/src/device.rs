@@ -173,7 +173,12 @@ fn describe(plan: &DevicePlan, adding: bool) -> String {
             _ => format!("device {} joined before: {} base versions to finish", plan.index, plan.rebase.len()),
         }
     } else {
-        format!("device {} leaves: {} chunks to move ({} bytes)", plan.index, plan.moves.len(), plan.bytes_to_copy())
+        format!(
+            "device {} leaves: {} chunks and value chunks to move ({} bytes)",
+            plan.index,
+            plan.moves.len(),
+            plan.bytes_to_copy()
+        )
     };
     format!(
         "{what}; {} -> {} devices, {} -> {} slots",
@@ -204,9 +209,7 @@ fn report(
             "new_generation": plan.new.generation,
             "old_num_slots": plan.old.geometry.num_slots,
             "new_num_slots": plan.new.geometry.num_slots,
-            "moves": plan.moves.iter().map(|(instance, chunk, slots, bytes)| json!({
-                "instance": instance, "chunk_id": chunk, "slots": slots, "bytes": bytes,
-            })).collect::<Vec<_>>(),
+            "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
             "bytes_to_copy": plan.bytes_to_copy(),
             "rebase": plan.rebase,
             "writes": writes.map(|writes| writes.iter().map(|write| json!({
@@ -323,7 +326,9 @@ fn list(args: &ListArgs, out: &mut dyn Write) -> Outcome {
     let mut used = vec![false; geometry.num_slots as usize];
     for (instance, state) in all_versions(&volume, &geometry).map_err(operational)? {
         let state = state.map_err(|error| operational(format!("instance {instance}: {error}")))?;
-        for slot in state.version.chunks.values().flat_map(|chunk| chunk.slots()) {
+        let chunk_slots = state.version.chunks.values().flat_map(|chunk| chunk.slots());
+        let value_slots = state.version.value_chunks.values().map(|value_chunk| value_chunk.slot);
+        for slot in chunk_slots.chain(value_slots) {
             if let Some(bit) = used.get_mut(slot as usize) {
                 *bit = true;
             }

@@ -51,7 +51,7 @@ fn describe(plan: &ResizePlan) -> String {
     let what = match new.num_slots.cmp(&old.num_slots) {
         std::cmp::Ordering::Greater => format!("{} slots added", new.num_slots - old.num_slots),
         std::cmp::Ordering::Less => format!(
-            "{} slots removed, {} chunks to move ({} bytes)",
+            "{} slots removed, {} chunks and value chunks to move ({} bytes)",
             old.num_slots - new.num_slots,
             plan.moves.len(),
             plan.bytes_to_copy()
@@ -72,9 +72,7 @@ fn plan_json(plan: &ResizePlan) -> serde_json::Value {
         "slot_size": plan.new.slot_size,
         "slots_in_use": plan.slots_in_use,
         "min_len": plan.min_len,
-        "moves": plan.moves.iter().map(|(instance, chunk, slots, bytes)| json!({
-            "instance": instance, "chunk_id": chunk, "slots": slots, "bytes": bytes,
-        })).collect::<Vec<_>>(),
+        "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
         "bytes_to_copy": plan.bytes_to_copy(),
         "rebase": plan.rebase,
         "done": plan.done(),
@@ -122,7 +120,7 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 } else {
                     let _ = writeln!(
                         out,
-                        "{}: smallest size {} bytes: the logs and labels take {} bytes and the data uses {} slots of {} bytes (at that size no slot is left for new writes)",
+                        "{}: smallest size {} bytes: the logs and labels take {} bytes and the data uses {} slots of {} bytes, and two slots stay free for the next flush",
                         args.path.display(),
                         plan.min_len,
                         plan.old.ofs_slot_area + plan.old.sector(),
@@ -164,11 +162,11 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 writeln!(out, "{}", json!({ "schema": "lds-resize/1", "dry_run": true, "plan": plan_json(&planned) }));
         } else {
             let _ = writeln!(out, "{}: {}; nothing was written (-n)", args.path.display(), describe(&planned));
-            if planned.new.num_slots < planned.slots_in_use {
+            if planned.new.num_slots < planned.num_slots_min() {
                 let _ = writeln!(out, "refused: the smallest size is {} bytes", planned.min_len);
             }
         }
-        return if planned.new.num_slots < planned.slots_in_use { EXIT_REFUSED } else { 0 };
+        return if planned.new.num_slots < planned.num_slots_min() { EXIT_REFUSED } else { 0 };
     }
     if planned.done() {
         let truncated = shrink_image(&args.path, device.kind(), planned.new.volume_len, false, Arc::new(device), err);
@@ -286,4 +284,15 @@ fn shrink_image(
             false
         }
     }
+}
+
+/// One move of a resize or a device removal: a chunk (`chunk_id`) or a value chunk
+/// (`value_chunk_id`, SPEC.md §8.6).
+pub(crate) fn move_json(moved: &lds_repair::resize::Move) -> serde_json::Value {
+    let mut document = json!({ "instance": moved.instance, "slots": moved.slots, "bytes": moved.bytes });
+    match moved.what {
+        lds_repair::resize::Moved::Chunk(id) => document["chunk_id"] = json!(id),
+        lds_repair::resize::Moved::ValueChunk(id) => document["value_chunk_id"] = json!(id),
+    }
+    document
 }

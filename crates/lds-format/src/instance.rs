@@ -261,6 +261,40 @@ impl InstanceRecovery {
         }
         Ok(largest)
     }
+
+    /// The value chunks the replayed batches point to that the version does not list
+    /// (SPEC.md §8.6: pending, named only by the backup log), by id, with the slot their
+    /// pointers give. Their slots are in use (§9.4).
+    pub fn pending_value_chunks(
+        &self,
+        backup_area: &[u8],
+        context: &AreaContext,
+    ) -> Result<std::collections::BTreeMap<u64, u64>, FormatError> {
+        let version = &self.version_log.version;
+        let mut pending = std::collections::BTreeMap::new();
+        let mut failed = None;
+        self.replay(backup_area, context, |_, kind, _, value| {
+            if kind != EntryKind::Pointer || failed.is_some() {
+                return;
+            }
+            match crate::value::ValuePointer::decode(value, 0) {
+                Ok(pointer) => {
+                    for extent in pointer
+                        .extents
+                        .iter()
+                        .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
+                    {
+                        pending.entry(extent.value_chunk_id).or_insert(extent.slot);
+                    }
+                }
+                Err(error) => failed = Some(error),
+            }
+        })?;
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(pending),
+        }
+    }
 }
 
 /// Recovers instance `instance` from its version log and backup log areas (SPEC.md §9.2,

@@ -21,15 +21,15 @@
 //! A crash leaves the old volume or the new one with every committed key, and the same
 //! command run again finishes it (or, for a device already removed, zeroes its labels).
 
-use std::collections::BTreeSet;
-
 use lds_check::Code;
 use lds_format::devices::{member_layout, volume_len_for, DeviceEntry, DeviceTable, DEVICES_COUNT_MAX};
 use lds_format::label::{Geometry, Label};
 use lds_volume::members::{read_device_labels, Members};
 use lds_volume::BlockDevice;
 
-use crate::resize::{label_of, rebase_all, refuse_problems, versions, ResizeError};
+use crate::resize::{
+    label_of, moves_off, rebase_all, refuse_pending, refuse_problems, slots_used, versions, Move, ResizeError,
+};
 use crate::{write_all, PlannedWrite, Written};
 
 /// The uuids a join gives: the new device's, and the first device's when the volume had one
@@ -51,8 +51,8 @@ pub struct DevicePlan {
     pub new: Label,
     /// The place of the device added (in `new`'s table) or removed (in `old`'s).
     pub index: usize,
-    /// Chunks to move off a device being removed: (instance, chunk id, slots, bytes).
-    pub moves: Vec<(u32, u64, Vec<u64>, u64)>,
+    /// Chunks and value chunks to move off a device being removed.
+    pub moves: Vec<Move>,
     /// Instances whose base version does not replicate the new geometry yet.
     pub rebase: Vec<u32>,
     /// The labels already name the change (an earlier run was interrupted): only the steps
@@ -63,7 +63,7 @@ pub struct DevicePlan {
 impl DevicePlan {
     /// Bytes of chunk data to copy.
     pub fn bytes_to_copy(&self) -> u64 {
-        self.moves.iter().map(|(_, _, _, bytes)| bytes).sum()
+        self.moves.iter().map(|moved| moved.bytes).sum()
     }
 
     /// Nothing is left to do.
@@ -278,24 +278,14 @@ pub fn plan_remove(volume: &dyn BlockDevice, index: usize) -> Result<DevicePlan,
     let Some(&entry) = table.devices.get(index) else {
         return Err(refused(volume, format!("the volume has no device {index}")));
     };
-    let mut moves = Vec::new();
     let all = versions(volume, &old.geometry)?;
-    for (source, version) in &all {
-        for chunk in version.chunks.values() {
-            let slots: Vec<u64> = chunk.slots().collect();
-            if slots.iter().any(|&slot| entry.holds(slot)) {
-                moves.push((source.instance, chunk.chunk_id, slots, chunk.len_data));
-            }
-        }
-    }
-    let used: BTreeSet<u64> = all
-        .iter()
-        .flat_map(|(_, version)| version.chunks.values().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()))
-        .collect();
+    let moves = moves_off(&all, &|slot| entry.holds(slot));
+    refuse_pending(volume, &all, &old.geometry, &|slot| entry.holds(slot))?;
+    let used = slots_used(&all, &old.geometry);
     let free_elsewhere = (0..old.geometry.num_slots)
         .filter(|&slot| old.slot_present(slot) && !entry.holds(slot) && !used.contains(&slot))
         .count() as u64;
-    let to_move: u64 = moves.iter().map(|(_, _, slots, _)| slots.len() as u64).sum();
+    let to_move: u64 = moves.iter().map(|moved| moved.slots.len() as u64).sum();
     if to_move > free_elsewhere {
         return Err(refused(
             volume,

@@ -71,20 +71,36 @@ impl Source {
         self.recovery.as_ref().map_or(0, |recovery| recovery.version_log.base.label_generation)
     }
 
-    /// Every slot a version of the old state may read: the recovered version's, the newest
-    /// good version's, and the outputs of their unfinished compactions.
+    /// The slots of the value chunks only the backup log names (SPEC.md §8.6: written before
+    /// their batch, not yet added by a flush), by value chunk id; none when the backup log does
+    /// not replay.
+    pub(crate) fn pending_value_slots(&self, geometry: &Geometry) -> BTreeMap<u64, u64> {
+        let Ok(recovery) = &self.recovery else { return BTreeMap::new() };
+        let context = area_context(geometry, LogKind::Backup, self.instance);
+        recovery.pending_value_chunks(&self.backup_area, &context).unwrap_or_default()
+    }
+
+    /// Every slot a version of the old state may read: the recovered version's (chunks and
+    /// value chunks), the newest good version's, the outputs of their unfinished compactions,
+    /// and the value chunks the backup log's pointers name.
     pub(crate) fn referenced_slots(&self) -> Vec<u64> {
         let mut slots = Vec::new();
         let mut add = |version: &Version, journals: &BTreeMap<u64, CompactionJournal>| {
             slots.extend(version.chunks.values().flat_map(ChunkMeta::slots));
+            slots.extend(version.value_chunks.values().map(|value_chunk| value_chunk.slot));
             slots.extend(journals.values().flat_map(|journal| journal.outputs.iter().flat_map(ChunkMeta::slots)));
         };
+        let mut pending = Vec::new();
         if let Ok(recovery) = &self.recovery {
             add(&recovery.version_log.version, &recovery.version_log.unfinished_compactions);
+            let context = area_context(&recovery.version_log.base.geometry, LogKind::Backup, self.instance);
+            pending
+                .extend(recovery.pending_value_chunks(&self.backup_area, &context).unwrap_or_default().into_values());
         }
         if let Some(good) = &self.good {
             add(&good.version, &good.unfinished_compactions);
         }
+        slots.extend(pending);
         slots
     }
 }
@@ -139,6 +155,9 @@ pub(crate) struct InstancePlan {
     pub(crate) source_slots: BTreeSet<u64>,
     /// Applied (false when `-p` refuses it).
     pub(crate) apply: bool,
+    /// Value chunks to copy to another slot (a shrink or a device removal), each with its
+    /// slot image: same id, same bytes (SPEC.md §14 step 1).
+    pub(crate) value_moves: Vec<(lds_format::value::ValueChunkMeta, Vec<u8>)>,
 }
 
 impl InstancePlan {
@@ -148,6 +167,20 @@ impl InstancePlan {
         base.chunks = self.kept.clone();
         base.chunks.sort_by_key(|chunk| chunk.chunk_id);
         base
+    }
+
+    /// Records that a value chunk now lives in `slot` (after its copy is placed).
+    pub(crate) fn move_value_chunk(&mut self, value_chunk_id: u64, slot: u64) {
+        if let Some(values) = self.template.values.as_mut() {
+            for value_chunk in values.chunks.iter_mut().filter(|chunk| chunk.value_chunk_id == value_chunk_id) {
+                value_chunk.slot = slot;
+            }
+        }
+    }
+
+    /// The slots of the value chunks the new base version keeps.
+    pub(crate) fn value_slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.template.values.iter().flat_map(|values| values.chunks.iter().map(|chunk| chunk.slot))
     }
 }
 
@@ -244,6 +277,24 @@ pub(crate) fn rebase_plan(
         }
         runs.push(Run::new(chunk.level, chunk.flags, read.entries));
     }
+    // Value chunks move byte for byte, keeping their ids (pointers name value chunks by id).
+    // One only the backup log names cannot: its pointers give its slot.
+    let mut value_moves = Vec::new();
+    for value_chunk in version.value_chunks.values() {
+        if usable(value_chunk.slot) || *budget == 0 {
+            continue;
+        }
+        *budget = budget.saturating_sub(geometry.slot_size);
+        let image = device
+            .read_vec(geometry.slot_offset(value_chunk.slot), geometry.slot_size)
+            .map_err(NotRebasable::Device)?;
+        value_moves.push((*value_chunk, image));
+    }
+    if let Some((id, slot)) = source.pending_value_slots(geometry).into_iter().find(|(_, slot)| !usable(*slot)) {
+        return Err(NotRebasable::Damaged(format!(
+            "value chunk {id} in slot {slot} is named only by the backup log (written before its batch): open the volume once (lds recover) so that a flush adds it to the version, then run this again"
+        )));
+    }
     let version_context = area_context(geometry, LogKind::Version, instance);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
     let protected = old_chain_ranges(recovery);
@@ -260,6 +311,7 @@ pub(crate) fn rebase_plan(
         next_sn,
         source_slots: BTreeSet::new(),
         apply: true,
+        value_moves,
     })
 }
 
@@ -1032,7 +1084,7 @@ pub(crate) fn plan(
         .filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area)
         .unwrap_or(0);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
-    let template = BaseVersion {
+    let mut template = BaseVersion {
         last_sequence,
         label_generation: label.generation,
         ofs_backup_start,
@@ -1040,6 +1092,22 @@ pub(crate) fn plan(
         chunks: Vec::new(),
         ..version.to_base(*geometry, instance)
     };
+    let mut source_slots = source_slots;
+    if label.has_value_chunks() {
+        let kept: Vec<&ChunkMeta> = rebuild.tree.values().collect();
+        let settled = settle_values(device, geometry, instance, &version, &kept, &mut rebuild.runs)?;
+        source_slots.extend(settled.chunks.iter().map(|chunk| chunk.slot));
+        if !settled.dropped.is_empty() {
+            let action = format!("left out {} entries whose values are lost", settled.dropped.len());
+            let mut fix = Fix::new(Vec::new(), format!("value chunks of instance {instance}"), 0, action);
+            fix.dropped = settled.dropped;
+            rebuild.fixes.push(fix);
+        }
+        template.values = Some(lds_format::version::ValueSection {
+            next_value_chunk_id: settled.next_value_chunk_id,
+            chunks: settled.chunks,
+        });
+    }
     Ok(InstancePlan {
         instance,
         fixes: rebuild.fixes,
@@ -1052,5 +1120,92 @@ pub(crate) fn plan(
         next_sn,
         source_slots,
         apply: true,
+        value_moves: Vec::new(),
     })
+}
+
+/// The value chunks a rebuilt tree keeps (SPEC.md §8.6).
+struct Settled {
+    chunks: Vec<lds_format::value::ValueChunkMeta>,
+    next_value_chunk_id: u64,
+    /// Entries left out, described.
+    dropped: Vec<String>,
+}
+
+/// The value chunks of a rebuilt tree: those the kept chunks and the runs point to. A value
+/// chunk the version lists is kept as it is; one it does not (named by a batch of the backup
+/// log, or by a chunk found in a free slot) is kept when the slot its pointer gives holds it
+/// (its footer names it, its digest checks); entries pointing to a value chunk found nowhere
+/// are left out. Value chunks nothing points to any more are not kept.
+fn settle_values(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    version: &Version,
+    kept: &[&ChunkMeta],
+    runs: &mut [Run],
+) -> Result<Settled, RepairError> {
+    use lds_format::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
+    let mut found: BTreeMap<u64, Option<ValueChunkMeta>> =
+        version.value_chunks.iter().map(|(id, chunk)| (*id, Some(*chunk))).collect();
+    let mut look_up = |id: u64, slot: u64| -> Result<bool, RepairError> {
+        if let Some(known) = found.get(&id) {
+            return Ok(known.is_some());
+        }
+        let mut chunk = None;
+        if slot < geometry.num_slots && !version.slot_owner.contains_key(&slot) {
+            let offset = geometry.slot_offset(slot);
+            let image = device.read_vec(offset, geometry.slot_size)?;
+            let footer_at = image.len() - VALUE_FOOTER_LEN;
+            if let Ok(footer) = ValueFooter::decode(&image[footer_at..], offset + footer_at as u64, geometry.slot_size)
+            {
+                let body = &image[..(footer.len_body as usize).min(footer_at)];
+                let ours = footer.value_chunk_id == id && footer.instance == instance;
+                if ours && footer.volume_uuid == geometry.volume_uuid && footer.verify_digest(body, offset).is_ok() {
+                    chunk = Some(ValueChunkMeta::of_footer(&footer, slot));
+                }
+            }
+        }
+        found.insert(id, chunk);
+        Ok(chunk.is_some())
+    };
+    let mut dropped = Vec::new();
+    let mut referenced = BTreeSet::new();
+    for chunk in kept {
+        referenced.extend(chunk.value_refs.iter().map(|(id, _)| *id));
+    }
+    for run in runs.iter_mut() {
+        let mut entries = Vec::with_capacity(run.entries.len());
+        for entry in std::mem::take(&mut run.entries) {
+            if entry.kind != lds_format::batch::EntryKind::Pointer {
+                entries.push(entry);
+                continue;
+            }
+            let mut whole = false;
+            if let Ok(pointer) = ValuePointer::decode(&entry.value, 0) {
+                whole = true;
+                for extent in &pointer.extents {
+                    whole &= look_up(extent.value_chunk_id, extent.slot)?;
+                }
+                if whole {
+                    referenced.extend(pointer.extents.iter().map(|extent| extent.value_chunk_id));
+                }
+            }
+            if whole {
+                entries.push(entry);
+            } else {
+                dropped.push(format!(
+                    "key {} (sequence {}): its value chunk is lost",
+                    display_key(&entry.key),
+                    entry.sequence
+                ));
+            }
+        }
+        run.entries = entries;
+    }
+    let chunks: Vec<ValueChunkMeta> =
+        found.into_values().flatten().filter(|chunk| referenced.contains(&chunk.value_chunk_id)).collect();
+    let next_value_chunk_id =
+        chunks.iter().map(|chunk| chunk.value_chunk_id + 1).max().unwrap_or(1).max(version.next_value_chunk_id);
+    Ok(Settled { chunks, next_value_chunk_id, dropped })
 }

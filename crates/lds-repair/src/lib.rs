@@ -427,8 +427,14 @@ pub(crate) fn place_chunks(
             packed.extend(chunks.into_iter().map(|chunk| (index, chunk.chunk, run.level, flags)));
         }
     }
-    let used: BTreeSet<u64> =
-        plans.iter().flat_map(|plan| plan.kept.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>())).collect();
+    let mut value_moves = Vec::new();
+    for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
+        value_moves.extend(std::mem::take(&mut plan.value_moves).into_iter().map(|(meta, image)| (index, meta, image)));
+    }
+    let used: BTreeSet<u64> = plans
+        .iter()
+        .flat_map(|plan| plan.kept.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).chain(plan.value_slots()))
+        .collect();
     let unavailable: BTreeSet<u64> = plans
         .iter()
         .flat_map(|plan| plan.source_slots.iter().copied())
@@ -436,10 +442,22 @@ pub(crate) fn place_chunks(
         .chain(old_slots.iter().copied())
         .collect();
     let free: Vec<u64> = (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
-    if free.len() < packed.len() {
-        return Err(RepairError::NoSpace { device: name.to_string(), needed: packed.len(), free: free.len() });
+    let needed = packed.len() + value_moves.len();
+    if free.len() < needed {
+        return Err(RepairError::NoSpace { device: name.to_string(), needed, free: free.len() });
     }
+    let mut free = free.into_iter();
     let mut writes = Vec::new();
+    // Value chunks move byte for byte: the footer names no slot (SPEC.md §8.6).
+    for ((index, meta, image), slot) in value_moves.into_iter().zip(free.by_ref()) {
+        let plan = &mut plans[index];
+        let structure = format!(
+            "value chunk {} of instance {} (moved from slot {})",
+            meta.value_chunk_id, plan.instance, meta.slot
+        );
+        writes.push(PlannedWrite { offset: geometry.slot_offset(slot), bytes: image, structure });
+        plan.move_value_chunk(meta.value_chunk_id, slot);
+    }
     for ((index, mut chunk, level, flags), slot) in packed.into_iter().zip(free) {
         let meta = place(&mut chunk, slot, level, flags);
         let plan = &mut plans[index];

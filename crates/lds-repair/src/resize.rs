@@ -72,8 +72,8 @@ pub struct ResizePlan {
     pub old: Geometry,
     /// The geometry asked for.
     pub new: Geometry,
-    /// Chunks to move below the new slot count: (instance, chunk id, slots, bytes).
-    pub moves: Vec<(u32, u64, Vec<u64>, u64)>,
+    /// Chunks and value chunks to move below the new slot count.
+    pub moves: Vec<Move>,
     /// Instances whose base version does not replicate the new geometry yet.
     pub rebase: Vec<u32>,
     /// Slots in use, over every instance.
@@ -85,13 +85,108 @@ pub struct ResizePlan {
 impl ResizePlan {
     /// Bytes of chunk data to copy.
     pub fn bytes_to_copy(&self) -> u64 {
-        self.moves.iter().map(|(_, _, _, bytes)| bytes).sum()
+        self.moves.iter().map(|moved| moved.bytes).sum()
+    }
+
+    /// The fewest slots the volume may keep.
+    pub fn num_slots_min(&self) -> u64 {
+        num_slots_min(self.slots_in_use)
     }
 
     /// Nothing is left to do.
     pub fn done(&self) -> bool {
         self.old == self.new && self.rebase.is_empty()
     }
+}
+
+/// The fewest slots a volume with `slots_in_use` may keep: two stay free, so that the store
+/// can still flush (a chunk and its value chunk), and at least `SLOTS_COUNT_MIN`.
+fn num_slots_min(slots_in_use: u64) -> u64 {
+    (slots_in_use + 2).max(SLOTS_COUNT_MIN)
+}
+
+/// What moves to another slot in a shrink or a device removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    /// A chunk (its entries are rewritten), by id.
+    Chunk(u64),
+    /// A value chunk (SPEC.md §8.6: copied byte for byte, keeping its id), by id.
+    ValueChunk(u64),
+}
+
+/// One chunk or value chunk to move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    /// The owning instance.
+    pub instance: u32,
+    /// What moves.
+    pub what: Moved,
+    /// The slots it uses now.
+    pub slots: Vec<u64>,
+    /// Bytes to copy (a chunk's data, a value chunk's body).
+    pub bytes: u64,
+}
+
+/// Every chunk and value chunk of the versions with a slot `leaving`.
+pub(crate) fn moves_off(all: &[(Source, Version)], leaving: &dyn Fn(u64) -> bool) -> Vec<Move> {
+    let mut moves = Vec::new();
+    for (source, version) in all {
+        for chunk in version.chunks.values() {
+            let slots: Vec<u64> = chunk.slots().collect();
+            if slots.iter().any(|&slot| leaving(slot)) {
+                moves.push(Move {
+                    instance: source.instance,
+                    what: Moved::Chunk(chunk.chunk_id),
+                    slots,
+                    bytes: chunk.len_data,
+                });
+            }
+        }
+        for value_chunk in version.value_chunks.values().filter(|value_chunk| leaving(value_chunk.slot)) {
+            moves.push(Move {
+                instance: source.instance,
+                what: Moved::ValueChunk(value_chunk.value_chunk_id),
+                slots: vec![value_chunk.slot],
+                bytes: u64::from(value_chunk.len_body),
+            });
+        }
+    }
+    moves
+}
+
+/// Every slot the versions use: chunks, value chunks, and the value chunks only the backup
+/// logs name (SPEC.md §9.4).
+pub(crate) fn slots_used(all: &[(Source, Version)], geometry: &Geometry) -> BTreeSet<u64> {
+    let mut used = BTreeSet::new();
+    for (source, version) in all {
+        used.extend(version.chunks.values().flat_map(|chunk| chunk.slots()));
+        used.extend(version.value_chunks.values().map(|value_chunk| value_chunk.slot));
+        used.extend(source.pending_value_slots(geometry).into_values());
+    }
+    used
+}
+
+/// Refuses a move off slots `leaving` when one of them holds a value chunk only a backup log
+/// names: its batches' pointers give its slot, so it cannot move until a flush adds it to the
+/// version.
+pub(crate) fn refuse_pending(
+    device: &dyn BlockDevice,
+    all: &[(Source, Version)],
+    geometry: &Geometry,
+    leaving: &dyn Fn(u64) -> bool,
+) -> Result<(), ResizeError> {
+    for (source, _) in all {
+        if let Some((id, slot)) = source.pending_value_slots(geometry).into_iter().find(|(_, slot)| leaving(*slot)) {
+            return Err(ResizeError::Refused {
+                device: device_name(device),
+                reason: format!(
+                    "instance {}: value chunk {id} in slot {slot} is named only by the backup log (written before its batch); run lds recover first so that a flush adds it to the version (nothing was written)",
+                    source.instance
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The geometry of the volume with `volume_len` bytes: the same areas, as many slots as fit
@@ -154,21 +249,12 @@ pub fn plan(device: &dyn BlockDevice, volume_len: u64) -> Result<ResizePlan, Res
     let old = label.geometry;
     let new = resized(&old, volume_len);
     let all = versions(device, &old)?;
-    let used: BTreeSet<u64> = all
-        .iter()
-        .flat_map(|(_, version)| version.chunks.values().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()))
-        .collect();
-    let slots_in_use = used.len() as u64;
-    let min_len = old.ofs_slot_area + slots_in_use.max(SLOTS_COUNT_MIN) * old.slot_size + old.sector();
-    let mut moves = Vec::new();
+    let slots_in_use = slots_used(&all, &old).len() as u64;
+    let min_len = old.ofs_slot_area + num_slots_min(slots_in_use) * old.slot_size + old.sector();
+    let moves = moves_off(&all, &|slot| slot >= new.num_slots);
+    refuse_pending(device, &all, &old, &|slot| slot >= new.num_slots)?;
     let mut rebase = Vec::new();
-    for (source, version) in &all {
-        for chunk in version.chunks.values() {
-            let slots: Vec<u64> = chunk.slots().collect();
-            if slots.iter().any(|&slot| slot >= new.num_slots) {
-                moves.push((source.instance, chunk.chunk_id, slots, chunk.len_data));
-            }
-        }
+    for (source, _) in &all {
         // Every instance once the labels change; after that, those whose base version does
         // not replicate the labels' geometry and generation yet.
         let lags = source.base_geometry() != Some(new) || source.base_label_generation() < label.generation;
@@ -207,11 +293,11 @@ pub fn resize(device: &dyn BlockDevice, volume_len: u64) -> Result<(ResizePlan, 
             reason: format!("the device holds {} bytes, fewer than {}", device.len(), new.volume_len),
         });
     }
-    if new.num_slots < plan.slots_in_use {
+    if new.num_slots < plan.num_slots_min() {
         return Err(ResizeError::Refused {
             device: name,
             reason: format!(
-                "the data uses {} slots and {} bytes hold only {}: the smallest size is {} bytes (lds resize --min)",
+                "the data uses {} slots, two more stay free for the next flush, and {} bytes hold only {}: the smallest size is {} bytes (lds resize --min)",
                 plan.slots_in_use, new.volume_len, new.num_slots, plan.min_len
             ),
         });
@@ -300,10 +386,13 @@ fn rebase_once(
             })?;
         plans.push(plan);
     }
-    let left = plans.iter().any(|plan| plan.kept.iter().any(|chunk| !chunk.slots().all(usable)));
     let options = RepairOptions::new(crate::Mode::Yes);
     let digest = label_of(device)?.digest_kind();
     let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable, digest)?;
+    // Chunks and value chunks the budget left where they are.
+    let left = plans
+        .iter()
+        .any(|plan| plan.kept.iter().any(|chunk| !chunk.slots().all(usable)) || !plan.value_slots().all(usable));
     write_all(device, &chunk_writes, done)?;
     for plan in &plans {
         let base = plan.base();

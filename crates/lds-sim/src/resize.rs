@@ -196,4 +196,33 @@ mod tests {
         }
         assert!(moved > 0, "no case moved a chunk");
     }
+
+    /// With values in value chunks (SPEC.md §8.6), a shrink moves value chunks too, byte for
+    /// byte, and every crash state still reads every value.
+    #[test]
+    fn a_shrink_moves_value_chunks_and_every_crash_state_reads_every_value() {
+        assert_eq!(crate::workload::set_techniques("kv-separation"), Ok(()));
+        let cases = resize_cases();
+        assert!(cases.is_ok(), "{:?}", cases.as_ref().err());
+        let Ok(cases) = cases else { return };
+        let Some(case) = cases.last() else { return };
+        let planned = plan(&SimDevice::new(case.image.clone()), case.target);
+        assert!(planned.is_ok(), "{:?}", planned.as_ref().err());
+        let Ok(planned) = planned else { return };
+        let value_moves =
+            planned.moves.iter().filter(|moved| matches!(moved.what, lds_repair::resize::Moved::ValueChunk(_))).count();
+        assert!(value_moves > 0, "{}: no value chunk to move: {:?}", case.name, planned.moves);
+        let run = record_resize(case, 512);
+        assert!(run.is_ok(), "{:?}", run.as_ref().err());
+        let Ok(run) = run else { return };
+        let bounds = Bounds { exhaustive_max: 4, samples: 4, tears: true, seed: 7 };
+        let mut failures = Vec::new();
+        let counts = enumerate_resize(&run, &bounds, &mut |failure| {
+            failures
+                .push(format!("{} {}: {} ({})", failure.oracle, failure.crash_point, failure.message, failure.state));
+            ControlFlow::Break(())
+        });
+        assert!(failures.is_empty(), "{}: {failures:?}", case.name);
+        assert!(counts.distinct_images > 5, "{}: {counts:?}", case.name);
+    }
 }
