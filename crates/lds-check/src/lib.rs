@@ -8,7 +8,9 @@
 //! 2. version logs: each instance's live chain, how it ends, its geometry replica;
 //! 3. backup logs: each instance's start point, live chain and how it ends;
 //! 4. chunks: every chunk the trees reference, every block checksum (`deep`: digests and
-//!    filters), key order and ranges, level rules;
+//!    filters), key order and ranges, level rules; on volumes with value chunks, every value
+//!    chunk's footer (`deep`: digest), every value pointer of the chunks and the replayed
+//!    batches (`deep`: every value's crc32c) and every chunk's value references;
 //! 5. slots: the online map over all instances, and free slots holding chunks;
 //! 6. compaction journal: each unfinished compaction's inputs and outputs.
 //!
@@ -22,6 +24,7 @@ mod pass_journal;
 mod pass_labels;
 mod pass_logs;
 mod pass_slots;
+mod pass_values;
 pub mod problem;
 
 use lds_format::instance::InstanceRecovery;
@@ -64,6 +67,8 @@ pub struct CheckOptions {
 pub(crate) struct Tree {
     pub(crate) instance: u32,
     pub(crate) recovery: InstanceRecovery,
+    /// The value pointers of the batches recovery replays.
+    pub(crate) replayed_pointers: Vec<pass_values::Pointed>,
 }
 
 /// The problems of one chunk of `instance`'s tree, as the checker reports them: `images` are
@@ -98,7 +103,10 @@ pub fn check(
     }
     let trees: Vec<Tree> = recovered
         .into_iter()
-        .filter_map(|instance| Some(Tree { instance: instance.instance, recovery: instance.recovery.ok()? }))
+        .filter_map(|instance| {
+            let replayed_pointers = instance.replayed_pointers;
+            Some(Tree { instance: instance.instance, recovery: instance.recovery.ok()?, replayed_pointers })
+        })
         .collect();
     for tree in &trees {
         pass_logs::check_backup_log(&geometry, &tree.recovery, &mut report);

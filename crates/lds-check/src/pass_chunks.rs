@@ -12,6 +12,7 @@ use lds_format::FormatError;
 use lds_volume::volume::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 
+use crate::pass_values::{ChunkValues, ValueChunks};
 use crate::problem::{Code, Report};
 use crate::{CheckError, CheckOptions, Tree};
 
@@ -30,7 +31,7 @@ pub(crate) fn check_trees(
         .sum();
     let mut done = 0u64;
     for tree in trees {
-        check_tree(device, label, tree.instance, &tree.recovery.version_log, options, report, &mut |bytes| {
+        check_tree(device, label, tree, options, report, &mut |bytes| {
             done += bytes;
             progress(done, total);
         })?;
@@ -42,14 +43,39 @@ pub(crate) fn check_trees(
 fn check_tree(
     device: &(impl ReadAt + Sync + ?Sized),
     label: &Label,
-    instance: u32,
-    state: &VersionLogState,
+    tree: &Tree,
     options: CheckOptions,
     report: &mut Report,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), CheckError> {
+    let instance = tree.instance;
+    let state: &VersionLogState = &tree.recovery.version_log;
     let geometry = &label.geometry;
     let version = &state.version;
+    // Value chunks (SPEC.md §8.6): their footers, the replayed batches' pointers, then each
+    // chunk's pointers as the chunk is checked.
+    let mut value_chunks = None;
+    if label.has_value_chunks() {
+        let pending: std::collections::BTreeMap<u64, u64> = tree
+            .replayed_pointers
+            .iter()
+            .flat_map(|pointed| pointed.pointer.extents.iter())
+            .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
+            .map(|extent| (extent.value_chunk_id, extent.slot))
+            .collect();
+        let mut checked = ValueChunks::check(device, label, instance, version, &pending, options.deep, report)?;
+        let structure = format!("backup log of instance {instance}");
+        checked.check_pointers(device, &tree.replayed_pointers, &structure, options.deep, report)?;
+        value_chunks = Some(checked);
+    }
+    let mut check_one = |images: &[Vec<u8>], chunk: &ChunkMeta, report: &mut Report| -> Result<(), CheckError> {
+        let values = check_chunk(images, geometry, instance, chunk, version.last_sequence, options, report);
+        if let Some(checked) = value_chunks.as_mut() {
+            let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
+            checked.check_pointers(device, &values.pointers, &structure, options.deep, report)?;
+        }
+        Ok(())
+    };
     for level in 1..version.num_levels as u8 {
         let chunks = version.level(level);
         for pair in chunks.windows(2) {
@@ -130,7 +156,7 @@ fn check_tree(
     if chunks.len() <= INLINE_CHUNKS_MAX {
         for chunk in chunks {
             let images = images_of(chunk, read_chunk(chunk), report)?;
-            check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, report);
+            check_one(&images, chunk, report)?;
             progress(chunk.len_data);
         }
         return Ok(());
@@ -148,7 +174,7 @@ fn check_tree(
         for chunk in chunks {
             let read = receiver.recv().map_err(|_| CheckError::ReaderStopped)?;
             let images = images_of(chunk, read, report)?;
-            check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, report);
+            check_one(&images, chunk, report)?;
             progress(chunk.len_data);
         }
         Ok(())
@@ -171,7 +197,8 @@ pub(crate) fn check_chunk(
     last_sequence: u64,
     options: CheckOptions,
     report: &mut Report,
-) {
+) -> ChunkValues {
+    let mut values = ChunkValues::default();
     let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
     report.summary.chunks += 1;
     let problems_before = report.problems.len();
@@ -188,9 +215,9 @@ pub(crate) fn check_chunk(
                 0,
                 format!("slot {slot} is beyond the {} slots", geometry.num_slots),
             );
-            return;
+            return values;
         }
-        let Some(image) = images.get(index) else { return };
+        let Some(image) = images.get(index) else { return values };
         let slot_offset = geometry.slot_offset(slot);
         let footer_offset = slot_offset + geometry.slot_size - FOOTER_LEN as u64;
         let footer_at = image.len() - FOOTER_LEN;
@@ -336,6 +363,7 @@ pub(crate) fn check_chunk(
                         }
                     }
                 }
+                values.entry(found.kind, found.key, found.sequence, found.value, (block_offset, &structure), report);
                 smallest_seq = smallest_seq.min(found.sequence);
                 largest_seq = largest_seq.max(found.sequence);
                 previous = Some((found.key.to_vec(), found.sequence));
@@ -368,8 +396,9 @@ pub(crate) fn check_chunk(
         }
     }
     if report.problems.len() > problems_before {
-        return;
+        return values;
     }
+    values.compare(chunk, &structure, geometry.slot_offset(chunk.chunk_id), report);
     let last_key = previous.map(|(key, _)| key);
     if first_key.as_deref() != Some(chunk.smallest_key.as_slice())
         || last_key.as_deref() != Some(chunk.largest_key.as_slice())
@@ -406,4 +435,5 @@ pub(crate) fn check_chunk(
             format!("holds sequence {largest_seq}, above the version's last sequence {last_sequence}"),
         );
     }
+    values
 }

@@ -16,6 +16,8 @@ use crate::CheckError;
 pub(crate) struct Recovered {
     pub(crate) instance: u32,
     pub(crate) recovery: Result<InstanceRecovery, VersionLogError>,
+    /// The pointers of the batches recovery replays (SPEC.md §8.6).
+    pub(crate) replayed_pointers: Vec<crate::pass_values::Pointed>,
 }
 
 /// Reads and recovers every instance; counts the objects of the physical walks.
@@ -48,7 +50,11 @@ pub(crate) fn recover_all(
             report.summary.log_objects += physical_walk(area, 0, geometry.sector()).len() as u64;
         }
         let recovery = recover_instance(geometry, instance, &version_area, &backup_area);
-        recovered.push(Recovered { instance, recovery });
+        let replayed_pointers = match &recovery {
+            Ok(recovery) => replayed_pointers(geometry, instance, recovery, &backup_area, report),
+            Err(_) => Vec::new(),
+        };
+        recovered.push(Recovered { instance, recovery, replayed_pointers });
     }
     Ok(recovered)
 }
@@ -199,4 +205,26 @@ pub(crate) fn read_reporting(
         );
     }
     Ok(bytes)
+}
+
+/// The value pointers of the batches `recovery` replays; a pointer that does not decode is
+/// reported.
+fn replayed_pointers(
+    geometry: &Geometry,
+    instance: u32,
+    recovery: &InstanceRecovery,
+    backup_area: &[u8],
+    report: &mut Report,
+) -> Vec<crate::pass_values::Pointed> {
+    let context = lds_format::image::area_context(geometry, LogKind::Backup, instance);
+    let (ofs_area, _) = geometry.log_area(LogKind::Backup, instance);
+    let structure = format!("backup log of instance {instance}");
+    let mut values = crate::pass_values::ChunkValues::default();
+    let mut problems = Report::default();
+    // Replay failures are the backup log checks' to report.
+    let _ = recovery.replay(backup_area, &context, |sequence, kind, key, value| {
+        values.entry(kind, key, sequence, value, (ofs_area, &structure), &mut problems);
+    });
+    report.problems.extend(problems.problems);
+    values.pointers
 }

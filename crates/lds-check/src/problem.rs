@@ -225,6 +225,24 @@ problems! {
     /// 606.
     JournalLevelsShared = 606, Error, "two unfinished compactions of one instance share a level (the engine runs one at a time)",
         Fix("keep the newer compaction, abort the older");
+    /// 701.
+    ValueFooterInvalid = 701, Error, "a value chunk's footer is not valid, or disagrees with the version (volume, instance, id, length of values, digest; SPEC.md §8.6)",
+        Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
+    /// 702.
+    ValueDigestMismatch = 702, Error, "a value chunk's digest does not match its values (`--deep`); the values whose crc32c fails are reported as 705",
+        Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
+    /// 703.
+    ValuePointerInvalid = 703, Error, "a value pointer does not decode, names a value chunk the version does not hold, or reaches past its values",
+        Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
+    /// 704.
+    ValueRefsMismatch = 704, Error, "a chunk's value references (SPEC.md §6.4) differ from the bytes its pointers reach: the live bytes of value chunks are wrong",
+        Fix("rebuild the tree: the chunks are rewritten with their references recomputed");
+    /// 705.
+    ValueChecksum = 705, Error, "a value read through its pointer does not match the pointer's crc32c (`--deep`)",
+        Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
+    /// 706.
+    ValuePendingMissing = 706, Error, "a batch of the backup log points to a value chunk the version does not list, and the slot its pointer gives does not hold it: the value, written before the batch and flushed, is lost",
+        Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
 }
 
 impl Code {
@@ -319,6 +337,12 @@ pub struct Summary {
     pub slots: u64,
     /// Slots referenced by live versions.
     pub slots_in_use: u64,
+    /// Value chunks checked (SPEC.md §8.6).
+    pub value_chunks: u64,
+    /// Bytes of values they hold.
+    pub value_bytes: u64,
+    /// Values read through their pointers and checked against their crc32c (`--deep`).
+    pub values_verified: u64,
 }
 
 /// The outcome of a check.

@@ -51,7 +51,7 @@ fn plural(count: usize, noun: &str) -> String {
 
 fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
     let summary = &report.summary;
-    vec![
+    let mut lines = vec![
         format!(
             "checked {} log objects ({} live), {} chunks, {} blocks, {} entries, {} bytes of chunks in {seconds:.2} s",
             summary.log_objects,
@@ -62,13 +62,20 @@ fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
             summary.bytes_verified
         ),
         format!("slots: {} in use of {}", summary.slots_in_use, summary.slots),
-        format!(
-            "problems: {}, {}, {} info",
-            plural(report.count(Severity::Error), "error"),
-            plural(report.count(Severity::Warning), "warning"),
-            report.count(Severity::Info)
-        ),
-    ]
+    ];
+    if summary.value_chunks > 0 {
+        lines.push(format!(
+            "value chunks: {} holding {} bytes of values; {} values read and checked",
+            summary.value_chunks, summary.value_bytes, summary.values_verified
+        ));
+    }
+    lines.push(format!(
+        "problems: {}, {}, {} info",
+        plural(report.count(Severity::Error), "error"),
+        plural(report.count(Severity::Warning), "warning"),
+        report.count(Severity::Info)
+    ));
+    lines
 }
 
 /// Runs fsck; returns the exit code.
@@ -153,6 +160,9 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 "bytes_verified": summary.bytes_verified,
                 "slots": summary.slots,
                 "slots_in_use": summary.slots_in_use,
+                "value_chunks": summary.value_chunks,
+                "value_bytes": summary.value_bytes,
+                "values_verified": summary.values_verified,
                 "seconds": seconds,
             },
             "counts": {

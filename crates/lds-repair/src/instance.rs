@@ -141,7 +141,7 @@ pub(crate) struct InstancePlan {
     /// New data to write into chunks.
     pub(crate) runs: Vec<Run>,
     /// The new base version without its chunks.
-    template: BaseVersion,
+    pub(crate) template: BaseVersion,
     /// Version log ranges the old state reads: the new base version goes elsewhere.
     pub(crate) protected: Vec<(u64, u64)>,
     /// Of them, the ranges the rebuild read its version from (when the version log is broken,
@@ -1094,14 +1094,47 @@ pub(crate) fn plan(
     };
     let mut source_slots = source_slots;
     if label.has_value_chunks() {
+        // Damaged value chunks: the chunks pointing into them are rewritten, their values
+        // that still match their crc32c copied into new value chunks (or inline).
+        let damaged = damaged_value_chunks(device, geometry, instance, &version)?;
+        for (&id, (code, reason)) in &damaged {
+            let slot = version.value_chunks.get(&id).map_or(0, |meta| meta.slot);
+            let action = format!("value chunk {id} in slot {slot} {reason}: the values in it that match their crc32c are copied to new value chunks, the chunks pointing to it rewritten");
+            let fix = Fix::new(
+                vec![*code],
+                format!("value chunk {id} of instance {instance}"),
+                geometry.slot_offset(slot),
+                action,
+            );
+            rebuild.fixes.push(fix);
+        }
+        let pointing: Vec<ChunkMeta> = rebuild
+            .tree
+            .values()
+            .filter(|chunk| chunk.value_refs.iter().any(|(id, _)| damaged.contains_key(id)))
+            .cloned()
+            .collect();
+        for meta in pointing {
+            rebuild.tree.remove(&meta.chunk_id);
+            let read = rebuild.read_entries(&meta)?;
+            if !read.dropped.is_empty() {
+                let structure = format!("chunk {} of instance {instance}", meta.chunk_id);
+                let action = format!("rewrote chunk {}: it points into a damaged value chunk", meta.chunk_id);
+                rebuild
+                    .fixes
+                    .push(Fix::new(Vec::new(), structure, 0, action).dropping(read.dropped).class(FixClass::Fix));
+            }
+            if !read.entries.is_empty() {
+                rebuild.runs.push(Run::new(meta.level, meta.flags, read.entries));
+            }
+        }
         let kept: Vec<&ChunkMeta> = rebuild.tree.values().collect();
-        let settled = settle_values(device, geometry, instance, &version, &kept, &mut rebuild.runs)?;
+        let settled = settle_values(device, geometry, instance, &version, &damaged, &kept, &mut rebuild.runs)?;
         source_slots.extend(settled.chunks.iter().map(|chunk| chunk.slot));
         if !settled.dropped.is_empty() {
             let action = format!("left out {} entries whose values are lost", settled.dropped.len());
-            let mut fix = Fix::new(Vec::new(), format!("value chunks of instance {instance}"), 0, action);
-            fix.dropped = settled.dropped;
-            rebuild.fixes.push(fix);
+            let fix = Fix::new(Vec::new(), format!("value chunks of instance {instance}"), 0, action);
+            rebuild.fixes.push(fix.dropping(settled.dropped).class(FixClass::Fix));
         }
         template.values = Some(lds_format::version::ValueSection {
             next_value_chunk_id: settled.next_value_chunk_id,
@@ -1124,6 +1157,52 @@ pub(crate) fn plan(
     })
 }
 
+/// The value chunks of `version` whose footer or digest does not check, with the problem
+/// code and why.
+fn damaged_value_chunks(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    version: &Version,
+) -> Result<BTreeMap<u64, (Code, String)>, RepairError> {
+    use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
+    let mut damaged = BTreeMap::new();
+    for meta in version.value_chunks.values() {
+        if meta.slot >= geometry.num_slots {
+            damaged.insert(meta.value_chunk_id, (Code::SlotOutOfRange, "lies beyond the slot area".to_string()));
+            continue;
+        }
+        let offset = geometry.slot_offset(meta.slot);
+        let (image, unreadable) = read_tolerant(device, offset, geometry.slot_size, geometry.sector())?;
+        let footer_at = image.len() - VALUE_FOOTER_LEN;
+        let footer = match ValueFooter::decode(&image[footer_at..], offset + footer_at as u64, geometry.slot_size) {
+            Ok(footer) => footer,
+            Err(error) => {
+                damaged
+                    .insert(meta.value_chunk_id, (Code::ValueFooterInvalid, format!("has no valid footer ({error})")));
+                continue;
+            }
+        };
+        let matches = footer.value_chunk_id == meta.value_chunk_id
+            && footer.instance == instance
+            && footer.volume_uuid == geometry.volume_uuid
+            && footer.len_body == meta.len_body
+            && footer.digest == meta.digest;
+        if !matches {
+            damaged.insert(
+                meta.value_chunk_id,
+                (Code::ValueFooterInvalid, "has a footer that disagrees with the version".into()),
+            );
+            continue;
+        }
+        let body = &image[..(footer.len_body as usize).min(footer_at)];
+        if !unreadable.is_empty() || footer.verify_digest(body, offset).is_err() {
+            damaged.insert(meta.value_chunk_id, (Code::ValueDigestMismatch, "does not match its digest".into()));
+        }
+    }
+    Ok(damaged)
+}
+
 /// The value chunks a rebuilt tree keeps (SPEC.md §8.6).
 struct Settled {
     chunks: Vec<lds_format::value::ValueChunkMeta>,
@@ -1142,12 +1221,44 @@ fn settle_values(
     geometry: &Geometry,
     instance: u32,
     version: &Version,
+    damaged: &BTreeMap<u64, (Code, String)>,
     kept: &[&ChunkMeta],
     runs: &mut [Run],
 ) -> Result<Settled, RepairError> {
     use lds_format::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-    let mut found: BTreeMap<u64, Option<ValueChunkMeta>> =
-        version.value_chunks.iter().map(|(id, chunk)| (*id, Some(*chunk))).collect();
+    let mut found: BTreeMap<u64, Option<ValueChunkMeta>> = version
+        .value_chunks
+        .iter()
+        .filter(|(id, _)| !damaged.contains_key(id))
+        .map(|(id, chunk)| (*id, Some(*chunk)))
+        .collect();
+    // A value in a damaged value chunk, read from its slot; None when it does not match its
+    // crc32c (or cannot be read).
+    let salvage_value = |pointer: &ValuePointer| -> Result<Option<Vec<u8>>, RepairError> {
+        let read = lds_format::value::read_value(
+            pointer,
+            |extent| -> Result<Vec<u8>, Option<DeviceError>> {
+                let Some(meta) = version.value_chunks.get(&extent.value_chunk_id) else { return Err(None) };
+                if u64::from(extent.offset) + u64::from(extent.len) > geometry.slot_size {
+                    return Err(None);
+                }
+                let offset = geometry.slot_offset(meta.slot) + u64::from(extent.offset);
+                let (bytes, unreadable) =
+                    read_tolerant(device, offset, u64::from(extent.len), geometry.sector()).map_err(Some)?;
+                if unreadable.is_empty() {
+                    Ok(bytes)
+                } else {
+                    Err(None)
+                }
+            },
+            |_| None,
+        );
+        match read {
+            Ok(value) => Ok(Some(value)),
+            Err(Some(error)) => Err(error.into()),
+            Err(None) => Ok(None),
+        }
+    };
     let mut look_up = |id: u64, slot: u64| -> Result<bool, RepairError> {
         if let Some(known) = found.get(&id) {
             return Ok(known.is_some());
@@ -1182,7 +1293,28 @@ fn settle_values(
                 continue;
             }
             let mut whole = false;
-            if let Ok(pointer) = ValuePointer::decode(&entry.value, 0) {
+            let mut entry = entry;
+            let pointer = ValuePointer::decode(&entry.value, 0);
+            if let Some(pointer) = pointer
+                .as_ref()
+                .ok()
+                .filter(|pointer| pointer.extents.iter().any(|extent| damaged.contains_key(&extent.value_chunk_id)))
+            {
+                match salvage_value(pointer)? {
+                    Some(value) => {
+                        entry.kind = lds_format::batch::EntryKind::Put;
+                        entry.value = value;
+                        entries.push(entry);
+                    }
+                    None => dropped.push(format!(
+                        "key {} (sequence {}): its value in a damaged value chunk does not match its crc32c",
+                        display_key(&entry.key),
+                        entry.sequence
+                    )),
+                }
+                continue;
+            }
+            if let Ok(pointer) = pointer {
                 whole = true;
                 for extent in &pointer.extents {
                     whole &= look_up(extent.value_chunk_id, extent.slot)?;

@@ -412,6 +412,26 @@ pub(crate) fn place_chunks(
     usable: &dyn Fn(u64) -> bool,
     digest: lds_format::chunk::DigestKind,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
+    let mut value_moves = Vec::new();
+    for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
+        value_moves.extend(std::mem::take(&mut plan.value_moves).into_iter().map(|(meta, image)| (index, meta, image)));
+    }
+    let used: BTreeSet<u64> = plans
+        .iter()
+        .flat_map(|plan| plan.kept.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).chain(plan.value_slots()))
+        .collect();
+    let unavailable: BTreeSet<u64> = plans
+        .iter()
+        .flat_map(|plan| plan.source_slots.iter().copied())
+        .chain(used)
+        .chain(old_slots.iter().copied())
+        .collect();
+    let mut free: std::collections::VecDeque<u64> =
+        (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
+    // Values too large to stay inline (copied out of a damaged value chunk) go to new value
+    // chunks (SPEC.md §8.6, §16).
+    let mut writes = separate_large_values(name, geometry, plans, &mut free, digest)?;
+    let separated = writes.len();
     let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
         let format = ChunkFormat::new(geometry, plan.instance, options.block_size, options.bloom_bits_per_key)
@@ -427,27 +447,15 @@ pub(crate) fn place_chunks(
             packed.extend(chunks.into_iter().map(|chunk| (index, chunk.chunk, run.level, flags)));
         }
     }
-    let mut value_moves = Vec::new();
-    for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
-        value_moves.extend(std::mem::take(&mut plan.value_moves).into_iter().map(|(meta, image)| (index, meta, image)));
-    }
-    let used: BTreeSet<u64> = plans
-        .iter()
-        .flat_map(|plan| plan.kept.iter().flat_map(|chunk| chunk.slots().collect::<Vec<_>>()).chain(plan.value_slots()))
-        .collect();
-    let unavailable: BTreeSet<u64> = plans
-        .iter()
-        .flat_map(|plan| plan.source_slots.iter().copied())
-        .chain(used)
-        .chain(old_slots.iter().copied())
-        .collect();
-    let free: Vec<u64> = (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
     let needed = packed.len() + value_moves.len();
     if free.len() < needed {
-        return Err(RepairError::NoSpace { device: name.to_string(), needed, free: free.len() });
+        return Err(RepairError::NoSpace {
+            device: name.to_string(),
+            needed: needed + separated,
+            free: free.len() + separated,
+        });
     }
     let mut free = free.into_iter();
-    let mut writes = Vec::new();
     // Value chunks move byte for byte: the footer names no slot (SPEC.md §8.6).
     for ((index, meta, image), slot) in value_moves.into_iter().zip(free.by_ref()) {
         let plan = &mut plans[index];
@@ -467,6 +475,62 @@ pub(crate) fn place_chunks(
         writes.push(PlannedWrite { offset, bytes: chunk.body, structure: structure.clone() });
         writes.push(PlannedWrite { offset: offset + geometry.slot_size - tail.len() as u64, bytes: tail, structure });
         plan.kept.push(meta);
+    }
+    Ok(writes)
+}
+
+/// Moves the values above a quarter slot of the applied plans' runs (on volumes with value
+/// chunks) to new value chunks in `free` slots; returns their writes.
+fn separate_large_values(
+    name: &str,
+    geometry: &Geometry,
+    plans: &mut [instance::InstancePlan],
+    free: &mut std::collections::VecDeque<u64>,
+    digest: lds_format::chunk::DigestKind,
+) -> Result<Vec<PlannedWrite>, RepairError> {
+    use lds_format::value::{ValueFormat, ValuePacker};
+    let inline_max = (geometry.slot_size / 4) as usize;
+    let mut writes = Vec::new();
+    for plan in plans.iter_mut().filter(|plan| plan.apply) {
+        let Some(values) = plan.template.values.as_mut() else { continue };
+        let format = ValueFormat {
+            slot_size: geometry.slot_size,
+            instance: plan.instance,
+            volume_uuid: geometry.volume_uuid,
+            digest,
+        };
+        let mut packer = ValuePacker::new(format);
+        let mut next_id = values.next_value_chunk_id;
+        let available = free.len();
+        for run in &mut plan.runs {
+            for entry in run
+                .entries
+                .iter_mut()
+                .filter(|entry| entry.kind == lds_format::batch::EntryKind::Put && entry.value.len() > inline_max)
+            {
+                let pointer = packer.add(&entry.value, || {
+                    let slot = free.pop_front().ok_or(RepairError::NoSpace {
+                        device: name.to_string(),
+                        needed: available + 1,
+                        free: available,
+                    })?;
+                    next_id += 1;
+                    Ok::<_, RepairError>((next_id - 1, slot))
+                })?;
+                entry.kind = lds_format::batch::EntryKind::Pointer;
+                entry.value = pointer.encode();
+            }
+        }
+        for built in packer.finish() {
+            let structure = format!("value chunk {} of instance {} (new)", built.footer.value_chunk_id, plan.instance);
+            writes.push(PlannedWrite {
+                offset: geometry.slot_offset(built.slot),
+                bytes: built.slot_image(),
+                structure,
+            });
+            values.chunks.push(built.meta());
+        }
+        values.next_value_chunk_id = next_id;
     }
     Ok(writes)
 }
