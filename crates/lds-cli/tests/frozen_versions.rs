@@ -59,19 +59,20 @@ fn read_state(path: &Path, instance_count: u32) -> State {
     state
 }
 
-fn fsck_clean(path: &Path, context: &str) {
+fn fsck_clean(path: &Path, context: &str) -> lds_check::Summary {
     let volume = lds_volume::Members::open(path, lds_volume::OpenMode::ReadOnly, Duration::ZERO)
         .unwrap_or_else(|error| panic!("{context}: {error}"));
     let report = lds_check::check(&volume, lds_check::CheckOptions { deep: true }, &mut |_, _| {})
         .unwrap_or_else(|error| panic!("{context}: {error}"));
     let lines: Vec<String> = report.problems.iter().map(lds_check::Problem::line).collect();
     assert_eq!(report.exit_code(), 0, "{context}: {lines:#?}");
+    report.summary
 }
 
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4)] {
+    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5)] {
         assert!(
             volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,
             "{version}: {volumes:?}"
@@ -92,7 +93,11 @@ fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
             let device = lds_fixtures::decompress(&compressed).unwrap_or_else(|error| panic!("{name}: {error}"));
             std::fs::write(directory.join(format!("device-{index}")), device).unwrap_or_else(|error| panic!("{error}"));
         }
-        fsck_clean(&path, &name);
+        let summary = fsck_clean(&path, &name);
+        // 1.4 volumes were written with key-value separation (SPEC.md §8.6).
+        if name.starts_with("v1.4/") {
+            assert!(summary.value_chunks > 0 && summary.values_verified > 0, "{name}: no value chunks: {summary:?}");
+        }
         let labels = lds_volume::read_labels(&MemoryImage(&image)).unwrap_or_else(|error| panic!("{error}"));
         let instance_count = labels.choose().map(|(_, label)| label.geometry.instance_count).unwrap_or(1);
         let expected = expected_state(&folder);

@@ -11,7 +11,8 @@
 //! Each version freezes what it introduced: 1.0 and 1.1 one-device volumes (1.1 with the sync
 //! watermark), 1.2 volumes of several devices (SPEC.md §4.3), whose other devices are kept
 //! beside the first as `device-N.gz` (N their place in the table), 1.3 one-device volumes
-//! whose chunks record xxh3-128 digests (SPEC.md §8.3).
+//! whose chunks record xxh3-128 digests (SPEC.md §8.3), 1.4 one-device volumes with value
+//! chunks (SPEC.md §8.6), written with key-value separation.
 
 use std::io::Write;
 use std::path::Path;
@@ -37,7 +38,12 @@ struct Frozen {
 }
 
 fn options() -> Options {
-    Options { background: false, level1_max_bytes: 2 * (64 << 10), level_size_multiplier: 4, ..Options::default() }
+    let options =
+        Options { background: false, level1_max_bytes: 2 * (64 << 10), level_size_multiplier: 4, ..Options::default() };
+    // 1.4 volumes keep values of 24 bytes or more in value chunks (the simulator's values are
+    // small), so that every volume holds value chunks, pointers and garbage.
+    let separate = lds_sim::workload::techniques().contains("kv-separation");
+    Options { value_separation_min: separate.then_some(24), ..options }
 }
 
 /// Runs `workloads[i]` on instance i of `image`, then reads every instance back.
@@ -75,12 +81,13 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
 }
 
 /// The label mkfs of `version` writes: 1.0 no feature; 1.1 (and 1.2, which adds nothing a new
-/// volume has) the sync watermark; 1.3 the fast digest too.
+/// volume has) the sync watermark; 1.3 the fast digest too; 1.4 value chunks too.
 fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
     match version {
         "1.0" => Label::new(geometry, name),
         "1.1" | "1.2" => Label::new(geometry, name).with_sync_watermark(),
-        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
+        "1.3" => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
+        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_value_chunks(),
     }
 }
 
@@ -132,6 +139,16 @@ fn frozen(version: &str) -> Vec<Frozen> {
         devices: Vec::new(),
         states,
     });
+    if version == "1.4" {
+        let (image, states) = write(base(), &[lds_sim::workload::random_values(31, 300)]);
+        volumes.push(Frozen {
+            name: "values",
+            description: "random values of 1 byte to 80 KiB with overwrites: value chunks written at flush and before their batch, relocated and collected",
+            image,
+            devices: Vec::new(),
+            states,
+        });
+    }
     volumes
 }
 
@@ -243,6 +260,9 @@ fn main() {
     if root.exists() {
         eprintln!("{} exists: frozen fixtures are never regenerated", root.display());
         std::process::exit(1);
+    }
+    if version == "1.4" {
+        lds_sim::workload::set_techniques("kv-separation").unwrap_or_else(|error| panic!("{error}"));
     }
     let volumes = if version == "1.2" { frozen_1_2() } else { frozen(&version) };
     for volume in volumes {
