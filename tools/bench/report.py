@@ -224,6 +224,10 @@ def main():
         w(f"| recovery of a full 64 MiB version log under 0.1 s | {doc['open_seconds']:.3f} s for {doc['version_log_bytes'] / 2**20:.1f} MiB "
           f"({doc['objects']:,} objects, {doc['where']}) | {'yes' if doc['open_seconds'] < 0.1 else 'no'} |")
     w("")
+    # The technique comparisons (tools/bench/techniques.py), when they were run.
+    techniques = Path("docs/bench/techniques.md")
+    if techniques.exists():
+        w(techniques.read_text())
     w("## Notes\n")
     for setup in setups:
         entry = result(runs, setup, "fillsync")

@@ -149,6 +149,8 @@ pub struct BenchResult {
     pub found: u64,
     /// Peak resident memory of the process during the benchmark.
     pub peak_memory_bytes: Option<u64>,
+    /// Bytes the store occupies after the benchmark (`Store::space_bytes`).
+    pub space_bytes: Option<u64>,
     /// LDS only: throughput of slot-sized chunk writes (write plus flush), MB/s.
     pub chunk_write_mb_per_sec: Option<f64>,
     /// LDS only: its background work during the benchmark (`Db::stats`), by name.
@@ -277,6 +279,7 @@ pub fn run(
             device_source,
             found: meter.found,
             peak_memory_bytes: peak_memory(),
+            space_bytes: current.space_bytes(),
             chunk_write_mb_per_sec,
             engine,
         });

@@ -50,6 +50,10 @@ pub trait Store {
     fn engine_stats(&self) -> Option<Vec<(&'static str, u64)>> {
         None
     }
+    /// Bytes the store occupies now: LDS its slots in use, a peer its files' allocated blocks.
+    fn space_bytes(&self) -> Option<u64> {
+        None
+    }
     /// Closes cleanly (everything durable).
     fn close(self: Box<Self>) -> Result<(), String>;
 }
@@ -173,6 +177,7 @@ pub struct LdsStore {
     db: Option<Db>,
     device: Arc<CountingDevice>,
     path: PathBuf,
+    slot_size: u64,
 }
 
 impl LdsStore {
@@ -198,7 +203,7 @@ impl LdsStore {
         }
         let shared: Arc<dyn BlockDevice> = device.clone();
         let (db, _) = Db::open_device(shared, path, options).map_err(|error| format!("lds: open: {error}"))?;
-        Ok(Self { db: Some(db), device, path: path.to_path_buf() })
+        Ok(Self { db: Some(db), device, path: path.to_path_buf(), slot_size })
     }
 
     fn db(&self) -> &Db {
@@ -252,6 +257,10 @@ impl Store for LdsStore {
     fn chunk_writes(&self) -> Option<(u64, f64)> {
         let bytes = self.device.chunk_total.load(Ordering::Relaxed);
         (bytes > 0).then(|| (bytes, self.device.chunk_nanos.load(Ordering::Relaxed) as f64 / 1e9))
+    }
+
+    fn space_bytes(&self) -> Option<u64> {
+        Some(self.db.as_ref()?.slots_in_use() * self.slot_size)
     }
 
     fn engine_stats(&self) -> Option<Vec<(&'static str, u64)>> {

@@ -49,9 +49,27 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, random: &mut Random, conte
 /// One operation of the model test.
 #[derive(Debug, Clone)]
 enum Op {
-    Put { key: u16, value: Vec<u8>, sync: bool },
-    Delete { key: u16, sync: bool },
-    Batch { entries: Vec<(u16, Option<Vec<u8>>)>, sync: bool },
+    Put {
+        key: u16,
+        value: Vec<u8>,
+        sync: bool,
+    },
+    /// A value above a quarter slot (16 KiB here) and up to three slots: only key-value
+    /// separation keeps it (SPEC.md §8.6); `len` bytes of a pattern from `seed`.
+    PutLarge {
+        key: u16,
+        len: usize,
+        seed: u8,
+        sync: bool,
+    },
+    Delete {
+        key: u16,
+        sync: bool,
+    },
+    Batch {
+        entries: Vec<(u16, Option<Vec<u8>>)>,
+        sync: bool,
+    },
     Flush,
     Reopen,
     Check,
@@ -61,12 +79,21 @@ fn key_of(index: u16) -> Vec<u8> {
     format!("key-{index:04}").into_bytes()
 }
 
-/// The operation mix: puts 55%, deletes 15%, batches 15%, flushes 5%, reopens 4%, checks 6%.
-fn op() -> impl Strategy<Value = Op> {
+/// The value of a `PutLarge`.
+fn large_value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed) ^ (index >> 9) as u8).collect()
+}
+
+/// The operation mix: puts 55%, deletes 15%, batches 15%, flushes 5%, reopens 4%, checks 6%;
+/// with `large`, 3% more of puts of values from a quarter slot to three slots.
+fn op(large: bool) -> impl Strategy<Value = Op> {
     let key = 0u16..300;
     let value = proptest::collection::vec(any::<u8>(), 1..=200);
     let sync = proptest::bool::weighted(0.1);
+    let large_weight = if large { 3 } else { 0 };
     prop_oneof![
+        large_weight => (key.clone(), (16usize << 10) + 1..=(192usize << 10), any::<u8>(), sync)
+            .prop_map(|(key, len, seed, sync)| Op::PutLarge { key, len, seed, sync }),
         55 => (key.clone(), value.clone(), sync).prop_map(|(key, value, sync)| Op::Put { key, value, sync }),
         15 => (key.clone(), sync).prop_map(|(key, sync)| Op::Delete { key, sync }),
         15 => (proptest::collection::vec((key, proptest::option::weighted(0.67, value)), 1..=6), sync)
@@ -99,6 +126,11 @@ fn run_model(case: u64, ops: &[Op], options: &Options) -> Result<(), TestCaseErr
             Op::Put { key, value, sync } => {
                 db.put(&key_of(*key), value, WriteOptions { sync: *sync }).map_err(failed)?;
                 model.insert(key_of(*key), value.clone());
+            }
+            Op::PutLarge { key, len, seed, sync } => {
+                let value = large_value(*len, *seed);
+                db.put(&key_of(*key), &value, WriteOptions { sync: *sync }).map_err(failed)?;
+                model.insert(key_of(*key), value);
             }
             Op::Delete { key, sync } => {
                 db.delete(&key_of(*key), WriteOptions { sync: *sync }).map_err(failed)?;
@@ -151,8 +183,8 @@ fn random_operations_match_a_btreemap_with_each_technique() {
             .with_techniques(name)
             .unwrap_or_else(|error| panic!("{error}"));
         if options.value_separation_min.is_some() {
-            // The model's values are 1 to 200 bytes: most go to value chunks at flush, the
-            // largest before their batch.
+            // The model's values are 1 to 200 bytes, with a few from a quarter slot to three
+            // slots: most go to value chunks at flush, the largest before their batch.
             options.value_separation_min = Some(48);
             options.value_direct_min = 160;
         }
@@ -167,7 +199,8 @@ fn run_model_cases(cases: u32, options: &Options) {
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
     let mut runner = TestRunner::new_with_rng(config, rng);
     let case = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&proptest::collection::vec(op(), 1500), |ops| {
+    let large = options.value_separation_min.is_some();
+    let result = runner.run(&proptest::collection::vec(op(large), 1500), |ops| {
         run_model(case.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1, &ops, options)
     });
     if let Err(error) = result {

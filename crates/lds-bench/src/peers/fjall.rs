@@ -9,24 +9,33 @@ use crate::store::{EngineSettings, Store};
 pub(super) struct Fjall {
     db: Database,
     keyspace: Keyspace,
+    blob: bool,
 }
 
 fn error(operation: &str, error: fjall::Error) -> String {
     format!("fjall: {operation}: {error}")
 }
 
-pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
+/// `blob`: key-value separation (values of 1 KiB or more in blob files, uncompressed).
+pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, String> {
     let db = Database::builder(dir).cache_size(settings.cache_bytes).open().map_err(|e| error("open", e))?;
     let buffer = settings.write_buffer_bytes;
+    let separation = blob.then(|| {
+        fjall::KvSeparationOptions::default().separation_threshold(1024).compression(fjall::CompressionType::None)
+    });
     let keyspace = db
-        .keyspace("bench", || KeyspaceCreateOptions::default().max_memtable_size(buffer))
+        .keyspace("bench", || KeyspaceCreateOptions::default().max_memtable_size(buffer).with_kv_separation(separation))
         .map_err(|e| error("open keyspace", e))?;
-    Ok(Box::new(Fjall { db, keyspace }))
+    Ok(Box::new(Fjall { db, keyspace, blob }))
 }
 
 impl Store for Fjall {
     fn name(&self) -> String {
-        "fjall 3".into()
+        if self.blob {
+            "fjall 3, kv separation".into()
+        } else {
+            "fjall 3".into()
+        }
     }
 
     fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {

@@ -18,7 +18,7 @@ mod sled;
 use crate::store::{EngineSettings, Store};
 
 /// Every peer this crate knows, built in or not.
-pub const KNOWN: [&str; 5] = ["rocksdb", "leveldb", "fjall", "sled", "redb"];
+pub const KNOWN: [&str; 7] = ["rocksdb", "leveldb", "fjall", "sled", "redb", "rocksdb-blob", "fjall-blob"];
 
 /// The peers built into this binary.
 pub fn available() -> Vec<&'static str> {
@@ -28,6 +28,8 @@ pub fn available() -> Vec<&'static str> {
         cfg!(feature = "fjall"),
         cfg!(feature = "sled"),
         cfg!(feature = "redb"),
+        cfg!(feature = "rocksdb"),
+        cfg!(feature = "fjall"),
     ];
     KNOWN.iter().zip(built).filter(|(_, built)| *built).map(|(name, _)| *name).collect()
 }
@@ -36,13 +38,17 @@ pub fn available() -> Vec<&'static str> {
 pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
     std::fs::create_dir_all(dir).map_err(|error| format!("{}: cannot create: {error}", dir.display()))?;
     let _ = settings;
-    match engine {
+    let store = match engine {
         #[cfg(feature = "rocksdb")]
-        "rocksdb" => rocksdb::open(dir, settings),
+        "rocksdb" => rocksdb::open(dir, settings, false),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb-blob" => rocksdb::open(dir, settings, true),
+        #[cfg(feature = "fjall")]
+        "fjall-blob" => fjall::open(dir, settings, true),
         #[cfg(feature = "leveldb")]
         "leveldb" => leveldb::open(dir, settings),
         #[cfg(feature = "fjall")]
-        "fjall" => fjall::open(dir, settings),
+        "fjall" => fjall::open(dir, settings, false),
         #[cfg(feature = "sled")]
         "sled" => sled::open(dir, settings),
         #[cfg(feature = "redb")]
@@ -52,6 +58,57 @@ pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<d
              tools/bench/run.sh does"
         )),
         other => Err(format!("unknown engine '{other}' (known: lds, {})", KNOWN.join(", "))),
+    }?;
+    Ok(Box::new(InDir { store, dir: dir.to_path_buf() }))
+}
+
+/// A peer and its directory, whose files' allocated blocks are its space.
+struct InDir {
+    store: Box<dyn Store>,
+    dir: std::path::PathBuf,
+}
+
+/// Allocated bytes of the files under `dir`.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(metadata) if metadata.is_dir() => allocated(&entry.path()),
+            Ok(metadata) => metadata.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+impl Store for InDir {
+    fn name(&self) -> String {
+        self.store.name()
+    }
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+        self.store.put(key, value, sync)
+    }
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+        self.store.get(key)
+    }
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+        self.store.delete(key, sync)
+    }
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+        self.store.scan(start, count)
+    }
+    fn scan_all(&mut self) -> Result<usize, String> {
+        self.store.scan_all()
+    }
+    fn own_counters(&self) -> Option<(u64, u64)> {
+        self.store.own_counters()
+    }
+    fn space_bytes(&self) -> Option<u64> {
+        Some(allocated(&self.dir))
+    }
+    fn close(self: Box<Self>) -> Result<(), String> {
+        self.store.close()
     }
 }
 

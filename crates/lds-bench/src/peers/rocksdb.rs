@@ -10,14 +10,23 @@ pub(super) struct Rocks {
     db: DB,
     sync: WriteOptions,
     nosync: WriteOptions,
+    blob: bool,
 }
 
 fn error(operation: &str, error: rocksdb::Error) -> String {
     format!("rocksdb: {operation}: {error}")
 }
 
-pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
+/// `blob`: BlobDB (`enable_blob_files`): values of 1 KiB or more in blob files, with blob
+/// garbage collection on (the same threshold as LDS's kv-separation).
+pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, String> {
     let mut options = Options::default();
+    if blob {
+        options.set_enable_blob_files(true);
+        options.set_min_blob_size(1024);
+        options.set_enable_blob_gc(true);
+        options.set_blob_file_size(settings.file_bytes);
+    }
     options.create_if_missing(true);
     options.set_write_buffer_size(settings.write_buffer_bytes as usize);
     options.set_compression_type(DBCompressionType::None);
@@ -34,12 +43,13 @@ pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Stor
     let db = DB::open(&options, dir).map_err(|e| error("open", e))?;
     let mut sync = WriteOptions::default();
     sync.set_sync(true);
-    Ok(Box::new(Rocks { db, sync, nosync: WriteOptions::default() }))
+    Ok(Box::new(Rocks { db, sync, nosync: WriteOptions::default(), blob }))
 }
 
 impl Store for Rocks {
     fn name(&self) -> String {
-        "rocksdb (rust-rocksdb 0.25, bundled)".into()
+        let blob = if self.blob { ", BlobDB" } else { "" };
+        format!("rocksdb (rust-rocksdb 0.25, bundled{blob})")
     }
 
     fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
