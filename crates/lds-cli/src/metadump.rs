@@ -91,6 +91,7 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
             "output": args.output.display().to_string(),
             "keys_mapped": dump.keys,
             "values_removed": dump.values,
+            "value_chunks": dump.value_chunks,
             "version_log_objects": dump.objects.0,
             "backup_log_objects": dump.objects.1,
             "chunks": dump.chunks,
@@ -106,9 +107,14 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
         let keys = if args.keep_keys { "keys kept".to_string() } else { format!("{} keys mapped", dump.keys) };
         let _ = writeln!(
             out,
-            "{}: {} chunks, {} version log and {} backup log objects; {keys}, {} values removed{}",
+            "{}: {} chunks{}, {} version log and {} backup log objects; {keys}, {} values removed{}",
             args.output.display(),
             dump.chunks,
+            if dump.value_chunks > 0 {
+                format!(" and {} value chunks (bodies zeroed)", dump.value_chunks)
+            } else {
+                String::new()
+            },
             dump.objects.0,
             dump.objects.1,
             dump.values,

@@ -1,6 +1,9 @@
 //! `lds salvage`: copy what is readable from a volume repair cannot rebuild to a new volume
 //! (or export it as NDJSON). The source is opened read-only with a shared lock and never
-//! written; see `lds_repair::salvage` for what is read and how keys are resolved.
+//! written; see `lds_repair::salvage` for what is read and how keys are resolved. A volume
+//! with value chunks (SPEC.md §8.6) is salvaged to a new volume with value chunks, written
+//! with key-value separation (technique `kv-separation`), so that a value of any size the
+//! source held is written whole.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -28,8 +31,9 @@ const EXIT_USAGE: i32 = 16;
 pub struct SalvageArgs {
     /// The damaged volume (read only, never written).
     pub path: PathBuf,
-    /// Write what is kept to this new volume: an image file created with the source's layout,
-    /// or an existing image or device with --force (it is formatted).
+    /// Write what is kept to this new volume: an image file created with the source's layout
+    /// (and value chunks when the source has them: large values are written whole), or an
+    /// existing image or device with --force (it is formatted).
     #[arg(long, conflicts_with = "export")]
     pub output: Option<PathBuf>,
     /// Print what is kept to standard output instead, one JSON object per line (as lds scan
@@ -49,7 +53,8 @@ pub struct SalvageArgs {
 }
 
 /// Runs `lds salvage`; returns the exit code: 0 everything read was intact, 1 done but some
-/// data could not be read (listed), 8 operational error, 16 usage error.
+/// data could not be read (listed: damaged stretches and lost values), 8 operational error,
+/// 16 usage error.
 pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
     if args.output.is_none() && args.export.is_none() {
@@ -103,14 +108,17 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     let seconds = started.elapsed().as_secs_f64();
     let report_to: &mut dyn Write = if args.export.is_some() { err } else { out };
     report(args, &salvaged, written, read_seconds, seconds, report_to);
-    if salvaged.damaged.is_empty() && salvaged.tails_lost == 0 {
+    if salvaged.damaged.is_empty() && salvaged.tails_lost == 0 && salvaged.lost_values.is_empty() {
         EXIT_OK
     } else {
         EXIT_DATA_LOST
     }
 }
 
-/// Formats `output` and writes every live key into it; returns the keys written.
+/// Formats `output` and writes every live key into it; returns the keys written. A source
+/// with value chunks gives an output with them (format 1.4), written with key-value
+/// separation: values of 1 KiB and more in value chunks, as `lds load --technique
+/// kv-separation` writes them, and values larger than a quarter of a slot are possible.
 fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &Salvaged) -> Result<u64, String> {
     let geometry = salvaged.geometry;
     let instances = salvaged.keys.keys().max().map_or(1, |&last| last + 1);
@@ -127,9 +135,9 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         dry_run: false,
         force: args.force,
         json: false,
-        // What mkfs writes (SPEC.md §17).
-        format_version: "1.3".into(),
-        value_chunks: false,
+        // What mkfs writes (SPEC.md §17), with value chunks where the source has them.
+        format_version: if salvaged.has_value_chunks { "1.4" } else { "1.3" }.into(),
+        value_chunks: salvaged.has_value_chunks,
     };
     let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
     if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {
@@ -141,10 +149,12 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         ProgressStyle::with_template("writing keys [{bar:30}] {pos}/{len} ({per_sec})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let techniques = if salvaged.has_value_chunks { "kv-separation" } else { "" };
     let mut written = 0u64;
     for (&instance, keys) in &salvaged.keys {
-        let (db, _) = Db::open_with_report(output, Options { instance, ..Options::default() })
-            .map_err(|error| format!("{}: {error}", output.display()))?;
+        let options = Options { instance, ..Options::default() }.with_techniques(techniques)?;
+        let (db, _) =
+            Db::open_with_report(output, options).map_err(|error| format!("{}: {error}", output.display()))?;
         let limit = db.batch_len_max() / 2;
         let mut batch = WriteBatch::new();
         let options = WriteOptions { sync: false };
@@ -209,6 +219,19 @@ fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f
             "batch_entries": salvaged.batches.1,
             "live_keys": salvaged.live_keys(),
             "deleted_keys": salvaged.deleted_keys(),
+            "value_chunks": salvaged.value_chunks,
+            "value_chunks_listed": salvaged.value_chunks_listed,
+            "values_read": salvaged.values_read,
+            "lost_values": salvaged.lost_values.iter().map(|lost| {
+                let mut entry = pair_json(&lost.key, &[]);
+                if let Some(map) = entry.as_object_mut() {
+                    map.retain(|name, _| name.starts_with("key"));
+                    map.insert("instance".into(), json!(lost.instance));
+                    map.insert("sequence".into(), json!(lost.sequence));
+                    map.insert("reason".into(), json!(lost.reason));
+                }
+                entry
+            }).collect::<Vec<_>>(),
             "damaged": salvaged.damaged,
             "written": written,
             "destination": destination,
@@ -228,16 +251,37 @@ fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f
         "read {} chunks ({} blocks, {} entries), {} slots without a tail read block by block, {} backup log batches ({} entries)",
         salvaged.chunks, salvaged.blocks_read, salvaged.chunk_entries, salvaged.tails_lost, salvaged.batches.0, salvaged.batches.1
     );
+    if salvaged.has_value_chunks {
+        let _ = writeln!(
+            out,
+            "read {} value chunks ({} listed by the versions read), {} values through pointers, {} values lost",
+            salvaged.value_chunks,
+            salvaged.value_chunks_listed,
+            salvaged.values_read,
+            salvaged.lost_values.len()
+        );
+    }
     for damaged in salvaged.damaged.iter().take(20) {
         let _ = writeln!(out, "lost: {damaged}");
     }
     if salvaged.damaged.len() > 20 {
         let _ = writeln!(out, "lost: {} more stretches (--json lists them all)", salvaged.damaged.len() - 20);
     }
+    for lost in salvaged.lost_values.iter().take(20) {
+        let _ = writeln!(out, "lost value: {lost}");
+    }
+    if salvaged.lost_values.len() > 20 {
+        let _ = writeln!(out, "lost value: {} more (--json lists them all)", salvaged.lost_values.len() - 20);
+    }
     let _ = writeln!(
         out,
-        "kept {} keys (the newest entry of each; {} keys whose newest entry is a delete dropped); wrote {written} to {destination} in {seconds:.1} s (reading {read_seconds:.1} s)",
+        "kept {} keys (the newest entry of each; {} keys whose newest entry is a delete dropped{}); wrote {written} to {destination} in {seconds:.1} s (reading {read_seconds:.1} s)",
         salvaged.live_keys(),
-        salvaged.deleted_keys()
+        salvaged.deleted_keys(),
+        if salvaged.lost_values.is_empty() {
+            String::new()
+        } else {
+            format!(", {} keys whose value is lost not written", salvaged.lost_values.len())
+        }
     );
 }

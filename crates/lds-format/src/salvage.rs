@@ -9,6 +9,11 @@
 //!   whole block checks, and accepts a block only when its keys follow the keys read so far
 //!   (blocks are in key order within a sub-chunk, so a block of an older chunk left in the
 //!   padding is not taken for one of this chunk).
+//!
+//! Value chunks (SPEC.md §8.6) are recognised by their footer ([`salvage_value_chunk`]), or,
+//! where the footer is lost, from a version's metadata ([`value_footer_of_meta`] rebuilds the
+//! footer whose digest checks the body); each value read through a pointer is trusted when
+//! its crc32c holds. [`zero_pointer_value`] is what a metadata image does to a pointer.
 
 use crate::batch::EntryKind;
 use crate::chunk::{
@@ -21,6 +26,7 @@ use crate::codec::crc32c;
 use crate::error::FormatError;
 use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 use crate::recovery::{chain, read_valid_object, ChainEnd, ChainObject, Payload};
+use crate::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use crate::version::{BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version};
 
 /// One entry read from a block whose checksum holds.
@@ -241,6 +247,87 @@ fn scan_blocks(slot: &[u8], end: usize, offset: u64, salvaged: &mut SalvagedSubC
             reason: "no block whose checksum holds".into(),
         });
     }
+}
+
+/// A value chunk recognised by its footer (SPEC.md §8.5, §8.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SalvagedValueChunk {
+    /// The footer (magic, checksum and fields checked).
+    pub footer: ValueFooter,
+    /// Whether the digest holds over the body: when it does not, each value read from the body
+    /// is still kept where its own crc32c holds.
+    pub digest: Result<(), FormatError>,
+}
+
+/// The value chunk in `slot` (a whole slot image; `offset` is its device offset, for
+/// messages): `None` when the slot does not end with a value chunk footer's magic, an error
+/// when the footer has it but does not decode or check.
+pub fn salvage_value_chunk(slot: &[u8], offset: u64) -> Option<Result<SalvagedValueChunk, FormatError>> {
+    let footer_at = slot.len().checked_sub(VALUE_FOOTER_LEN)?;
+    if !ValueFooter::has_magic(&slot[footer_at..]) {
+        return None;
+    }
+    let footer = match ValueFooter::decode(&slot[footer_at..], offset + footer_at as u64, slot.len() as u64) {
+        Ok(footer) => footer,
+        Err(error) => return Some(Err(error)),
+    };
+    // `decode` checked that the body fits before the footer.
+    let body = &slot[..footer.len_body as usize];
+    let digest = footer.verify_digest(body, offset);
+    Some(Ok(SalvagedValueChunk { footer, digest }))
+}
+
+/// The volume uuid a value chunk footer names, read without checking anything (to tell this
+/// volume's damaged footers from another volume's leftovers).
+pub fn value_footer_uuid(footer: &[u8]) -> Option<[u8; 16]> {
+    footer.get(32..48)?.try_into().ok()
+}
+
+/// The footer of the value chunk `meta` describes (from a version), rebuilt from the metadata
+/// and the volume's: where the footer on the device is lost, its digest still checks the body.
+/// The digest kind is told by the digest itself (an xxh3-128 digest ends with 16 zero bytes,
+/// SPEC.md §8.3).
+pub fn value_footer_of_meta(
+    meta: &ValueChunkMeta,
+    instance: u32,
+    volume_uuid: [u8; 16],
+    slot_size: u64,
+) -> ValueFooter {
+    let flags = if meta.digest[16..] == [0; 16] { crate::chunk::FOOTER_FLAG_XXH3 } else { 0 };
+    ValueFooter {
+        flags,
+        instance,
+        value_chunk_id: meta.value_chunk_id,
+        len_body: meta.len_body,
+        slot_size: u32::try_from(slot_size).unwrap_or(u32::MAX),
+        volume_uuid,
+        digest: meta.digest,
+    }
+}
+
+/// The crc32c of `len` zero bytes.
+pub fn crc32c_of_zeros(len: u64) -> u32 {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    let mut crc = 0u32;
+    let mut left = len;
+    // Bounded by `len`: each round takes up to 4 KiB of it.
+    while left > 0 {
+        let take = left.min(ZEROS.len() as u64) as usize;
+        crc = crc32c::crc32c_append(crc, &ZEROS[..take]);
+        left -= take as u64;
+    }
+    crc
+}
+
+/// A pointer entry's value as a metadata image keeps it (SPEC.md §8.6): its lengths and
+/// extents (metadata: they say where the value's bytes are) stay, and its `value_crc32c`
+/// becomes that of `len_value` zero bytes, the value the image's zeroed value chunks hold.
+/// False, and nothing changed, when the bytes are no pointer.
+pub fn zero_pointer_value(pointer: &mut [u8]) -> bool {
+    let Ok(decoded) = ValuePointer::decode(pointer, 0) else { return false };
+    let crc = crc32c_of_zeros(u64::from(decoded.len_value));
+    pointer[4..8].copy_from_slice(&crc.to_le_bytes());
+    true
 }
 
 /// The newest version a damaged version log still describes: the valid base version with the
@@ -575,6 +662,66 @@ mod tests {
         slot[end - 1] ^= 1;
         let salvaged = salvage_sub_chunk(&slot, 0);
         assert_eq!(salvaged.entries, entries);
+    }
+
+    fn value_slot(digest: crate::chunk::DigestKind) -> (Vec<u8>, crate::value::BuiltValueChunk, Vec<ValuePointer>) {
+        use crate::value::{ValueFormat, ValuePacker};
+        let format = ValueFormat { slot_size: 65536, instance: 1, volume_uuid: [7; 16], digest };
+        let mut packer = ValuePacker::new(format);
+        let pointers: Vec<ValuePointer> = (0..5u8)
+            .map(|number| {
+                let value = vec![b'a' + number; 3000 + usize::from(number)];
+                packer.add(&value, || Ok::<_, ()>((9, 30))).unwrap_or_else(|()| panic!("allocate"))
+            })
+            .collect();
+        let mut chunks = packer.finish();
+        assert_eq!(chunks.len(), 1);
+        let chunk = chunks.remove(0);
+        (chunk.slot_image(), chunk, pointers)
+    }
+
+    #[test]
+    fn a_value_chunk_is_recognised_by_its_footer_and_checked_by_its_digest() {
+        for digest in [crate::chunk::DigestKind::Blake3, crate::chunk::DigestKind::Xxh3] {
+            let (mut slot, chunk, _) = value_slot(digest);
+            let Some(Ok(found)) = salvage_value_chunk(&slot, 1 << 20) else { panic!("a value chunk") };
+            assert_eq!(found.footer, chunk.footer);
+            assert_eq!(found.digest, Ok(()));
+            assert_eq!(value_footer_uuid(&slot[slot.len() - VALUE_FOOTER_LEN..]), Some([7; 16]));
+            // Its footer rebuilt from the version's metadata checks the body as the footer does.
+            let rebuilt = value_footer_of_meta(&chunk.meta(), 1, [7; 16], 65536);
+            assert_eq!(rebuilt, chunk.footer);
+            assert_eq!(rebuilt.verify_digest(&slot[..chunk.body.len()], 0), Ok(()));
+
+            slot[100] ^= 1;
+            let Some(Ok(found)) = salvage_value_chunk(&slot, 0) else { panic!("a value chunk") };
+            assert!(matches!(found.digest, Err(FormatError::DigestMismatch { .. })), "{:?}", found.digest);
+            let end = slot.len();
+            slot[end - 10] ^= 1;
+            assert!(matches!(salvage_value_chunk(&slot, 0), Some(Err(FormatError::ChecksumMismatch { .. }))));
+            slot[end - VALUE_FOOTER_LEN..].fill(0);
+            assert!(salvage_value_chunk(&slot, 0).is_none());
+        }
+        assert!(salvage_value_chunk(&[0; 100], 0).is_none());
+    }
+
+    #[test]
+    fn a_zeroed_pointer_keeps_its_extents_and_names_zeros() {
+        let (_, _, pointers) = value_slot(crate::chunk::DigestKind::Xxh3);
+        for pointer in pointers {
+            let mut bytes = pointer.encode();
+            assert!(zero_pointer_value(&mut bytes));
+            let Ok(zeroed) = ValuePointer::decode(&bytes, 0) else { panic!("a pointer") };
+            assert_eq!(zeroed.extents, pointer.extents);
+            assert_eq!(zeroed.len_value, pointer.len_value);
+            assert_eq!(zeroed.value_crc32c, crc32c(&vec![0; pointer.len_value as usize]));
+            assert_ne!(zeroed.value_crc32c, pointer.value_crc32c);
+        }
+        let mut not_a_pointer = vec![1u8; 20];
+        assert!(!zero_pointer_value(&mut not_a_pointer));
+        assert_eq!(not_a_pointer, vec![1u8; 20]);
+        assert_eq!(crc32c_of_zeros(0), crc32c(&[]));
+        assert_eq!(crc32c_of_zeros(10_000), crc32c(&[0; 10_000]));
     }
 
     #[test]

@@ -16,17 +16,26 @@
 //! Bytes of the log areas outside valid objects are dropped (they may hold old batches) but
 //! for intact object headers; chunks whose footer or index does not decode keep only their
 //! footer; blocks whose checksum fails are dropped.
+//!
+//! Value chunks (SPEC.md §8.6) hold values only: their bodies are zeros in the image and their
+//! footers are kept as they are (the digest describes the original body, as a chunk's does).
+//! A value pointer (entry kind 2, in blocks and batches) is metadata and keeps its lengths and
+//! extents; its `value_crc32c` becomes that of zeros of the value's length, so that the value
+//! it names reads as zeros of the same length, as an inline value does. The versions' value
+//! sections and the chunks' value references are kept as they are.
 
 use std::collections::{BTreeSet, HashMap};
 
 use lds_format::batch::decode_entries;
+use lds_format::batch::EntryKind;
 use lds_format::chunk::{decode_index, visit_block_checked, Footer, FOOTER_LEN, INDEX_ENTRY_FIXED_LEN};
 use lds_format::codec::crc32c;
 use lds_format::image::area_context;
 use lds_format::label::{Label, LogKind};
 use lds_format::log::{encode_object, read_object, AreaContext, NewObject, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::{ChainObject, Payload};
-use lds_format::salvage::valid_objects;
+use lds_format::salvage::{valid_objects, zero_pointer_value};
+use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
 use lds_format::version::ChunkMeta;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -54,15 +63,18 @@ pub struct Metadump {
     pub device_len: u64,
     /// Keys mapped (0 with `keep_keys`).
     pub keys: u64,
-    /// Values replaced by zeros.
+    /// Values replaced by zeros (inline, and named by pointers).
     pub values: u64,
+    /// Value chunks kept (their bodies zeroed, their footers kept).
+    pub value_chunks: u64,
     /// Log objects kept (re-encoded), per kind: version log, backup log.
     pub objects: (u64, u64),
     /// Chunks (sub-chunks) kept.
     pub chunks: u64,
     /// Blocks dropped because their checksum failed.
     pub blocks_dropped: u64,
-    /// Bytes the volume uses: labels, both logs, and the chunks' bodies and tails.
+    /// Bytes the volume uses: labels, both logs, the chunks' bodies and tails, and the value
+    /// chunks' bodies and footers.
     pub used_bytes: u64,
 }
 
@@ -198,14 +210,15 @@ fn rewrite_object(
             let mut payload = raw.payload.to_vec();
             let base = raw.payload.as_ptr() as usize;
             let mut spans = Vec::new();
-            decode_entries(raw.payload, 0, |_, key, value| {
-                spans.push((key.as_ptr() as usize - base, key.len(), value.as_ptr() as usize - base, value.len()));
+            decode_entries(raw.payload, 0, |kind, key, value| {
+                let value_at = value.as_ptr() as usize - base;
+                spans.push((key.as_ptr() as usize - base, key.len(), kind, value_at, value.len()));
             })
             .ok()?;
-            for (key_at, key_len, value_at, value_len) in spans {
+            for (key_at, key_len, kind, value_at, value_len) in spans {
                 keys.in_place(&mut payload, key_at, key_len);
                 if matches!(keys, Keys::Map(_)) {
-                    payload[value_at..value_at + value_len].fill(0);
+                    zero_value(&mut payload[value_at..value_at + value_len], kind);
                     dump.values += 1;
                 }
             }
@@ -233,9 +246,39 @@ fn rewrite_object(
     Some(encode_object(&new, &payload))
 }
 
+/// An entry's value as the image keeps it: zeros, or for a pointer its extents with the
+/// crc32c of zeros (see the module documentation).
+fn zero_value(value: &mut [u8], kind: EntryKind) {
+    if kind != EntryKind::Pointer || !zero_pointer_value(value) {
+        value.fill(0);
+    }
+}
+
+/// A slot's value chunk as the image keeps it: its footer alone (the body is values); `None`
+/// when the slot holds no value chunk of this volume.
+fn rewrite_value_slot(slot: &[u8], offset: u64, uuid: [u8; 16], dump: &mut Metadump) -> Option<Vec<u8>> {
+    let footer_at = slot.len().checked_sub(VALUE_FOOTER_LEN)?;
+    let footer = ValueFooter::decode(&slot[footer_at..], offset + footer_at as u64, slot.len() as u64).ok()?;
+    if footer.volume_uuid != uuid {
+        return None;
+    }
+    let mut out = vec![0u8; slot.len()];
+    out[footer_at..].copy_from_slice(&slot[footer_at..]);
+    dump.value_chunks += 1;
+    dump.used_bytes += u64::from(footer.len_body) + VALUE_FOOTER_LEN as u64;
+    Some(out)
+}
+
 /// A slot's chunk rewritten (keys mapped, values zeroed, checksums recomputed), or its footer
-/// alone where the index does not decode; `None` when it holds no chunk of this volume.
+/// alone where the index does not decode, or a value chunk's footer alone; `None` when it
+/// holds neither of this volume.
 fn rewrite_slot(slot: &[u8], offset: u64, uuid: [u8; 16], keys: &mut Keys<'_>, dump: &mut Metadump) -> Option<Vec<u8>> {
+    if slot.len() >= VALUE_FOOTER_LEN && ValueFooter::has_magic(&slot[slot.len() - VALUE_FOOTER_LEN..]) {
+        return match keys {
+            Keys::Map(_) => rewrite_value_slot(slot, offset, uuid, dump),
+            Keys::Collect(_) => None,
+        };
+    }
     let footer_at = slot.len().checked_sub(FOOTER_LEN)?;
     let footer = Footer::decode(&slot[footer_at..], offset + footer_at as u64, slot.len() as u64).ok()?;
     if footer.volume_uuid != uuid {
@@ -260,17 +303,19 @@ fn rewrite_slot(slot: &[u8], offset: u64, uuid: [u8; 16], keys: &mut Keys<'_>, d
         let mut spans = Vec::new();
         let read = visit_block_checked(block, offset + range.start as u64, false, |entry| {
             let value_at = entry.value.as_ptr() as usize - base;
-            spans.push((entry.key.as_ptr() as usize - base, entry.key.len(), value_at, entry.value.len()));
+            spans.push((entry.key.as_ptr() as usize - base, entry.key.len(), entry.kind, value_at, entry.value.len()));
         });
         if read.is_err() {
             dump.blocks_dropped += 1;
             continue;
         }
         let mut rewritten = block.to_vec();
-        for (key_at, key_len, value_at, value_len) in spans {
+        for (key_at, key_len, kind, value_at, value_len) in spans {
             keys.in_place(&mut rewritten, key_at, key_len);
-            rewritten[value_at..value_at + value_len].fill(0);
-            dump.values += u64::from(matches!(keys, Keys::Map(_)));
+            if matches!(keys, Keys::Map(_)) {
+                zero_value(&mut rewritten[value_at..value_at + value_len], kind);
+                dump.values += 1;
+            }
         }
         let crc_at = rewritten.len() - 4;
         let crc = crc32c(&rewritten[..crc_at]);

@@ -10,21 +10,63 @@
 //! slot size, the volume's uuid and its chunk id (the slot of its first sub-chunk), so a
 //! footer's device offset gives where the slot area starts; the backup logs are found from
 //! their object headers, which name the log, the instance and their offset in the area.
+//!
+//! Values in value chunks (SPEC.md §8.5, §8.6): an entry that is a value pointer is followed
+//! to the value chunks its extents name, by id within the entry's instance. A value chunk is
+//! found where a slot's footer (checked) names that id and instance, and where the newest
+//! version the instance's version log still describes lists it (the slot of a value chunk
+//! whose footer is lost: the footer is rebuilt from the version's metadata to check the
+//! digest). Where a value chunk's digest does not hold, or a copy of it is all there is, each
+//! value is still read and kept exactly when its `value_crc32c` holds: values are
+//! self-checking as blocks are. A key whose newest entry names a value that cannot be read
+//! (its value chunk lost, or bytes that do not check) is listed with its sequence number and
+//! why, and not kept: neither garbage nor an older value is written for it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use lds_format::batch::{decode_entries, EntryKind};
 use lds_format::chunk::{Footer, CHUNK_MAGIC, FOOTER_LEN};
+use lds_format::codec::{crc32c, display_key};
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::Payload;
-use lds_format::salvage::{salvage_sub_chunk, valid_objects};
+use lds_format::salvage::{
+    last_good_version, salvage_sub_chunk, salvage_value_chunk, valid_objects, value_footer_of_meta, value_footer_uuid,
+};
+use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
-/// The newest entry of a key: sequence, kind, value.
+/// The newest entry of a key: sequence, kind (put or delete: a pointer's value is read into a
+/// put), value.
 pub type Newest = (u64, EntryKind, Vec<u8>);
+
+/// A key whose newest entry names a value salvage could not read: not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostValue {
+    /// The instance.
+    pub instance: u32,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The sequence number of its newest entry.
+    pub sequence: u64,
+    /// Why its value is lost (the value chunk and device offset, or the check that failed).
+    pub reason: String,
+}
+
+impl std::fmt::Display for LostValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "instance {} key {} (sequence {}): {}",
+            self.instance,
+            display_key(&self.key),
+            self.sequence,
+            self.reason
+        )
+    }
+}
 
 /// What salvage found and kept.
 #[derive(Debug, Default)]
@@ -54,8 +96,31 @@ pub struct Salvaged {
     pub backup_areas: Vec<(u32, u64, u64)>,
     /// Valid batches read from the backup logs, and their entries.
     pub batches: (u64, u64),
-    /// Per instance, each key's newest entry.
+    /// Per instance, each key's newest entry (with the values pointers name read).
     pub keys: BTreeMap<u32, BTreeMap<Vec<u8>, Newest>>,
+    /// The volume uses value chunks (its label says so, or value chunks or pointers were
+    /// found): the output is formatted with them, so that values larger than an entry may be
+    /// (a quarter of a slot) are written whole.
+    pub has_value_chunks: bool,
+    /// Slots holding a value chunk of this volume (by its footer).
+    pub value_chunks: u64,
+    /// Value chunks the recovered versions list, over every instance whose version log was
+    /// read (it is read only when pointers were found).
+    pub value_chunks_listed: u64,
+    /// Values read through pointers whose crc32c held (those of the keys kept).
+    pub values_read: u64,
+    /// Keys whose newest entry names a value that could not be read.
+    pub lost_values: Vec<LostValue>,
+}
+
+/// Candidates for a key's newest entry: its sequence and kind, and the values found for it
+/// (the same entry may be in several chunks, or in a chunk and in the backup log: a pointer
+/// relocated by a merge names other value chunks than the copy a dead chunk still holds).
+#[derive(Debug)]
+struct Found {
+    sequence: u64,
+    kind: EntryKind,
+    values: Vec<Vec<u8>>,
 }
 
 impl Salvaged {
@@ -69,16 +134,211 @@ impl Salvaged {
         self.keys.values().flat_map(|keys| keys.values()).filter(|(_, kind, _)| *kind == EntryKind::Delete).count()
             as u64
     }
+}
 
+/// Every key's newest entry, per instance, as found.
+#[derive(Debug, Default)]
+struct FoundKeys(BTreeMap<u32, BTreeMap<Vec<u8>, Found>>);
+
+impl FoundKeys {
     fn keep(&mut self, instance: u32, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
-        let keys = self.keys.entry(instance).or_default();
+        let keys = self.0.entry(instance).or_default();
+        let fresh = || Found { sequence, kind, values: vec![value.to_vec()] };
         match keys.get_mut(key) {
-            Some(newest) if newest.0 >= sequence => {}
-            Some(newest) => *newest = (sequence, kind, value.to_vec()),
+            Some(found) if found.sequence > sequence => {}
+            Some(found) if found.sequence == sequence => {
+                // The same entry again: a value in place beats a pointer (nothing to read), and
+                // another pointer is another way to the value.
+                if found.kind == EntryKind::Pointer && kind == EntryKind::Put {
+                    *found = fresh();
+                } else if found.kind == EntryKind::Pointer
+                    && kind == EntryKind::Pointer
+                    && !found.values.iter().any(|known| known == value)
+                {
+                    found.values.push(value.to_vec());
+                }
+            }
+            Some(found) => *found = fresh(),
             None => {
-                keys.insert(key.to_vec(), (sequence, kind, value.to_vec()));
+                keys.insert(key.to_vec(), fresh());
             }
         }
+    }
+
+    fn has_pointers(&self) -> bool {
+        self.0.values().flat_map(BTreeMap::values).any(|found| found.kind == EntryKind::Pointer)
+    }
+}
+
+/// One place a value chunk's bytes may be read.
+#[derive(Debug, Clone)]
+struct ValueSource {
+    slot: u64,
+    len_body: u32,
+    /// Whether its digest held over the body (sources that hold are tried first).
+    digest_holds: bool,
+    /// How it was found, for messages.
+    found_by: &'static str,
+}
+
+/// The value chunks found, by instance and id, and how to read them.
+struct ValueChunks<'a> {
+    device: &'a dyn BlockDevice,
+    slot_size: u64,
+    ofs_slots: u64,
+    slot_count: u64,
+    sources: BTreeMap<(u32, u64), Vec<ValueSource>>,
+}
+
+impl ValueChunks<'_> {
+    fn add(&mut self, instance: u32, value_chunk_id: u64, source: ValueSource) {
+        let sources = self.sources.entry((instance, value_chunk_id)).or_default();
+        if sources.iter().all(|known| known.slot != source.slot) {
+            sources.push(source);
+            // Stable: among sources whose digest holds, the order found.
+            sources.sort_by_key(|source| !source.digest_holds);
+        }
+    }
+
+    fn slot_offset(&self, slot: u64) -> u64 {
+        self.ofs_slots + slot * self.slot_size
+    }
+
+    fn describe(&self, value_chunk_id: u64, source: &ValueSource) -> String {
+        format!(
+            "value chunk {value_chunk_id} at slot {} (device offset {}, {}{})",
+            source.slot,
+            self.slot_offset(source.slot),
+            source.found_by,
+            if source.digest_holds { "" } else { "; its digest does not hold" }
+        )
+    }
+
+    /// The bytes of `extent`, from the `attempt`-th source of its value chunk (the last one
+    /// when there are fewer).
+    fn read_extent(&self, instance: u32, extent: &Extent, attempt: usize) -> Result<(Vec<u8>, String), String> {
+        let id = extent.value_chunk_id;
+        let Some(source) = self
+            .sources
+            .get(&(instance, id))
+            .and_then(|sources| sources.get(attempt.min(sources.len().saturating_sub(1))))
+        else {
+            return Err(format!(
+                "value chunk {id} is lost: no slot holds a footer naming it (instance {instance}) and no version \
+                 read lists it (the pointer names slot {})",
+                extent.slot
+            ));
+        };
+        let described = self.describe(id, source);
+        if u64::from(extent.offset) + u64::from(extent.len) > u64::from(source.len_body) {
+            return Err(format!(
+                "{described}: the extent of {} bytes at {} runs past its body of {} bytes",
+                extent.len, extent.offset, source.len_body
+            ));
+        }
+        let offset = self.slot_offset(source.slot) + u64::from(extent.offset);
+        let (bytes, unreadable) = read_tolerant(self.device, offset, u64::from(extent.len), SCAN_ALIGN)
+            .map_err(|error| format!("{described}: {error}"))?;
+        if let Some(first) = unreadable.first() {
+            return Err(format!("{described}: {} unreadable sectors from device offset {first}", unreadable.len()));
+        }
+        Ok((bytes, described))
+    }
+
+    /// The value `pointer` (an entry of `instance`) names, its crc32c checked; each source of
+    /// its value chunks is tried in turn.
+    fn read(&self, instance: u32, pointer: &[u8]) -> Result<Vec<u8>, String> {
+        let pointer = ValuePointer::decode(pointer, 0).map_err(|error| format!("its pointer is invalid: {error}"))?;
+        let attempts = pointer
+            .extents
+            .iter()
+            .map(|extent| self.sources.get(&(instance, extent.value_chunk_id)).map_or(0, Vec::len))
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut failure = String::new();
+        for attempt in 0..attempts {
+            let mut value = Vec::with_capacity(pointer.len_value as usize);
+            let mut read_from = Vec::new();
+            let read = pointer.extents.iter().try_for_each(|extent| {
+                let (bytes, described) = self.read_extent(instance, extent, attempt)?;
+                value.extend_from_slice(&bytes);
+                if !read_from.contains(&described) {
+                    read_from.push(described);
+                }
+                Ok::<_, String>(())
+            });
+            match read {
+                Err(error) => failure = error,
+                Ok(()) if pointer.check_value(&value, 0).is_ok() => return Ok(value),
+                Ok(()) => {
+                    failure = format!(
+                        "the value read does not check: crc32c {:#010x}, the pointer's {:#010x}, from {}",
+                        crc32c(&value),
+                        pointer.value_crc32c,
+                        read_from.join(", ")
+                    );
+                }
+            }
+        }
+        Err(failure)
+    }
+
+    /// Adds the value chunks the newest version of each of `contexts` (version logs) lists
+    /// whose slot is not known to hold them: a slot whose footer is lost is checked with the
+    /// footer rebuilt from the metadata; one whose footer names another value chunk is left.
+    /// Returns how many value chunks the versions list.
+    fn add_listed(
+        &mut self,
+        contexts: &[AreaContext],
+        uuid: [u8; 16],
+        footers: &BTreeMap<u64, (u32, u64)>,
+        damaged: &mut Vec<String>,
+    ) -> Result<u64, DeviceError> {
+        let mut listed = 0;
+        for context in contexts.iter().filter(|context| context.ofs_area + context.len_area <= self.device.len()) {
+            let area = self.device.read_vec(context.ofs_area, context.len_area)?;
+            let Some(good) = last_good_version(&area, context) else { continue };
+            let metas: Vec<ValueChunkMeta> = good.version.value_chunks.values().copied().collect();
+            listed += metas.len() as u64;
+            for meta in metas {
+                let (instance, id) = (context.instance, meta.value_chunk_id);
+                if meta.slot >= self.slot_count {
+                    continue;
+                }
+                match footers.get(&meta.slot) {
+                    Some(&named) if named == (instance, id) => continue,
+                    // Another value chunk's (the version is older than the slot's contents).
+                    Some(_) => continue,
+                    None => {}
+                }
+                let footer = value_footer_of_meta(&meta, instance, uuid, self.slot_size);
+                let offset = self.slot_offset(meta.slot);
+                let (body, _) = read_tolerant(self.device, offset, u64::from(meta.len_body), SCAN_ALIGN)?;
+                let digest_holds = footer.verify_digest(&body, offset).is_ok();
+                damaged.push(format!(
+                    "slot {}: value chunk {id} (instance {instance}) has no valid footer; the version log lists \
+                     it there, and its body {}",
+                    meta.slot,
+                    if digest_holds {
+                        "checks against the version's digest".to_string()
+                    } else {
+                        format!("at device offset {offset} does not check against the version's digest")
+                    }
+                ));
+                self.add(
+                    instance,
+                    id,
+                    ValueSource {
+                        slot: meta.slot,
+                        len_body: meta.len_body,
+                        digest_holds,
+                        found_by: "by the version log",
+                    },
+                );
+            }
+        }
+        Ok(listed)
     }
 }
 
@@ -142,14 +402,15 @@ fn slots_from_footers(
     Ok(votes.into_iter().max_by_key(|&(_, count)| count).map(|(found, _)| found))
 }
 
-/// Where the backup logs are, without a label: every intact object header before the slot
-/// area that names this volume and the backup log gives its area's start (its device offset
-/// less its `log_offset`); the most common start of each instance is taken, and the area is
-/// taken to end after the furthest object seen there.
-fn backup_areas_from_headers(
+/// Where the logs of `kind` are, without a label: every intact object header before the slot
+/// area that names this volume and that log gives its area's start (its device offset less its
+/// `log_offset`); the most common start of each instance is taken, and the area is taken to
+/// end after the furthest object seen there.
+fn areas_from_headers(
     device: &dyn BlockDevice,
     uuid: [u8; 16],
     ofs_slots: u64,
+    kind: LogKind,
 ) -> Result<Vec<AreaContext>, DeviceError> {
     // Logs of a few GiB at most stand before the slots; beyond that nothing is guessed.
     if ofs_slots > (4 << 30) {
@@ -164,7 +425,7 @@ fn backup_areas_from_headers(
         let Ok(header) = <&[u8; HEADER_LEN]>::try_from(&bytes[position..position + HEADER_LEN]) else { continue };
         let found = ObjectHeader::parse_tolerant(header);
         let header = found.header;
-        if !found.crc_ok || header.volume_uuid != uuid || header.log_kind != LogKind::Backup.code() {
+        if !found.crc_ok || header.volume_uuid != uuid || header.log_kind != kind.code() {
             continue;
         }
         let Some(start) = (position as u64).checked_sub(header.log_offset) else { continue };
@@ -181,7 +442,7 @@ fn backup_areas_from_headers(
     Ok(best
         .into_iter()
         .map(|(instance, (start, end, _))| AreaContext {
-            kind: LogKind::Backup,
+            kind,
             instance,
             volume_uuid: uuid,
             len_area: end.div_ceil(SCAN_ALIGN) * SCAN_ALIGN,
@@ -217,6 +478,10 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     let end = geometry.map_or(device.len(), |geometry| geometry.volume_len.min(device.len()));
     let slot_count = geometry.map_or(end.saturating_sub(ofs_slots) / slot_size, |geometry| geometry.num_slots);
     let single_instance = geometry.is_none_or(|geometry| geometry.instance_count == 1);
+    let mut found = FoundKeys::default();
+    let mut values = ValueChunks { device, slot_size, ofs_slots, slot_count, sources: BTreeMap::new() };
+    // The (instance, id) each slot's value chunk footer names.
+    let mut value_footers: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
     for slot in 0..slot_count {
         // A slot no device holds (a removed device's, SPEC.md §4.3) has nothing to read.
         if label.as_ref().is_some_and(|label| !label.slot_present(slot)) {
@@ -239,6 +504,42 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
                 .damaged
                 .push(format!("slot {slot}: {} unreadable sectors from offset {first} to {last}", unreadable.len()));
         }
+        // A value chunk (SPEC.md §8.6): where its values are, for the pointers.
+        match salvage_value_chunk(&bytes, offset) {
+            Some(Ok(chunk)) if chunk.footer.volume_uuid == uuid => {
+                let footer: &ValueFooter = &chunk.footer;
+                salvaged.value_chunks += 1;
+                value_footers.insert(slot, (footer.instance, footer.value_chunk_id));
+                if let Err(error) = &chunk.digest {
+                    salvaged.damaged.push(format!(
+                        "slot {slot}: value chunk {} (instance {}): {error}; its values are kept where their crc32c \
+                         holds",
+                        footer.value_chunk_id, footer.instance
+                    ));
+                }
+                values.add(
+                    footer.instance,
+                    footer.value_chunk_id,
+                    ValueSource {
+                        slot,
+                        len_body: footer.len_body,
+                        digest_holds: chunk.digest.is_ok(),
+                        found_by: "by its footer",
+                    },
+                );
+                continue;
+            }
+            // Another volume's value chunk.
+            Some(Ok(_)) => continue,
+            Some(Err(error)) => {
+                let footer = &bytes[bytes.len() - VALUE_FOOTER_LEN..];
+                if value_footer_uuid(footer) == Some(uuid) {
+                    salvaged.damaged.push(format!("slot {slot}: a value chunk whose footer is damaged: {error}"));
+                }
+                continue;
+            }
+            None => {}
+        }
         let read = salvage_sub_chunk(&bytes, offset);
         let instance = match &read.footer {
             Some(footer) if footer.volume_uuid == uuid => footer.instance,
@@ -260,41 +561,86 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
         }));
         for entry in &read.entries {
             salvaged.chunk_entries += 1;
-            salvaged.keep(instance, &entry.key, entry.sequence, entry.kind, &entry.value);
+            found.keep(instance, &entry.key, entry.sequence, entry.kind, &entry.value);
         }
     }
     let contexts: Vec<AreaContext> = match geometry {
         Some(geometry) => {
             (0..geometry.instance_count).map(|instance| area_context(&geometry, LogKind::Backup, instance)).collect()
         }
-        None => backup_areas_from_headers(device, uuid, ofs_slots)?,
+        None => areas_from_headers(device, uuid, ofs_slots, LogKind::Backup)?,
     };
     salvaged.backup_areas =
         contexts.iter().map(|context| (context.instance, context.ofs_area, context.len_area)).collect();
-    {
-        for context in contexts {
-            let instance = context.instance;
-            let area = device.read_vec(context.ofs_area, context.len_area)?;
-            for object in valid_objects(&area, &context) {
-                let Payload::Batch { first_sequence, .. } = object.payload else { continue };
-                let Ok(raw) = read_object(&area, object.offset, &context) else { continue };
-                let mut sequence = first_sequence;
-                let mut entries = Vec::new();
-                let decoded = decode_entries(raw.payload, context.ofs_area + object.offset, |kind, key, value| {
-                    entries.push((sequence, kind, key.to_vec(), value.to_vec()));
-                    sequence += 1;
-                });
-                if decoded.is_err() {
-                    continue;
-                }
-                salvaged.batches.0 += 1;
-                salvaged.batches.1 += entries.len() as u64;
-                for (sequence, kind, key, value) in entries {
-                    salvaged.keep(instance, &key, sequence, kind, &value);
-                }
+    for context in &contexts {
+        let instance = context.instance;
+        let area = device.read_vec(context.ofs_area, context.len_area)?;
+        for object in valid_objects(&area, context) {
+            let Payload::Batch { first_sequence, .. } = object.payload else { continue };
+            let Ok(raw) = read_object(&area, object.offset, context) else { continue };
+            let mut sequence = first_sequence;
+            let mut entries = Vec::new();
+            let decoded = decode_entries(raw.payload, context.ofs_area + object.offset, |kind, key, value| {
+                entries.push((sequence, kind, key.to_vec(), value.to_vec()));
+                sequence += 1;
+            });
+            if decoded.is_err() {
+                continue;
+            }
+            salvaged.batches.0 += 1;
+            salvaged.batches.1 += entries.len() as u64;
+            for (sequence, kind, key, value) in entries {
+                found.keep(instance, &key, sequence, kind, &value);
             }
         }
     }
+    // The pointers' values: the version logs list the value chunks (also those whose footer
+    // is lost); they are read only when there is a pointer to follow.
+    let has_pointers = found.has_pointers();
+    if has_pointers {
+        let contexts: Vec<AreaContext> = match geometry {
+            Some(geometry) => (0..geometry.instance_count)
+                .map(|instance| area_context(&geometry, LogKind::Version, instance))
+                .collect(),
+            None => areas_from_headers(device, uuid, ofs_slots, LogKind::Version)?,
+        };
+        salvaged.value_chunks_listed = values.add_listed(&contexts, uuid, &value_footers, &mut salvaged.damaged)?;
+    }
+    salvaged.has_value_chunks =
+        label.as_ref().is_some_and(|label| label.has_value_chunks()) || has_pointers || salvaged.value_chunks > 0;
+    for (instance, keys) in found.0 {
+        let kept = salvaged.keys.entry(instance).or_default();
+        for (key, found) in keys {
+            if found.kind != EntryKind::Pointer {
+                let value = found.values.into_iter().next().unwrap_or_default();
+                kept.insert(key, (found.sequence, found.kind, value));
+                continue;
+            }
+            let mut failures: Vec<String> = Vec::new();
+            let value = found.values.iter().find_map(|pointer| match values.read(instance, pointer) {
+                Ok(value) => Some(value),
+                Err(failure) => {
+                    if !failures.contains(&failure) {
+                        failures.push(failure);
+                    }
+                    None
+                }
+            });
+            match value {
+                Some(value) => {
+                    salvaged.values_read += 1;
+                    kept.insert(key, (found.sequence, EntryKind::Put, value));
+                }
+                None => salvaged.lost_values.push(LostValue {
+                    instance,
+                    key,
+                    sequence: found.sequence,
+                    reason: failures.join("; and through another copy of its pointer: "),
+                }),
+            }
+        }
+    }
+    salvaged.keys.retain(|_, keys| !keys.is_empty());
     Ok(salvaged)
 }
 
