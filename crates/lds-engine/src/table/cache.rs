@@ -19,6 +19,9 @@ use crate::memtable::Entry;
 pub(crate) struct Tail {
     pub(crate) index: Vec<IndexEntry>,
     pub(crate) filter: Filter,
+    /// The digest of the sub-chunk it was read from (its footer's): a slot freed and taken
+    /// by another chunk must not serve the old chunk's tail.
+    digest: [u8; 32],
 }
 
 /// A block whose checksum was verified once, when it was read, with the position of each
@@ -164,7 +167,7 @@ impl Tail {
         let (index_bytes, filter_bytes) = bytes.split_at((footer.len_index as usize).min(bytes.len()));
         let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), footer)?;
         let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), footer)?;
-        Ok(Self { index, filter })
+        Ok(Self { index, filter, digest: footer.digest })
     }
 
     /// Bytes it holds in memory.
@@ -246,7 +249,15 @@ impl TableCache {
             let slot = sub_chunk.slot;
             let (pinned, bytes, cached) = {
                 let mut tails = locked(&self.tails);
-                (tails.pinned.contains_key(&slot), tails.pinned_bytes, tails.others.remove(&slot))
+                let current = tails.pinned.get(&slot).map(|tail| tail.digest == sub_chunk.digest);
+                if current == Some(false) {
+                    // Another chunk's tail in this slot (freed and taken since).
+                    if let Some(stale) = tails.pinned.remove(&slot) {
+                        tails.pinned_bytes -= stale.footprint();
+                    }
+                }
+                let cached = tails.others.remove(&slot).filter(|tail| tail.digest == sub_chunk.digest);
+                (current == Some(true), tails.pinned_bytes, cached)
             };
             if pinned {
                 continue;
@@ -281,10 +292,10 @@ impl TableCache {
         let slot = sub_chunk.slot;
         {
             let mut tails = locked(&self.tails);
-            if let Some(tail) = tails.pinned.get(&slot) {
+            if let Some(tail) = tails.pinned.get(&slot).filter(|tail| tail.digest == sub_chunk.digest) {
                 return Ok(Arc::clone(tail));
             }
-            if let Some(tail) = tails.others.get(&slot) {
+            if let Some(tail) = tails.others.get(&slot).filter(|tail| tail.digest == sub_chunk.digest) {
                 return Ok(tail);
             }
         }
@@ -319,11 +330,12 @@ impl TableCache {
     /// so that pinning it at the commit that names it reads nothing while the version is
     /// locked.
     pub(crate) fn admit_tail(&self, geometry: &Geometry, slot: u64, footer: &Footer, tail_bytes: &[u8]) {
+        // The slot's earlier chunk (a freed slot, or an input a journaled compaction cleaned)
+        // leaves nothing behind: its pinned tail and its blocks.
+        self.forget_slot(slot);
         if let Ok(tail) = Tail::decode(tail_bytes, geometry.slot_offset(slot), footer) {
             let footprint = tail.footprint();
-            let mut tails = locked(&self.tails);
-            tails.others.remove(&slot);
-            tails.others.insert(slot, Arc::new(tail), footprint);
+            locked(&self.tails).others.insert(slot, Arc::new(tail), footprint);
         }
     }
 

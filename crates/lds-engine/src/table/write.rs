@@ -31,8 +31,11 @@ pub(crate) fn write_chunks(
             release(&shared.slots, &slots);
             return Err(error.into());
         }
+        // Nothing of the slot's earlier chunk stays cached (admit_tail forgets it too).
         if level < shared.options.pinned_levels {
             shared.cache.admit_tail(&shared.geometry, slot, &chunk.footer, &chunk.tail_without_footer);
+        } else {
+            shared.cache.forget_slot(slot);
         }
         metas.push(meta);
     }
