@@ -3,6 +3,8 @@ meta:
   title: LDS chunk data block
   license: Apache-2.0
   endian: le
+  imports:
+    - lds_value_pointer
 doc: |
   One block of a chunk body: a run of entries followed by an 8-byte trailer.
   The block's length is not stored in the block: it comes from the block
@@ -10,11 +12,14 @@ doc: |
   exactly that length (`size: len_block`). Entries are sorted by user key
   ascending, then sequence number descending. The `crc32c` covers the
   block's bytes before it and is not checked here. The `kind` enum is shared
-  with the write batch (lds_write_batch.ksy).
+  with the write batch (lds_write_batch.ksy). An entry of kind `pointer`
+  (format 1.4, feature `value_chunks`) holds a value pointer as its value
+  (`pointer`, parsed when first used: lds checks only that its length
+  matches its extent count when it reads a block, SPEC.md §8.6).
 doc-ref: SPEC.md §8.2
 seq:
   - id: entries
-    type: entry
+    type: entry(_io.pos)
     repeat: until
     repeat-until: _io.pos >= _io.size - 8
     doc: The trailer's `num_entries` entries (at least 1).
@@ -28,6 +33,10 @@ seq:
 types:
   entry:
     doc-ref: SPEC.md §8.2
+    params:
+      - id: ofs_entry
+        type: u8
+        doc: Where the entry starts in the block (locates `pointer`).
     seq:
       - id: seq_kind
         type: u8
@@ -49,7 +58,16 @@ types:
       kind:
         value: seq_kind % 256
         enum: kind
+      pointer:
+        pos: ofs_entry + 14 + len_key
+        size: len_value
+        type: lds_value_pointer
+        if: kind == kind::pointer
+        doc: The value of a `pointer` entry, decoded (the same bytes as `value`).
 enums:
   kind:
     0: delete
     1: put
+    2:
+      id: pointer
+      doc: The value is a value pointer (lds_value_pointer, format 1.4).

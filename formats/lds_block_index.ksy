@@ -46,3 +46,6 @@ enums:
   kind:
     0: delete
     1: put
+    2:
+      id: pointer
+      doc: A value pointer (format 1.4), as lds_block::kind.

@@ -11,8 +11,11 @@ doc: |
   are `valid` checks (a record that breaks one does not parse): reserved
   bits and bytes zero, `level` below the level limit 16 (SPEC.md §16),
   `num_entries >= 1`, `smallest_seq <= largest_seq`, `smallest_key <=
-  largest_key` (bytewise) and `sub_chunks[0].slot == chunk_id`. Those that
-  need the volume (slots below `num_slots`, all distinct) are not checked.
+  largest_key` (bytewise), `sub_chunks[0].slot == chunk_id`, and with flag
+  `value_refs` (format 1.4) at least one value reference, ids strictly
+  increasing, each of at least one byte. Those that need the volume (slots
+  below `num_slots`, all distinct; value chunks in the version) are not
+  checked.
 doc-ref: SPEC.md §6.4
 seq:
   - id: chunk_id
@@ -26,8 +29,10 @@ seq:
   - id: flags
     type: u1
     valid:
-      expr: (_ & 0xfe) == 0
-    doc: Bit 0 `odd` (SPEC.md §11); the other bits are reserved.
+      expr: (_ & 0xfc) == 0
+    doc: |
+      Bit 0 `odd` (SPEC.md §11); bit 1 `value_refs` (format 1.4): the value
+      references follow the sub-chunks; the other bits are reserved.
   - id: num_sub_chunks
     type: u2
     valid:
@@ -66,9 +71,26 @@ seq:
     repeat: expr
     repeat-expr: num_sub_chunks
     doc: In key order (SPEC.md §8.4).
+  - id: num_value_refs
+    type: u4
+    valid:
+      min: 1
+    if: has_value_refs
+  - id: value_refs
+    type: value_ref(_index)
+    repeat: expr
+    repeat-expr: num_value_refs
+    if: has_value_refs
+    doc: |
+      For each value chunk the chunk's pointer entries reach, in strictly
+      increasing id order, the bytes of their extents in it.
+    doc-ref: SPEC.md §8.6
 instances:
   odd:
     value: (flags & 1) != 0
+  has_value_refs:
+    value: (flags & 2) != 0
+    doc: Flag `value_refs` (format 1.4), set on chunks holding pointer entries.
 types:
   sub_chunk:
     doc-ref: SPEC.md §6.4
@@ -85,3 +107,20 @@ types:
       - id: digest
         size: 32
         doc: The blake3 digest from that sub-chunk's footer (SPEC.md §8.3).
+  value_ref:
+    doc: The bytes a chunk's pointers hold in one value chunk (its live bytes there).
+    doc-ref: SPEC.md §6.4
+    params:
+      - id: index
+        type: u4
+        doc: Position in `value_refs`.
+    seq:
+      - id: value_chunk_id
+        type: u8
+        valid:
+          expr: index == 0 or _ > _parent.value_refs[index - 1].value_chunk_id
+        doc: Above the previous reference's.
+      - id: bytes
+        type: u8
+        valid:
+          min: 1

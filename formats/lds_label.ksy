@@ -46,7 +46,9 @@ seq:
       write batches carry a sync watermark (lds_write_batch::synced_lsn_low).
       Bit 1 (1.2): `multi_device`, the volume spans several devices and
       `devices` holds their table. Bit 2 (1.3): `fast_digest`, chunks record an
-      xxh3-128 digest (lds_chunk_footer::flags bit 1).
+      xxh3-128 digest (lds_chunk_footer::flags bit 1). Bit 3 (1.4):
+      `value_chunks`, large values live in value chunks (lds_value_footer) and
+      the tree holds value pointers (lds_value_pointer).
   - id: geometry
     type: geometry
   - id: generation
@@ -76,15 +78,21 @@ instances:
   has_devices:
     value: (features_incompat & 2) != 0
     doc: Feature `multi_device` (1.2).
+  has_value_chunks:
+    value: (features_incompat & 8) != 0
+    doc: |
+      Feature `value_chunks` (1.4): value chunks in slots, value pointers
+      (entry kind 2) in batches and blocks, and a value section at the end of
+      base and delta versions (SPEC.md §8.6).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 7
+      version_major == 1 and len_label == 512 and features_incompat <= 15
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2), zero reserved bytes or a
+      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3), zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

@@ -10,6 +10,7 @@ meta:
     - lds_label
     - lds_log_object
     - lds_chunk_footer
+    - lds_value_footer
     - lds_block_index
     - lds_filter
     - lds_block
@@ -17,14 +18,16 @@ doc: |
   A whole LDS volume (a raw block device or an image file) as the inspection
   walks of SPEC.md §15 see it: both labels, for every instance the version
   log and backup log listed by the physical walk, and the footer of every
-  slot.
+  slot (a chunk footer, or on volumes with feature `value_chunks` a value
+  chunk footer).
 
   Nothing here computes a checksum. The label whose geometry is used is
   chosen as in SPEC.md §4.2 with every check but the crc32c: a label is
   usable when `lds_label::is_valid_except_crc` holds and its `volume_len`
   fits in the device; if both are, the higher `generation` wins (the
-  primary on a tie). A label or chunk footer is shown (`primary`, `backup`,
-  `slot::footer`) whenever its magic is there, usable or not.
+  primary on a tie). A label, chunk footer or value chunk footer is shown
+  (`primary`, `backup`, `slot::footer`, `slot::value_footer`) whenever its
+  magic is there, usable or not.
 
   The physical walk never fails: it stops at a position where fewer than 64
   bytes remain, the magic is not "LDSO" (at that position, nor, when the
@@ -270,6 +273,8 @@ types:
     doc: |
       One slot of the slot area (SPEC.md §8). Only the footer is read
       eagerly by tools; the index, filter and blocks are located through it.
+      A slot holding a value chunk (SPEC.md §8.6) has `value_footer` instead
+      of `footer`; its values are `value_body`.
     doc-ref: SPEC.md §8.1
     params:
       - id: slot
@@ -314,6 +319,31 @@ types:
         repeat: expr
         repeat-expr: footer.num_blocks
         if: has_footer
+      has_value_footer:
+        value: >-
+          in_device
+          and footer_magic == [0x4c, 0x44, 0x53, 0x56, 0x41, 0x4c, 0x55, 0x45]
+        doc: The footer magic is "LDSVALUE" (a value chunk, SPEC.md §8.6).
+      value_footer:
+        io: _root._io
+        pos: ofs_footer
+        size: 160
+        type: lds_value_footer
+        if: has_value_footer
+        doc: The value chunk footer; absent when the magic is not "LDSVALUE".
+      value_body_fits:
+        value: >-
+          has_value_footer
+          and value_footer.len_body <= _root.label.geometry.slot_size - 160
+        doc: The footer's `len_body` lies before the footer.
+      value_body:
+        io: _root._io
+        pos: ofs_slot
+        size: value_footer.len_body
+        if: value_body_fits
+        doc: |
+          The values (`len_body` bytes from the slot start), which a value
+          pointer's extents address by offset.
   slot_block:
     doc: Block `i` of a slot, located by the block index.
     params:

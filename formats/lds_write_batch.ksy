@@ -5,10 +5,13 @@ meta:
   endian: le
   imports:
     - lds_block
+    - lds_value_pointer
 doc: |
   Payload of a `write_batch` log object: one atomic batch of the write-ahead
   log. Entry `i` has sequence number `first_sequence + i`. The `kind` enum
-  (1 put, 0 delete) is the one of the chunk blocks (lds_block.ksy).
+  (1 put, 0 delete, 2 pointer) is the one of the chunk blocks (lds_block.ksy).
+  A `pointer` entry (format 1.4, feature `value_chunks`) holds a value
+  pointer as its value, which must decode (`pointer`).
 doc-ref: SPEC.md §7
 seq:
   - id: first_sequence
@@ -29,7 +32,7 @@ seq:
       below which every object was durable before this batch was written; 0
       claims nothing. Zero on 1.0 volumes.
   - id: entries
-    type: entry
+    type: entry(_io.pos)
     repeat: expr
     repeat-expr: num_entries
   - id: trailing
@@ -40,6 +43,10 @@ seq:
 types:
   entry:
     doc-ref: SPEC.md §7
+    params:
+      - id: ofs_entry
+        type: u8
+        doc: Where the entry starts in the payload (locates `pointer`).
     seq:
       - id: kind
         type: u1
@@ -48,6 +55,7 @@ types:
           any-of:
             - lds_block::kind::delete
             - lds_block::kind::put
+            - lds_block::kind::pointer
       - id: len_key
         type: u2
         valid:
@@ -56,9 +64,24 @@ types:
       - id: len_value
         type: u4
         valid:
-          expr: kind == lds_block::kind::put or _ == 0
+          expr: kind != lds_block::kind::delete or _ == 0
         doc: 0 for a delete.
       - id: key
         size: len_key
       - id: value
         size: len_value
+      - id: check_pointer
+        size: 0
+        if: kind == lds_block::kind::pointer
+        valid:
+          expr: pointer.num_extents >= 1
+        doc: |
+          Reads nothing; decodes `pointer`, so that a batch holding a pointer
+          that does not decode does not parse.
+    instances:
+      pointer:
+        pos: ofs_entry + 7 + len_key
+        size: len_value
+        type: lds_value_pointer
+        if: kind == lds_block::kind::pointer
+        doc: The value of a `pointer` entry, decoded (the same bytes as `value`).

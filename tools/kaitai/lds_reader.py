@@ -10,7 +10,8 @@ usage: python3 tools/kaitai/lds_reader.py volume IMAGE[.gz] [DEVICE[.gz]...]
 line, the `lds dump IMAGE chunk ID --instance I --entries --json` document of every live chunk
 of every instance, with an `instance` key added. `state` reconstructs what
 the engine serves (SPEC.md §15.1) and prints it as NDJSON: per instance, one line naming its
-live version, then one line per live key in key order. A volume of several devices (SPEC.md
+live version, then one line per live key in key order; the value of a pointer entry (format
+1.4, SPEC.md §8.6) is read from its value chunks. A volume of several devices (SPEC.md
 §4.3) is read with IMAGE its first device and every other device after it, in any order.
 
 This reader and its JavaScript and Java twins (tools/kaitai/js, tools/kaitai/java) use only
@@ -261,10 +262,15 @@ def volume_json(image, device=None):
         }
         for i, area in enumerate(vol.instance_areas or [])
     ]
-    doc["slots"] = [
-        {"slot": s.slot, "footer": project_type(s.footer, "chunk_footer") if s.footer else None}
-        for s in (vol.slots or [])
-    ]
+    doc["slots"] = [slot_json(s) for s in (vol.slots or [])]
+    return doc
+
+
+def slot_json(s):
+    """A slot of `what: "volume"`: its chunk footer, and a value chunk footer when it has one."""
+    doc = {"slot": s.slot, "footer": project_type(s.footer, "chunk_footer") if s.footer else None}
+    if s.value_footer is not None:
+        doc["value_footer"] = project_type(s.value_footer, "value_footer")
     return doc
 
 
@@ -293,6 +299,7 @@ def crc32c(data):
 VERSION_LOG, BACKUP_LOG = 1, 2
 ALLOWED = {VERSION_LOG: {1, 2, 3, 5, 6}, BACKUP_LOG: {4, 5, 6}}
 BV, DV, CJ, WB, WOL, WOR = 1, 2, 3, 4, 5, 6
+DELETE, PUT, POINTER = 0, 1, 2
 
 
 class Area:
@@ -406,15 +413,26 @@ def checked_slot(image, vol, slot_no):
     return slot
 
 
+def _refs(chunk):
+    """The value chunk ids a chunk's value references name (format 1.4, SPEC.md §6.4)."""
+    return [r.value_chunk_id for r in (chunk.value_refs or [])] if chunk.has_value_refs else []
+
+
 def live_tree(image, vol, instance):
     """The live version of an instance with its DVs applied (SPEC.md §6.2): (chunks by id,
     last_sequence, ofs_backup_start, lsn_backup_start, the last CJ of every unfinished
-    compaction by id), or None when it has no live version."""
+    compaction by id, value chunk metadata by id), or None when it has no live version."""
     found = live_version(Area(image, vol.label, instance, VERSION_LOG))
     if found is None:
         return None
     bv, changes = found
     chunks = {c.chunk_id: c for c in bv.chunks}
+    # The value section (format 1.4), absent from the parsed object when the payload has none.
+    listed = bv.values.value_chunks if getattr(bv, "values", None) is not None else []
+    values = {m.value_chunk_id: m for m in listed}
+    # Every value reference names a value chunk of the version (SPEC.md §6.2).
+    if len(values) != len(listed) or any(i not in values for c in chunks.values() for i in _refs(c)):
+        return None
     last_sequence, ofs_start, lsn_start = bv.last_sequence, bv.ofs_backup_start, bv.lsn_backup_start
     journals = {}  # compaction id -> its last CJ, while unfinished
     for kind, p in changes:
@@ -426,14 +444,65 @@ def live_tree(image, vol, instance):
             if d.chunk_id not in chunks or chunks[d.chunk_id].level != d.level:
                 return None
             del chunks[d.chunk_id]
+        delta = getattr(p, "values", None)
+        if delta is not None:
+            # Value chunks are deleted before they are added (SPEC.md §6.2).
+            for i in delta.value_deleted:
+                if i not in values:
+                    return None
+                del values[i]
+            for m in delta.value_added:
+                if m.value_chunk_id in values:
+                    return None
+                values[m.value_chunk_id] = m
         for c in p.added:
             used = {sub.slot for other in chunks.values() for sub in other.sub_chunks}
+            used |= {m.slot for m in values.values()}
             if c.chunk_id in chunks or c.level >= bv.num_levels or any(sub.slot in used for sub in c.sub_chunks):
                 return None
             chunks[c.chunk_id] = c
+        if delta is not None and (delta.value_deleted or any(_refs(c) for c in p.added)):
+            if any(i not in values for c in chunks.values() for i in _refs(c)):
+                return None  # a dangling value reference
         journals.pop(p.compaction_id, None)
         last_sequence, ofs_start, lsn_start = p.last_sequence, p.ofs_backup_start, p.lsn_backup_start
-    return chunks, last_sequence, ofs_start, lsn_start, journals
+    return chunks, last_sequence, ofs_start, lsn_start, journals, values
+
+
+def read_pointer(image, vol, instance, values, pointer, key):
+    """The value a pointer names (SPEC.md §8.6): each extent read from the value chunk the
+    version lists with its id, at that value chunk's slot, or, for an id the version does not
+    list, at the extent's slot, whose value chunk footer must then check (crc32c) and name the
+    id and the instance; the value's crc32c must equal `value_crc32c`. Raises naming the key,
+    the slot and the offset of what does not hold."""
+    g = vol.label.geometry
+    value = bytearray()
+    for x in pointer.extents:
+        meta = values.get(x.value_chunk_id)
+        slot_no = meta.slot if meta is not None else x.slot
+        where = f"key {key.hex()}: value chunk {x.value_chunk_id} at slot {slot_no}"
+        if slot_no >= g.num_slots:
+            raise ValueError(f"{where}: past the {g.num_slots} slots")
+        slot = vol.slots[slot_no]
+        if meta is None:
+            f = slot.value_footer
+            if f is None:
+                raise ValueError(f"{where}: no value chunk footer at offset {slot.ofs_footer}")
+            image.seek(slot.ofs_footer)
+            if crc32c(image.read(156)) != f.footer_crc32c:
+                raise ValueError(f"{where}: value chunk footer at offset {slot.ofs_footer}: checksum mismatch")
+            if f.value_chunk_id != x.value_chunk_id or f.instance != instance:
+                raise ValueError(f"{where}: the footer at offset {slot.ofs_footer} names value chunk "
+                                 f"{f.value_chunk_id} of instance {f.instance}")
+        if x.offset + x.len > g.slot_size - 160:
+            raise ValueError(f"{where}: extent {x.offset}+{x.len} runs into the footer")
+        image.seek(slot.ofs_slot + x.offset)
+        value += image.read(x.len)
+    if len(value) != pointer.len_value or crc32c(value) != pointer.value_crc32c:
+        first = pointer.extents[0]
+        raise ValueError(f"key {key.hex()}: the value read through its pointer (value chunk {first.value_chunk_id}"
+                         f" offset {first.offset}) does not match its value_crc32c")
+    return bytes(value)
 
 
 def instance_state(image, vol, instance):
@@ -442,7 +511,7 @@ def instance_state(image, vol, instance):
     tree = live_tree(image, vol, instance)
     if tree is None:
         return None
-    chunks, last_sequence, ofs_start, lsn_start, journals = tree
+    chunks, last_sequence, ofs_start, lsn_start, journals, values = tree
     # Reads of an unfinished compaction (SPEC.md §12): keys at or below the resume key come
     # from its outputs, the others from its inputs; a cleaned input is never read.
     sources = [(c, None) for c in chunks.values()]
@@ -464,8 +533,7 @@ def instance_state(image, vol, instance):
             batches += 1
             for i, e in enumerate(p.entries):
                 if p.first_sequence + i > last_sequence:
-                    replayed.append((bytes(e.key), p.first_sequence + i,
-                                     int(getattr(e.kind, "value", e.kind)) == 1, bytes(e.value)))
+                    replayed.append((bytes(e.key), p.first_sequence + i, *_value(e)))
         if not chain or chain[-1][1] != WOR:
             break
         wor = chain[-1][2]
@@ -478,9 +546,10 @@ def instance_state(image, vol, instance):
     # replayed (a chunk entry above it is not visible, fsck warning 410).
     visible = max([last_sequence] + [seq for _, seq, _, _ in replayed])
 
-    def apply(key, seq, is_put, value):
+    # A pointer is followed only for the newest entry of its key.
+    def apply(key, seq, kind, value):
         if seq <= visible and (key not in newest or newest[key][0] < seq):
-            newest[key] = (seq, is_put, value)
+            newest[key] = (seq, kind, value)
 
     for meta, at_or_below in sources:
         for sub in meta.sub_chunks:
@@ -488,7 +557,7 @@ def instance_state(image, vol, instance):
                 for e in block.block.entries:
                     key = bytes(e.key)
                     if at_or_below is None or key > at_or_below:
-                        apply(key, e.sequence, int(getattr(e.kind, "value", e.kind)) == 1, bytes(e.value))
+                        apply(key, e.sequence, *_value(e))
     for entry in replayed:
         apply(*entry)
     summary = {
@@ -497,7 +566,20 @@ def instance_state(image, vol, instance):
         "chunks": sorted(c.chunk_id for c, _ in sources),
         "replayed_batches": batches,
     }
-    return summary, {k: (seq, v) for k, (seq, is_put, v) in newest.items() if is_put}
+    state = {}
+    for key, (seq, kind, value) in newest.items():
+        if kind == PUT:
+            state[key] = (seq, value)
+        elif kind == POINTER:
+            state[key] = (seq, read_pointer(image, vol, instance, values, value, key))
+    return summary, state
+
+
+def _value(entry):
+    """(kind, value) of an entry: kind 0 delete, 1 put (the value's bytes), 2 pointer (its
+    decoded lds_value_pointer) (SPEC.md §7, §8.2)."""
+    kind = int(getattr(entry.kind, "value", entry.kind))
+    return kind, entry.pointer if kind == POINTER else bytes(entry.value)
 
 
 def chunk_docs(image, device=None):
@@ -510,7 +592,7 @@ def chunk_docs(image, device=None):
         tree = live_tree(image, vol, instance)
         if tree is None:
             continue
-        chunks, _, _, _, journals = tree
+        chunks, _, _, _, journals, _ = tree
         cleaned = {c.chunk_id for cj in journals.values() for c in cj.cleaned}
         for chunk_id in sorted(set(chunks) - cleaned):
             meta = chunks[chunk_id]

@@ -5,8 +5,10 @@ tools/kaitai/compile.sh compiles formats/*.ksy to the three languages; each read
 parsers and the rules of SPEC.md §15.1. For every fixture image (`fixtures/d_*`, `f_*` and the
 frozen `fixtures/v*/`, whose volumes of several devices keep their other devices as
 device-N.gz), for an engine-written volume with levels, wrapped logs and batches to replay, for
-an engine-written volume of several devices with a gap of slots, for a 3 GiB sparse volume past
-2^24 sequence numbers, and for damaged copies of the fixtures (DAMAGE below):
+an engine-written volume of several devices with a gap of slots, for an engine-written volume
+with key-value separation (format 1.4: value chunks, pointers, values written directly before
+their batch), for a 3 GiB sparse volume past 2^24 sequence numbers, and for damaged copies of
+the fixtures (DAMAGE below):
 - `READER volume IMAGE` equals `lds dump IMAGE volume --json` field by field (keys named
   `status` and `device` are ignored);
 - `READER state IMAGE` is the same in every language (sequence numbers included), its key/value
@@ -312,6 +314,113 @@ def test_engine_written_volume_of_several_devices_matches(kaitai_dump, tmp_path)
     on_third = [c for c in chunks for s in c["sub_chunks"]
                 if holder["first_slot"] <= s["slot"] < holder["first_slot"] + holder["num_slots"]]
     assert on_third or slots_in_use()[1] == 0, "the third device's chunks were not read"
+
+
+def test_engine_written_kv_separated_volume_matches(kaitai_dump, tmp_path):
+    """A volume the engine wrote with key-value separation (format 1.4, SPEC.md §8.6): values of
+    1 to 20 KiB moved to value chunks at flush, overwrites (some inline again) and deletes that
+    leave garbage, values of 2 MiB and more spanning value chunks, reopens, and values too large
+    for a batch of its (small) backup log written directly to value chunks that only the backup
+    log names when the readers run. Every reader dumps it as lds does, and follows every pointer
+    to the state lds scan serves; `lds dump value-chunks` checks every value chunk. Then one
+    byte of a value a live pointer reaches is damaged: every reader and lds scan refuse it, and
+    `lds dump value-chunks` names the value chunk whose digest fails."""
+    import random
+
+    image = tmp_path / "kv.img"
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
+
+    kv = ("--technique", "kv-separation")
+    # A 256 KiB backup log: a value above about 61 KiB does not fit a batch of it, so it is
+    # written to value chunks before its batch (SPEC.md §8.6, direct writes).
+    lds("mkfs", "--value-chunks", "--size", "128MiB", "--backup-log-size", "256KiB", image)
+    rng = random.Random(14)
+
+    def value(n, low, high):
+        return "".join(rng.choice("abcdefghijklmnop") for _ in range(16)) * (rng.randint(low, high) // 16) + f"-{n}"
+
+    lds("load", image, *kv, "--format", "tsv",
+        input="".join(f"key{n:05}\t{value(n, 1024, 20 << 10)}\n" for n in range(2500)))
+    # Overwrites: most separated again, some small enough to stay inline (kind put).
+    lds("load", image, *kv, "--format", "tsv",
+        input="".join(f"key{n:05}\t{value(n, 16 if n % 4 == 0 else 1024, 12 << 10)}\n" for n in range(0, 2500, 3)))
+    # Values of 2 MiB and more: several value chunks each (the slots are 2 MiB).
+    lds("load", image, *kv, "--format", "tsv",
+        input=f"big1\t{'Q' * ((2 << 20) + 300_000)}\nkey00007\t{value(7, 3 << 20, 3 << 20)}\n")
+    lds("recover", image)
+    for n in range(0, 2500, 61):
+        lds("delete", image, f"key{n:05}", *kv)
+    # The last writes stay in the backup log: two direct writes (one overwrites a key), one
+    # inline value.
+    lds("put", image, "direct", "D" * 100_000, *kv)
+    lds("put", image, "key00010", value(10, 80_000, 80_000), *kv)
+    lds("put", image, "last", "written", *kv, "--sync")
+
+    volume = compare(image, "kv-separated volume")
+    label = volume["labels"]["primary"]
+    assert label["features_incompat"] & 8 and label["version_minor"] == 4, label
+    assert any("value_footer" in slot for slot in volume["slots"]), "no slot holds a value chunk"
+    objects = [o for log in ("version_log", "backup_log") for side in ("left", "right")
+               for o in volume["instances"][0][log][side] if o["payload"] is not None]
+    assert any(o["object_type"] == "delta_version" and o["payload"].get("values", {}).get("value_added")
+               for o in objects), "no delta version adds a value chunk"
+    assert any("value_refs" in c for o in objects for c in o["payload"].get("added", o["payload"].get("chunks", []))), \
+        "no chunk metadata with value references"
+    # The pointers of the batches recovery replays (live, above the version's last sequence).
+    tree = json.loads(lds("dump", image, "tree", "--json").stdout)
+    batch_pointers = [e["pointer"] for o in objects if o["object_type"] == "write_batch" and o["status"]["live"]
+                      for i, e in enumerate(o["payload"]["entries"])
+                      if e["kind"] == "pointer" and o["payload"]["first_sequence"] + i > tree["last_sequence"]]
+    assert batch_pointers, "no pointer in a replayed write batch (no direct write)"
+
+    state = compare_state(image, "kv-separated volume", volume)
+    assert state is not None, "the readers cannot read the kv-separated volume"
+    values = {bytes.fromhex(line["key"]): bytes.fromhex(line["value"]) for line in state if "key" in line}
+    assert values[b"big1"] == b"Q" * ((2 << 20) + 300_000) and len(values[b"key00007"]) >= 3 << 20
+    assert values[b"direct"] == b"D" * 100_000 and values[b"last"] == b"written"
+    assert b"key00061" not in values and len(values) > 2400, f"{len(values)} keys"
+    chunks = compare_chunks(image, "kv-separated volume")
+    pointers = [e["pointer"] for c in chunks for s in c["sub_chunks"] for e in s["entries"] if e["kind"] == "pointer"]
+    assert len(pointers) > 1000 and any(p["num_extents"] > 1 for p in pointers), "no pointer spans value chunks"
+
+    # lds dump value-chunks: every value chunk of the version checks, with the live bytes the
+    # chunks' value references give; the direct writes are pending (named by the backup log).
+    listed = json.loads(lds("dump", image, "value-chunks", "--json").stdout)["instances"][0]
+    live = {}
+    for level in tree["levels"]:
+        for c in level["chunks"]:
+            for ref in c.get("value_refs", []):
+                live[ref["value_chunk_id"]] = live.get(ref["value_chunk_id"], 0) + ref["bytes"]
+    assert {c["value_chunk_id"]: c["live_bytes"] for c in listed["value_chunks"]} == live
+    assert [c["value_chunk_id"] for c in tree["values"]["value_chunks"]] == sorted(live)
+    assert all(c["status"] == {"footer": "ok", "digest": "ok"} for c in listed["value_chunks"] + listed["pending"])
+    assert any(c["garbage_bytes"] > 0 for c in listed["value_chunks"]), "overwrites left no garbage"
+    pending = {c["value_chunk_id"] for c in listed["pending"]}
+    assert pending and pending == {x["value_chunk_id"] for p in batch_pointers for x in p["extents"]} - set(live)
+
+    # Damage one byte of a value the version lists: its crc32c no longer holds.
+    g = label["geometry"]
+    by_id = {c["value_chunk_id"]: c for c in listed["value_chunks"]}
+    newest = {}
+    for e in (e for c in chunks for s in c["sub_chunks"] for e in s["entries"]):
+        if e["key"] not in newest or newest[e["key"]]["seq"] < e["seq"]:
+            newest[e["key"]] = e
+    served = {line["key"]: line["sequence"] for line in state if "key" in line}
+    entry = next(e for k, e in sorted(newest.items()) if e["kind"] == "pointer" and served.get(k) == e["seq"]
+                 and e["pointer"]["extents"][0]["value_chunk_id"] in by_id)
+    extent = entry["pointer"]["extents"][0]
+    victim = by_id[extent["value_chunk_id"]]
+    data = bytearray(image.read_bytes())
+    data[g["ofs_slot_area"] + victim["slot"] * g["slot_size"] + extent["offset"]] ^= 0xFF
+    damaged = tmp_path / "kv-damaged.img"
+    damaged.write_bytes(bytes(data))
+    assert compare_state(damaged, "kv-separated volume with a damaged value", volume) is None, \
+        "a reader served a value whose crc32c does not hold"
+    listed = json.loads(lds("dump", damaged, "value-chunks", "--json").stdout)["instances"][0]
+    failed = [c["value_chunk_id"] for c in listed["value_chunks"] if c["status"]["digest"] != "ok"]
+    assert failed == [victim["value_chunk_id"]], failed
 
 
 def test_large_volume_past_2_to_24_sequences(kaitai_dump, tmp_path):

@@ -155,18 +155,21 @@ pub enum Command {
     Bench(BenchOptions),
     /// Print a volume's structures. Never writes; any number of readers run at once.
     ///
-    /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree.
-    /// JSON output follows the schema lds-dump/1 (docs/dump-json.md).
+    /// WHAT is one of: label, volume, version-log, backup-log, slots, chunk ID, tree,
+    /// value-chunks (every instance's value chunks, format 1.4, with their footers and
+    /// digests checked). JSON output follows the schema lds-dump/1 (docs/dump-json.md).
     ///
     /// Examples:
     ///   lds dump volume.img label
     ///   lds dump volume.img version-log --json
     ///   lds dump volume.img chunk 12 --entries
+    ///   lds dump volume.img value-chunks
     #[command(verbatim_doc_comment)]
     Dump {
         /// Block device or image file.
         path: PathBuf,
-        /// What to print: label, volume, version-log, backup-log, slots, chunk, tree.
+        /// What to print: label, volume, version-log, backup-log, slots, chunk, tree,
+        /// value-chunks.
         what: String,
         /// The chunk id, for `chunk`.
         id: Option<u64>,
@@ -324,6 +327,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 ("backup-log", None) => DumpWhat::BackupLog,
                 ("slots", None) => DumpWhat::Slots,
                 ("tree", None) => DumpWhat::Tree,
+                ("value-chunks", None) => DumpWhat::ValueChunks,
                 ("chunk", Some(id)) => DumpWhat::Chunk(id),
                 ("chunk", None) => {
                     let _ = writeln!(err, "lds dump: `chunk` needs a chunk id, e.g. lds dump volume.img chunk 12");
@@ -332,7 +336,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 (other, _) => {
                     let _ = writeln!(
                         err,
-                        "lds dump: unknown view '{other}'{}: use label, volume, version-log, backup-log, slots, chunk ID or tree",
+                        "lds dump: unknown view '{other}'{}: use label, volume, version-log, backup-log, slots, chunk ID, tree or value-chunks",
                         if id.is_some() { " with an id" } else { "" }
                     );
                     return 16;

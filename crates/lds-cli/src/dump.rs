@@ -1,16 +1,20 @@
 //! `lds dump`: print any structure of a volume, human-readable or as JSON (schema
 //! `lds-dump/1`, docs/dump-json.md). Dump opens the volume read-only and never writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lds_format::chunk::unpack_seq_kind;
+use lds_format::batch::EntryKind;
+use lds_format::chunk::{unpack_seq_kind, Footer, FOOTER_LEN};
 use lds_format::error::hex;
+use lds_format::image::area_context;
 use lds_format::instance::{BackupRecovery, InstanceRecovery};
-use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind};
+use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind, FEATURE_INCOMPAT_VALUE_CHUNKS};
 use lds_format::recovery::VersionLogError;
+use lds_format::value::{ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
+use lds_format::version::Version;
 use lds_volume::inspect::{self, Liveness, WalkedObject};
 use lds_volume::volume::{choose_label, ReadAt};
 use serde_json::{json, Map, Value};
@@ -34,6 +38,8 @@ pub enum DumpWhat {
     Chunk(u64),
     /// The recovered levels and chunks.
     Tree,
+    /// The value chunks of every instance (SPEC.md §8.6), with their footers checked.
+    ValueChunks,
 }
 
 /// Options of `lds dump`.
@@ -128,6 +134,7 @@ fn dump(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result
         DumpWhat::Slots => dump_slots(volume, options, out),
         DumpWhat::Chunk(chunk_id) => dump_chunk(volume, options, *chunk_id, out),
         DumpWhat::Tree => dump_tree(volume, options, out),
+        DumpWhat::ValueChunks => dump_value_chunks(volume, options, out),
     }
 }
 
@@ -237,11 +244,17 @@ fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) ->
     let mut slots = Vec::new();
     for slot in 0..geometry.num_slots {
         // A slot no device holds (SPEC.md §4.3) has no footer to read.
-        let footer = match volume.label.slot_present(slot) {
-            true => inspect::slot_footer(volume.device, &geometry, slot).map_err(|error| error.to_string())?,
-            false => None,
+        let (footer, value_footer) = match volume.label.slot_present(slot) {
+            true => slot_footers(volume, slot)?,
+            false => (None, None),
         };
-        slots.push(json!({"slot": slot, "footer": footer.as_ref().map_or(Value::Null, json::footer)}));
+        let mut entry = json!({"slot": slot, "footer": footer.as_ref().map_or(Value::Null, json::footer)});
+        // Only on a slot holding a value chunk (format 1.4), so that the JSON of other
+        // volumes stays what lds-dump/1 always gave.
+        if let (Some(value_footer), Value::Object(map)) = (value_footer, &mut entry) {
+            map.insert("value_footer".into(), value_footer);
+        }
+        slots.push(entry);
     }
     let mut document = json::document("volume", &device_name(options));
     document.insert(
@@ -256,20 +269,37 @@ fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) ->
     if options.json {
         return emit(out, Value::Object(document));
     }
-    // The human form of the whole volume is the sum of the other views.
-    for what in [DumpWhat::Label, DumpWhat::VersionLog, DumpWhat::BackupLog, DumpWhat::Slots, DumpWhat::Tree] {
+    // The human form of the whole volume is the sum of the other views (the value chunks on
+    // a volume with feature `value_chunks`).
+    let mut views = vec![DumpWhat::Label, DumpWhat::VersionLog, DumpWhat::BackupLog, DumpWhat::Slots, DumpWhat::Tree];
+    if volume.label.features_incompat & FEATURE_INCOMPAT_VALUE_CHUNKS != 0 {
+        views.push(DumpWhat::ValueChunks);
+    }
+    for what in views {
         let mut sub = options.clone();
         sub.what = what;
         for instance in 0..geometry.instance_count {
             sub.instance = instance;
             dump(volume, &sub, out)?;
             writeln!(out).map_err(io)?;
-            if matches!(sub.what, DumpWhat::Label | DumpWhat::Slots) {
+            if matches!(sub.what, DumpWhat::Label | DumpWhat::Slots | DumpWhat::ValueChunks) {
                 break;
             }
         }
     }
     Ok(())
+}
+
+/// The footer at the end of `slot`, read whatever its checksum says (SPEC.md §15): a chunk
+/// footer (magic "LDSCHUNK"), or the fields of a value chunk footer (magic "LDSVALUE").
+fn slot_footers(volume: &View<'_>, slot: u64) -> Result<(Option<Footer>, Option<Value>), String> {
+    let geometry = volume.geometry();
+    let offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+    let bytes = volume.device.read_vec(offset, FOOTER_LEN as u64).map_err(|error| error.to_string())?;
+    if Footer::has_magic(&bytes) {
+        return Ok((Footer::parse_raw(&bytes, offset).ok(), None));
+    }
+    Ok((None, json::value_footer(&bytes)))
 }
 
 fn print_objects(out: &mut dyn Write, title: &str, objects: &[Value]) -> Result<(), String> {
@@ -303,12 +333,24 @@ fn print_objects(out: &mut dyn Write, title: &str, objects: &[Value]) -> Result<
 
 fn summarize_payload(object_type: &str, payload: &Value) -> String {
     let number = |name: &str| payload.get(name).and_then(Value::as_u64).unwrap_or(0);
+    let values = payload.get("values").filter(|values| values.is_object());
+    let value_number = |name: &str| values.and_then(|values| values.get(name)).and_then(Value::as_u64).unwrap_or(0);
     match object_type {
-        "base_version" => format!("{} chunks, last_sequence {}", number("num_chunks"), number("last_sequence")),
+        "base_version" => format!(
+            "{} chunks{}, last_sequence {}",
+            number("num_chunks"),
+            values.map_or(String::new(), |_| format!(", {} value chunks", value_number("num_value_chunks"))),
+            number("last_sequence")
+        ),
         "delta_version" => format!(
-            "-{} +{} chunks, last_sequence {}, backup start {}",
+            "-{} +{} chunks{}, last_sequence {}, backup start {}",
             number("num_deleted"),
             number("num_added"),
+            values.map_or(String::new(), |_| format!(
+                ", -{} +{} value chunks",
+                value_number("num_value_deleted"),
+                value_number("num_value_added")
+            )),
             number("last_sequence"),
             number("ofs_backup_start")
         ),
@@ -427,23 +469,62 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
     }
 }
 
+/// The slots the value pointers of each instance's replayed batches name for value chunks
+/// its version does not list (SPEC.md §8.6, §9.4: in use, named only by a backup log).
+fn pending_value_slots(volume: &View<'_>) -> Result<BTreeSet<u64>, String> {
+    let geometry = *volume.geometry();
+    let mut slots = BTreeSet::new();
+    for instance in 0..geometry.instance_count {
+        let (areas, recovery) = recover(volume, instance)?;
+        if let Ok(recovery) = recovery {
+            let context = area_context(&geometry, LogKind::Backup, instance);
+            // A batch whose pointer does not decode ends nothing here: fsck reports it.
+            if let Ok(pending) = recovery.pending_value_chunks(&areas.backup, &context) {
+                slots.extend(pending.into_values());
+            }
+        }
+    }
+    Ok(slots)
+}
+
 fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
     let states = inspect::slots(volume.device, &volume.label).map_err(|error| error.to_string())?;
     let mut slots = Vec::new();
     let mut counts = BTreeMap::new();
+    let mut pending: Option<BTreeSet<u64>> = None;
+    let mut value_slots = BTreeSet::new();
     for (slot, (state, footer)) in states.into_iter().enumerate() {
-        *counts.entry(state.name()).or_insert(0u64) += 1;
+        let mut name = state.name();
         let mut entry = Map::new();
         entry.insert("slot".into(), json!(slot));
-        entry.insert("state".into(), json!(state.name()));
         if let Some(footer) = footer {
             entry.insert("chunk_id".into(), json!(footer.chunk_id));
             entry.insert("instance".into(), json!(footer.instance));
             entry.insert("level".into(), json!(footer.level));
             entry.insert("sub_chunk_index".into(), json!(footer.sub_chunk_index));
+        } else if state != inspect::SlotState::Absent {
+            // A value chunk (format 1.4, SPEC.md §8.6): live when a version lists it or a
+            // replayed batch points to it (§9.4), else stale.
+            if let (_, Some(value_footer)) = slot_footers(volume, slot as u64)? {
+                value_slots.insert(slot);
+                if state == inspect::SlotState::Free {
+                    if pending.is_none() {
+                        pending = Some(pending_value_slots(volume)?);
+                    }
+                    let named = pending.as_ref().is_some_and(|pending| pending.contains(&(slot as u64)));
+                    name = if named { "live" } else { "stale" };
+                }
+                entry.insert("value_chunk_id".into(), value_footer["value_chunk_id"].clone());
+                entry.insert("instance".into(), value_footer["instance"].clone());
+            }
         }
-        slots.push(Value::Object(entry));
+        *counts.entry(name).or_insert(0u64) += 1;
+        let mut ordered = Map::new();
+        ordered.insert("slot".into(), json!(slot));
+        ordered.insert("state".into(), json!(name));
+        ordered.extend(entry.into_iter().filter(|(key, _)| key != "slot"));
+        slots.push(Value::Object(ordered));
     }
     if options.json {
         let mut document = json::document("slots", &device_name(options));
@@ -453,23 +534,34 @@ fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
     }
     writeln!(
         out,
-        "slots: {} in all, {} live, {} stale (a chunk no live version references), {} free{}",
+        "slots: {} in all, {} live, {} stale (a chunk no live version references), {} free{}{}",
         geometry.num_slots,
         counts.get("live").unwrap_or(&0),
         counts.get("stale").unwrap_or(&0),
         counts.get("free").unwrap_or(&0),
-        counts.get("absent").map_or(String::new(), |absent| format!(", {absent} in no device (-)"))
+        counts.get("absent").map_or(String::new(), |absent| format!(", {absent} in no device (-)")),
+        match value_slots.len() {
+            0 => String::new(),
+            count => format!("; {count} hold value chunks (V live, v stale)"),
+        }
     )
     .map_err(io)?;
-    // One character a slot, 64 a line: L live, s stale, . free, - in no device.
+    // One character a slot, 64 a line: L live, s stale, . free, - in no device; V and v for
+    // value chunks.
     for (row, chunk) in slots.chunks(64).enumerate() {
         let line: String = chunk
             .iter()
-            .map(|slot| match slot.get("state").and_then(Value::as_str) {
-                Some("live") => 'L',
-                Some("stale") => 's',
-                Some("absent") => '-',
-                _ => '.',
+            .enumerate()
+            .map(|(index, slot)| {
+                let value = value_slots.contains(&(row * 64 + index));
+                match (slot.get("state").and_then(Value::as_str), value) {
+                    (Some("live"), false) => 'L',
+                    (Some("live"), true) => 'V',
+                    (Some("stale"), false) => 's',
+                    (Some("stale"), true) => 'v',
+                    (Some("absent"), _) => '-',
+                    _ => '.',
+                }
             })
             .collect();
         writeln!(out, "  {:>8}  {line}", row * 64).map_err(io)?;
@@ -479,8 +571,19 @@ fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
 
 fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
-    let chunk = inspect::chunk(volume.device, &geometry, chunk_id, options.entries)
-        .map_err(|error| format!("{}: {error}", device_name(options)))?;
+    let chunk = match inspect::chunk(volume.device, &geometry, chunk_id, options.entries) {
+        Ok(chunk) => chunk,
+        Err(error) => {
+            // A value chunk's slot is not a chunk: say where to look.
+            let value_chunk = volume.label.slot_present(chunk_id)
+                && slot_footers(volume, chunk_id).is_ok_and(|(_, value_footer)| value_footer.is_some());
+            let hint = match value_chunk {
+                true => " (the slot holds a value chunk: see lds dump IMAGE value-chunks)",
+                false => "",
+            };
+            return Err(format!("{}: {error}{hint}", device_name(options)));
+        }
+    };
     let meta = chunk.meta;
     let mut sub_chunks = Vec::new();
     let mut text = Vec::new();
@@ -523,14 +626,12 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
         if let Some(entries) = &sub_chunk.entries {
             let mut listed = Vec::new();
             for entry in entries {
-                listed.push(json!({"key": hex(&entry.key), "seq": entry.sequence, "kind": entry.kind.name(), "value": hex(&entry.value)}));
-                text.push(format!(
-                    "  {} @{} {} {}",
-                    printable(&entry.key),
-                    entry.sequence,
-                    entry.kind.name(),
-                    printable(&entry.value)
-                ));
+                listed.push(json::block_entry(&entry.key, entry.sequence, entry.kind, &entry.value));
+                let value = match entry.kind {
+                    EntryKind::Pointer => describe_pointer(&entry.value),
+                    _ => printable(&entry.value),
+                };
+                text.push(format!("  {} @{} {} {value}", printable(&entry.key), entry.sequence, entry.kind.name()));
             }
             sub.insert("entries".into(), Value::Array(listed));
         }
@@ -561,6 +662,29 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
         writeln!(out, "{line}").map_err(io)?;
     }
     Ok(())
+}
+
+/// A pointer entry's value for people: the value's length and where its extents are.
+fn describe_pointer(value: &[u8]) -> String {
+    match ValuePointer::decode(value, 0) {
+        Ok(pointer) => {
+            let extents: Vec<String> = pointer
+                .extents
+                .iter()
+                .map(|extent| {
+                    format!(
+                        "value chunk {} (slot {}) bytes {}..{}",
+                        extent.value_chunk_id,
+                        extent.slot,
+                        extent.offset,
+                        u64::from(extent.offset) + u64::from(extent.len)
+                    )
+                })
+                .collect();
+            format!("-> {} bytes, crc32c {:#010x}, in {}", pointer.len_value, pointer.value_crc32c, extents.join(", "))
+        }
+        Err(error) => format!("-> a pointer that does not decode ({error})"),
+    }
 }
 
 /// Bytes as text when printable ASCII, else hex with a `0x` prefix.
@@ -607,6 +731,10 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
         document.insert("lsn_backup_start".into(), json!(version.lsn_backup_start));
         document.insert("levels".into(), Value::Array(levels));
         document.insert("unfinished_compaction".into(), unfinished);
+        // Only with a value section (feature `value_chunks`, format 1.4).
+        if version.has_values {
+            document.insert("values".into(), tree_values(version));
+        }
         return emit(out, Value::Object(document));
     }
     writeln!(
@@ -642,6 +770,17 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
             .map_err(io)?;
         }
     }
+    if version.has_values {
+        let len_body: u64 = version.value_chunks.values().map(|chunk| u64::from(chunk.len_body)).sum();
+        let live: u64 = version.value_chunks.keys().map(|&id| version.live_bytes(id)).sum();
+        writeln!(
+            out,
+            "  value chunks: {} (next id {}), {len_body} bytes of values, {live} live",
+            version.value_chunks.len(),
+            version.next_value_chunk_id
+        )
+        .map_err(io)?;
+    }
     if let Some(journal) = state.unfinished_compactions.values().next_back() {
         writeln!(
             out,
@@ -652,6 +791,237 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
             printable(&journal.resume_key),
             journal.outputs.len(),
             journal.cleaned.len()
+        )
+        .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The value chunks of a recovered version with their live bytes, for `what: "tree"`.
+fn tree_values(version: &Version) -> Value {
+    let chunks: Vec<Value> = version
+        .value_chunks
+        .values()
+        .map(|chunk| {
+            let mut value = json::value_chunk_meta(chunk);
+            if let Value::Object(map) = &mut value {
+                map.insert("live_bytes".into(), json!(version.live_bytes(chunk.value_chunk_id)));
+            }
+            value
+        })
+        .collect();
+    json!({
+        "next_value_chunk_id": version.next_value_chunk_id,
+        "num_value_chunks": chunks.len(),
+        "value_chunks": chunks,
+    })
+}
+
+/// What checking one value chunk found: its footer's fields, raw (null without the magic),
+/// and whether the footer and the digest check.
+struct ValueCheck {
+    footer: Value,
+    footer_status: String,
+    digest_status: String,
+}
+
+/// Reads value chunk `id` of `instance` at `slot` and checks it (SPEC.md §8.6): the footer
+/// decodes (magic, checksum, version, reserved bytes, flags, `slot_size`, `len_body`) and names
+/// the id, the instance and the volume, and agrees with `meta` (`len_body`, `digest`) when the
+/// version lists it; then the digest over the body.
+fn check_value_chunk(
+    volume: &View<'_>,
+    instance: u32,
+    id: u64,
+    slot: u64,
+    meta: Option<&lds_format::value::ValueChunkMeta>,
+) -> Result<ValueCheck, String> {
+    let geometry = *volume.geometry();
+    if !volume.label.slot_present(slot) {
+        let why = format!("slot {slot} is not on any device of the volume (num_slots {})", geometry.num_slots);
+        return Ok(ValueCheck { footer: Value::Null, footer_status: why, digest_status: "not checked".into() });
+    }
+    let ofs_slot = geometry.slot_offset(slot);
+    let ofs_footer = ofs_slot + geometry.slot_size - VALUE_FOOTER_LEN as u64;
+    let bytes = volume.device.read_vec(ofs_footer, VALUE_FOOTER_LEN as u64).map_err(|error| error.to_string())?;
+    let raw = json::value_footer(&bytes).unwrap_or(Value::Null);
+    let footer = match ValueFooter::decode(&bytes, ofs_footer, geometry.slot_size) {
+        Ok(footer) => footer,
+        Err(error) => {
+            let digest_status = "not checked: the footer does not decode".to_string();
+            return Ok(ValueCheck { footer: raw, footer_status: error.to_string(), digest_status });
+        }
+    };
+    let mut problems = Vec::new();
+    if footer.value_chunk_id != id {
+        problems.push(format!("names value chunk {}, not {id}", footer.value_chunk_id));
+    }
+    if footer.instance != instance {
+        problems.push(format!("names instance {}, not {instance}", footer.instance));
+    }
+    if footer.volume_uuid != geometry.volume_uuid {
+        problems.push(format!("names volume {}", json::uuid(&footer.volume_uuid)));
+    }
+    if let Some(meta) = meta {
+        if footer.len_body != meta.len_body {
+            problems.push(format!("len_body {} but the version says {}", footer.len_body, meta.len_body));
+        }
+        if footer.digest != meta.digest {
+            problems.push("its digest differs from the version's".to_string());
+        }
+    }
+    let footer_status = match problems.is_empty() {
+        true => "ok".to_string(),
+        false => format!("value chunk footer at offset {ofs_footer}: {}", problems.join("; ")),
+    };
+    let body = volume.device.read_vec(ofs_slot, u64::from(footer.len_body)).map_err(|error| error.to_string())?;
+    let digest_status = match footer.verify_digest(&body, ofs_slot) {
+        Ok(()) => "ok".to_string(),
+        Err(error) => error.to_string(),
+    };
+    Ok(ValueCheck { footer: raw, footer_status, digest_status })
+}
+
+fn dump_value_chunks(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let geometry = *volume.geometry();
+    let mut instances = Vec::new();
+    for instance in 0..geometry.instance_count {
+        let (areas, recovery) = recover(volume, instance)?;
+        let mut document = Map::new();
+        document.insert("instance".into(), json!(instance));
+        let recovery = match recovery {
+            Ok(recovery) => recovery,
+            Err(error) => {
+                document.insert("recovery".into(), json!(error.to_string()));
+                instances.push(Value::Object(document));
+                continue;
+            }
+        };
+        let version = &recovery.version_log.version;
+        let context = area_context(&geometry, LogKind::Backup, instance);
+        let (pending, failure) = match recovery.pending_value_chunks(&areas.backup, &context) {
+            Ok(pending) => (pending, None),
+            Err(error) => (BTreeMap::new(), Some(error.to_string())),
+        };
+        document.insert("recovery".into(), json!(failure.as_deref().unwrap_or("ok")));
+        document.insert(
+            "next_value_chunk_id".into(),
+            if version.has_values { json!(version.next_value_chunk_id) } else { Value::Null },
+        );
+        let mut listed = Vec::new();
+        for (&id, meta) in &version.value_chunks {
+            let check = check_value_chunk(volume, instance, id, meta.slot, Some(meta))?;
+            let live = version.live_bytes(id);
+            let mut entry = match json::value_chunk_meta(meta) {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            };
+            entry.insert("live_bytes".into(), json!(live));
+            entry.insert("garbage_bytes".into(), json!(u64::from(meta.len_body).saturating_sub(live)));
+            entry.insert("footer".into(), check.footer);
+            entry.insert("status".into(), json!({"footer": check.footer_status, "digest": check.digest_status}));
+            listed.push(Value::Object(entry));
+        }
+        let mut named = Vec::new();
+        for (&id, &slot) in &pending {
+            let check = check_value_chunk(volume, instance, id, slot, None)?;
+            named.push(json!({
+                "value_chunk_id": id,
+                "slot": slot,
+                "footer": check.footer,
+                "status": {"footer": check.footer_status, "digest": check.digest_status},
+            }));
+        }
+        document.insert("num_value_chunks".into(), json!(listed.len()));
+        document.insert(
+            "len_body".into(),
+            json!(version.value_chunks.values().map(|chunk| u64::from(chunk.len_body)).sum::<u64>()),
+        );
+        document.insert(
+            "live_bytes".into(),
+            json!(version.value_chunks.keys().map(|&id| version.live_bytes(id)).sum::<u64>()),
+        );
+        document.insert("value_chunks".into(), Value::Array(listed));
+        document.insert("pending".into(), Value::Array(named));
+        instances.push(Value::Object(document));
+    }
+    if options.json {
+        let mut document = json::document("value-chunks", &device_name(options));
+        document.insert("instances".into(), Value::Array(instances));
+        return emit(out, Value::Object(document));
+    }
+    for instance in &instances {
+        print_value_chunks(out, instance)?;
+    }
+    Ok(())
+}
+
+fn print_value_chunks(out: &mut dyn Write, instance: &Value) -> Result<(), String> {
+    let number = |value: &Value, name: &str| value.get(name).and_then(Value::as_u64).unwrap_or(0);
+    let text = |value: &Value, name: &str| value.get(name).and_then(Value::as_str).unwrap_or("").to_string();
+    let id = number(instance, "instance");
+    let recovery = text(instance, "recovery");
+    let Some(chunks) = instance.get("value_chunks").and_then(Value::as_array) else {
+        return writeln!(out, "value chunks of instance {id}: recovery fails: {recovery}").map_err(io);
+    };
+    let pending = instance.get("pending").and_then(Value::as_array).cloned().unwrap_or_default();
+    match instance.get("next_value_chunk_id").and_then(Value::as_u64) {
+        None if chunks.is_empty() && pending.is_empty() => {
+            return writeln!(out, "value chunks of instance {id}: none (the version has no value section)")
+                .map_err(io);
+        }
+        next => writeln!(
+            out,
+            "value chunks of instance {id}: {} in the version (next id {}), {} bytes of values, {} live, {} garbage; {} named only by the backup log",
+            chunks.len(),
+            next.map_or("-".to_string(), |next| next.to_string()),
+            number(instance, "len_body"),
+            number(instance, "live_bytes"),
+            number(instance, "len_body").saturating_sub(number(instance, "live_bytes")),
+            pending.len()
+        )
+        .map_err(io)?,
+    }
+    if recovery != "ok" {
+        writeln!(out, "  the backup log's pointers cannot all be read: {recovery}").map_err(io)?;
+    }
+    let status = |chunk: &Value, name: &str| {
+        chunk.get("status").and_then(|status| status.get(name)).and_then(Value::as_str).unwrap_or("?").to_string()
+    };
+    if !chunks.is_empty() {
+        writeln!(
+            out,
+            "  {:>8}  {:>8}  {:>10}  {:>10}  {:>10}  footer / digest",
+            "id", "slot", "len_body", "live", "garbage"
+        )
+        .map_err(io)?;
+    }
+    for chunk in chunks {
+        writeln!(
+            out,
+            "  {:>8}  {:>8}  {:>10}  {:>10}  {:>10}  {} / {}",
+            number(chunk, "value_chunk_id"),
+            number(chunk, "slot"),
+            number(chunk, "len_body"),
+            number(chunk, "live_bytes"),
+            number(chunk, "garbage_bytes"),
+            status(chunk, "footer"),
+            status(chunk, "digest")
+        )
+        .map_err(io)?;
+    }
+    for chunk in &pending {
+        let len_body = chunk.get("footer").and_then(|footer| footer.get("len_body")).and_then(Value::as_u64);
+        writeln!(
+            out,
+            "  {:>8}  {:>8}  {:>10}  {:>10}  {:>10}  {} / {}  (pending: named only by the backup log)",
+            number(chunk, "value_chunk_id"),
+            number(chunk, "slot"),
+            len_body.map_or("?".to_string(), |len| len.to_string()),
+            "-",
+            "-",
+            status(chunk, "footer"),
+            status(chunk, "digest")
         )
         .map_err(io)?;
     }

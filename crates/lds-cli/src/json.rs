@@ -1,12 +1,16 @@
 //! JSON of the format's structures, schema `lds-dump/1` (docs/dump-json.md). Field names are
 //! SPEC.md's.
 
-use lds_format::batch::decode_entries;
+use lds_format::batch::{decode_entries, EntryKind};
 use lds_format::chunk::Footer;
 use lds_format::error::hex;
 use lds_format::label::{Geometry, Label};
 use lds_format::log::{ObjectHeader, ObjectType, WrapLeft};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, DeltaVersion};
+use lds_format::value::{ValueChunkMeta, ValuePointer, VALUE_FOOTER_LEN, VALUE_MAGIC};
+use lds_format::version::{
+    BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, DeltaVersion, ValueDelta, ValueSection,
+    CHUNK_FLAG_VALUE_REFS,
+};
 use serde_json::{json, Map, Value};
 
 /// The schema name of every document.
@@ -112,9 +116,10 @@ fn pointers(pointers: &[CompactPointer]) -> Value {
     Value::Array(pointers.iter().map(|pointer| json!({"level": pointer.level, "key": hex(&pointer.key)})).collect())
 }
 
-/// Chunk metadata fields.
+/// Chunk metadata fields; `num_value_refs` and `value_refs` only with flag `value_refs`
+/// (format 1.4, SPEC.md §6.4), so that the JSON of other chunks stays what lds-dump/1 gave.
 pub fn chunk_meta(meta: &ChunkMeta) -> Value {
-    json!({
+    let mut value = json!({
         "chunk_id": meta.chunk_id,
         "level": meta.level,
         "flags": meta.flags,
@@ -126,12 +131,90 @@ pub fn chunk_meta(meta: &ChunkMeta) -> Value {
         "smallest_key": hex(&meta.smallest_key),
         "largest_key": hex(&meta.largest_key),
         "sub_chunks": meta.sub_chunks.iter().map(|sub| json!({"slot": sub.slot, "digest": hex(&sub.digest)})).collect::<Vec<_>>(),
+    });
+    if let (true, Value::Object(map)) = (meta.flags & CHUNK_FLAG_VALUE_REFS != 0, &mut value) {
+        map.insert("num_value_refs".into(), json!(meta.value_refs.len()));
+        map.insert(
+            "value_refs".into(),
+            Value::Array(
+                meta.value_refs
+                    .iter()
+                    .map(|&(value_chunk_id, bytes)| json!({"value_chunk_id": value_chunk_id, "bytes": bytes}))
+                    .collect(),
+            ),
+        );
+    }
+    value
+}
+
+/// Value chunk metadata fields (SPEC.md §6.5).
+pub fn value_chunk_meta(meta: &ValueChunkMeta) -> Value {
+    json!({
+        "value_chunk_id": meta.value_chunk_id,
+        "slot": meta.slot,
+        "len_body": meta.len_body,
+        "digest": hex(&meta.digest),
     })
+}
+
+/// The value section of a base version (SPEC.md §6.1).
+pub fn value_section(values: &ValueSection) -> Value {
+    json!({
+        "next_value_chunk_id": values.next_value_chunk_id,
+        "num_value_chunks": values.chunks.len(),
+        "value_chunks": values.chunks.iter().map(value_chunk_meta).collect::<Vec<_>>(),
+    })
+}
+
+/// The value section of a delta version (SPEC.md §6.2).
+pub fn value_delta(values: &ValueDelta) -> Value {
+    json!({
+        "next_value_chunk_id": values.next_value_chunk_id,
+        "num_value_deleted": values.deleted.len(),
+        "num_value_added": values.added.len(),
+        "value_deleted": values.deleted,
+        "value_added": values.added.iter().map(value_chunk_meta).collect::<Vec<_>>(),
+    })
+}
+
+/// A value pointer's fields (SPEC.md §8.6).
+pub fn value_pointer(pointer: &ValuePointer) -> Value {
+    json!({
+        "len_value": pointer.len_value,
+        "value_crc32c": pointer.value_crc32c,
+        "num_extents": pointer.extents.len(),
+        "extents": pointer.extents.iter().map(|extent| json!({
+            "value_chunk_id": extent.value_chunk_id,
+            "slot": extent.slot,
+            "offset": extent.offset,
+            "len": extent.len,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The decoded pointer of a pointer entry's value; null when it does not decode (lds checks
+/// a block's pointers only when it follows them).
+fn decoded_pointer(value: &[u8]) -> Value {
+    ValuePointer::decode(value, 0).map_or(Value::Null, |pointer| value_pointer(&pointer))
+}
+
+/// An entry of a chunk's block: `key`, `seq`, `kind`, `value` (hex), and for a pointer entry
+/// `pointer`, its value decoded.
+pub fn block_entry(key: &[u8], seq: u64, kind: EntryKind, value: &[u8]) -> Value {
+    let mut map = Map::new();
+    map.insert("key".into(), json!(hex(key)));
+    map.insert("seq".into(), json!(seq));
+    map.insert("kind".into(), json!(kind.name()));
+    map.insert("value".into(), json!(hex(value)));
+    if kind == EntryKind::Pointer {
+        map.insert("pointer".into(), decoded_pointer(value));
+    }
+    Value::Object(map)
 }
 
 /// Base version fields.
 pub fn base_version(base: &BaseVersion) -> Value {
-    json!({
+    let mut value = json!({
         "geometry": geometry(&base.geometry),
         "instance": base.instance,
         "num_levels": base.num_levels,
@@ -143,12 +226,17 @@ pub fn base_version(base: &BaseVersion) -> Value {
         "num_compact_pointers": base.compact_pointers.len(),
         "compact_pointers": pointers(&base.compact_pointers),
         "chunks": base.chunks.iter().map(chunk_meta).collect::<Vec<_>>(),
-    })
+    });
+    // Only with a value section (feature `value_chunks`, format 1.4).
+    if let (Some(values), Value::Object(map)) = (&base.values, &mut value) {
+        map.insert("values".into(), value_section(values));
+    }
+    value
 }
 
 /// Delta version fields.
 pub fn delta_version(delta: &DeltaVersion) -> Value {
-    json!({
+    let mut value = json!({
         "last_sequence": delta.last_sequence,
         "ofs_backup_start": delta.ofs_backup_start,
         "lsn_backup_start": delta.lsn_backup_start,
@@ -159,7 +247,11 @@ pub fn delta_version(delta: &DeltaVersion) -> Value {
         "deleted": delta.deleted.iter().map(|deleted| json!({"chunk_id": deleted.chunk_id, "level": deleted.level})).collect::<Vec<_>>(),
         "compact_pointers": pointers(&delta.compact_pointers),
         "added": delta.added.iter().map(chunk_meta).collect::<Vec<_>>(),
-    })
+    });
+    if let (Some(values), Value::Object(map)) = (&delta.values, &mut value) {
+        map.insert("values".into(), value_delta(values));
+    }
+    value
 }
 
 /// Compaction journal fields.
@@ -196,7 +288,7 @@ pub fn payload(object_type_code: u8, payload: &[u8], offset: u64) -> Result<Valu
         ObjectType::WriteBatch => {
             let mut entries = Vec::new();
             let first_sequence = decode_entries(payload, offset, |kind, key, value| {
-                entries.push(json!({"kind": kind.name(), "key": hex(key), "value": hex(value)}));
+                entries.push(batch_entry(kind, key, value));
             })
             .map_err(|error| error.to_string())?;
             let synced_lsn_low = lds_format::batch::synced_lsn_low(payload);
@@ -241,4 +333,43 @@ pub fn footer(footer: &Footer) -> Value {
         "digest": hex(&footer.digest),
         "footer_crc32c": footer.footer_crc32c,
     })
+}
+
+/// A write batch entry: `kind`, `key`, `value`, and `pointer` for a pointer entry.
+fn batch_entry(kind: EntryKind, key: &[u8], value: &[u8]) -> Value {
+    let mut map = Map::new();
+    map.insert("kind".into(), json!(kind.name()));
+    map.insert("key".into(), json!(hex(key)));
+    map.insert("value".into(), json!(hex(value)));
+    if kind == EntryKind::Pointer {
+        // decode_entries has checked it: never null here.
+        map.insert("pointer".into(), decoded_pointer(value));
+    }
+    Value::Object(map)
+}
+
+/// The fields of a value chunk footer (SPEC.md §8.6) read raw from its 160 bytes, whatever
+/// its checksum says (as chunk footers are shown, SPEC.md §15); `None` without the magic
+/// "LDSVALUE" or with fewer than 160 bytes.
+pub fn value_footer(bytes: &[u8]) -> Option<Value> {
+    if bytes.len() < VALUE_FOOTER_LEN || bytes[..8] != VALUE_MAGIC {
+        return None;
+    }
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let u64_at = |at: usize| u64::from(u32_at(at)) | u64::from(u32_at(at + 4)) << 32;
+    let mut uuid_bytes = [0u8; 16];
+    uuid_bytes.copy_from_slice(&bytes[32..48]);
+    Some(json!({
+        "magic": "LDSVALUE",
+        "version_major": u16_at(8),
+        "flags": bytes[11],
+        "instance": u32_at(12),
+        "value_chunk_id": u64_at(16),
+        "len_body": u32_at(24),
+        "slot_size": u32_at(28),
+        "volume_uuid": uuid(&uuid_bytes),
+        "digest": hex(&bytes[48..80]),
+        "footer_crc32c": u32_at(156),
+    }))
 }

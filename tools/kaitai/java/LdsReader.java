@@ -7,7 +7,8 @@
 // The twin of tools/kaitai/lds_reader.py (see its docstring): `volume` prints the
 // `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
 // chunk as `lds dump IMAGE chunk ID --entries --json` prints it, `state` the
-// key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1.
+// key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1 (the value of a
+// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6).
 //
 // Java specifics: a raw image is read through RandomAccessFileKaitaiStream (a memory-mapped
 // stream stops at 2 GiB), left at offset 0 between reads (see readAt); u8 fields are signed longs, printed unsigned; an enum value the .ksy
@@ -67,12 +68,15 @@ public class LdsReader {
         }
     }
 
+    static final char[] HEX_DIGITS = "0123456789abcdef".toCharArray();
+
     static String hex(byte[] b) {
-        StringBuilder s = new StringBuilder();
-        for (byte x : b) {
-            s.append(String.format("%02x", x & 0xff));
+        char[] out = new char[b.length * 2];
+        for (int i = 0; i < b.length; i++) {
+            out[2 * i] = HEX_DIGITS[(b[i] >> 4) & 0xf];
+            out[2 * i + 1] = HEX_DIGITS[b[i] & 0xf];
         }
-        return s.toString();
+        return new String(out);
     }
 
     static long num(Object v) {
@@ -258,6 +262,10 @@ public class LdsReader {
                 Map<String, Object> slot = new LinkedHashMap<>();
                 slot.put("slot", new Unsigned(s.slot()));
                 slot.put("footer", s.footer() == null ? null : projectType(s.footer(), "chunk_footer"));
+                if (s.valueFooter() != null) {
+                    // A value chunk (format 1.4, SPEC.md §8.6).
+                    slot.put("value_footer", projectType(s.valueFooter(), "value_footer"));
+                }
                 slots.add(slot);
             }
         }
@@ -414,16 +422,87 @@ public class LdsReader {
         return live;
     }
 
-    record Newest(long seq, boolean put, String value) {}
+    /** The newest entry of a key: its kind, and its value's hex (a put) or its pointer. */
+    record Newest(long seq, int kind, String value, LdsValuePointer pointer) {}
+
+    static final int DELETE = 0, PUT = 1, POINTER = 2;
+
+    /** The kind code of an entry's kind (null: a kind the .ksy does not name, read as a delete). */
+    static int kindCode(LdsBlock.Kind kind) {
+        return kind == null ? DELETE : (int) kind.id();
+    }
 
     record Source(LdsChunkMeta chunk, byte[] skipAtOrBelow) {}
 
-    static void apply(Map<String, Newest> newest, long visible, byte[] key, long seq, boolean put, byte[] value) {
+    /** Keeps the entry when it is the newest of its key so far; a pointer is followed only for the newest. */
+    static void apply(Map<String, Newest> newest, long visible, byte[] key, long seq, int kind, byte[] value,
+            LdsValuePointer pointer) {
         String k = hex(key);
         Newest had = newest.get(k);
         if (Long.compareUnsigned(seq, visible) <= 0 && (had == null || Long.compareUnsigned(had.seq, seq) < 0)) {
-            newest.put(k, new Newest(seq, put, hex(value)));
+            newest.put(k, new Newest(seq, kind, kind == PUT ? hex(value) : null, kind == POINTER ? pointer : null));
         }
+    }
+
+    /** The value chunk ids a chunk's value references name (format 1.4, SPEC.md §6.4). */
+    static List<Long> refs(LdsChunkMeta c) {
+        List<Long> ids = new ArrayList<>();
+        if (c.hasValueRefs()) {
+            c.valueRefs().forEach(r -> ids.add(r.valueChunkId()));
+        }
+        return ids;
+    }
+
+    static boolean dangling(Map<Long, LdsChunkMeta> chunks, Map<Long, LdsBaseVersion.ValueChunkMeta> values) {
+        return chunks.values().stream().anyMatch(c -> refs(c).stream().anyMatch(id -> !values.containsKey(id)));
+    }
+
+    /**
+     * The value a pointer names (SPEC.md §8.6; see read_pointer of lds_reader.py): each extent
+     * from the value chunk the version lists with its id, or for an id it does not list from
+     * the extent's slot, whose footer must check and name the id and the instance; the value's
+     * crc32c must equal `value_crc32c`. Throws naming the key, the slot and the offset.
+     */
+    static byte[] readPointer(KaitaiStream image, LdsVolume vol, long instance,
+            Map<Long, LdsBaseVersion.ValueChunkMeta> values, LdsValuePointer pointer, String key) {
+        LdsLabel.Geometry g = vol.label().geometry();
+        ByteArrayOutputStream value = new ByteArrayOutputStream();
+        for (LdsValuePointer.Extent x : pointer.extents()) {
+            LdsBaseVersion.ValueChunkMeta meta = values.get(x.valueChunkId());
+            long slotNo = meta != null ? meta.slot() : x.slot();
+            String where = "key " + key + ": value chunk " + Long.toUnsignedString(x.valueChunkId()) + " at slot "
+                    + Long.toUnsignedString(slotNo);
+            if (Long.compareUnsigned(slotNo, g.numSlots()) >= 0) {
+                throw new IllegalStateException(where + ": past the " + g.numSlots() + " slots");
+            }
+            LdsVolume.Slot slot = vol.slots().get((int) slotNo);
+            if (meta == null) {
+                LdsValueFooter f = slot.valueFooter();
+                if (f == null) {
+                    throw new IllegalStateException(where + ": no value chunk footer at offset " + slot.ofsFooter());
+                }
+                byte[] footer = readAt(image, slot.ofsFooter(), 156);
+                if (crc32c(footer, 0, 156) != f.footerCrc32c()) {
+                    throw new IllegalStateException(where + ": value chunk footer at offset " + slot.ofsFooter()
+                            + ": checksum mismatch");
+                }
+                if (f.valueChunkId() != x.valueChunkId() || f.instance() != instance) {
+                    throw new IllegalStateException(where + ": the footer at offset " + slot.ofsFooter()
+                            + " names value chunk " + Long.toUnsignedString(f.valueChunkId()) + " of instance " + f.instance());
+                }
+            }
+            if (x.offset() + x.len() > g.slotSize() - 160) {
+                throw new IllegalStateException(where + ": extent " + x.offset() + "+" + x.len() + " runs into the footer");
+            }
+            value.writeBytes(readAt(image, slot.ofsSlot() + x.offset(), x.len()));
+        }
+        byte[] bytes = value.toByteArray();
+        if (bytes.length != pointer.lenValue() || crc32c(bytes, 0, bytes.length) != pointer.valueCrc32c()) {
+            LdsValuePointer.Extent first = pointer.extents().get(0);
+            throw new IllegalStateException("key " + key + ": the value read through its pointer (value chunk "
+                    + Long.toUnsignedString(first.valueChunkId()) + " offset " + first.offset() + ") does not match its value_crc32c");
+        }
+        return bytes;
     }
 
     /**
@@ -456,7 +535,7 @@ public class LdsReader {
 
     /** The live version of an instance with its DVs applied (SPEC.md §6.2). */
     record Tree(Map<Long, LdsChunkMeta> chunks, long lastSequence, long ofsStart, long lsnStart,
-            Map<Long, LdsCompactionJournal> journals) {}
+            Map<Long, LdsCompactionJournal> journals, Map<Long, LdsBaseVersion.ValueChunkMeta> values) {}
 
     static Tree liveTree(KaitaiStream image, LdsVolume vol, long instance) {
         List<Obj> live = liveVersion(new Area(image, vol.label(), instance, VERSION_LOG));
@@ -466,6 +545,13 @@ public class LdsReader {
         LdsBaseVersion bv = (LdsBaseVersion) live.get(0).o.payload();
         Map<Long, LdsChunkMeta> chunks = new LinkedHashMap<>();
         bv.chunks().forEach(c -> chunks.put(c.chunkId(), c));
+        // The value chunks (format 1.4); every value reference names one (SPEC.md §6.2).
+        Map<Long, LdsBaseVersion.ValueChunkMeta> values = new LinkedHashMap<>();
+        List<LdsBaseVersion.ValueChunkMeta> listed = bv.values() != null ? bv.values().valueChunks() : List.of();
+        listed.forEach(m -> values.put(m.valueChunkId(), m));
+        if (values.size() != listed.size() || dangling(chunks, values)) {
+            return null;
+        }
         long lastSequence = bv.lastSequence(), ofsStart = bv.ofsBackupStart(), lsnStart = bv.lsnBackupStart();
         Map<Long, LdsCompactionJournal> journals = new LinkedHashMap<>();
         for (Obj c : live.subList(1, live.size())) {
@@ -482,21 +568,40 @@ public class LdsReader {
                 }
                 chunks.remove(d.chunkId());
             }
+            LdsDeltaVersion.ValueDelta dvValues = dv.values();
+            if (dvValues != null) {
+                // Value chunks are deleted before they are added (SPEC.md §6.2).
+                for (long id : dvValues.valueDeleted()) {
+                    if (values.remove(id) == null) {
+                        return null;
+                    }
+                }
+                for (LdsBaseVersion.ValueChunkMeta m : dvValues.valueAdded()) {
+                    if (values.put(m.valueChunkId(), m) != null) {
+                        return null;
+                    }
+                }
+            }
             for (LdsChunkMeta a : dv.added()) {
                 Set<Long> used = new HashSet<>();
                 chunks.values().forEach(o -> o.subChunks().forEach(sub -> used.add(sub.slot())));
+                values.values().forEach(m -> used.add(m.slot()));
                 if (chunks.containsKey(a.chunkId()) || a.level() >= bv.numLevels()
                         || a.subChunks().stream().anyMatch(sub -> used.contains(sub.slot()))) {
                     return null;
                 }
                 chunks.put(a.chunkId(), a);
             }
+            if (dvValues != null && (!dvValues.valueDeleted().isEmpty() || dv.added().stream().anyMatch(a -> !refs(a).isEmpty()))
+                    && dangling(chunks, values)) {
+                return null; // a dangling value reference
+            }
             journals.remove(dv.compactionId());
             lastSequence = dv.lastSequence();
             ofsStart = dv.ofsBackupStart();
             lsnStart = dv.lsnBackupStart();
         }
-        return new Tree(chunks, lastSequence, ofsStart, lsnStart, journals);
+        return new Tree(chunks, lastSequence, ofsStart, lsnStart, journals, values);
     }
 
     static List<Map<String, Object>> instanceState(KaitaiStream image, LdsVolume vol, long instance) {
@@ -545,7 +650,8 @@ public class LdsReader {
                 for (int i = 0; i < wb.entries().size(); i++) {
                     LdsWriteBatch.Entry e = wb.entries().get(i);
                     if (Long.compareUnsigned(wb.firstSequence() + i, lastSequence) > 0) {
-                        replayed.add(new Object[] {e.key(), wb.firstSequence() + i, e.kind() == LdsBlock.Kind.PUT, e.value()});
+                        int kind = kindCode(e.kind());
+                        replayed.add(new Object[] {e.key(), wb.firstSequence() + i, kind, e.value(), kind == POINTER ? e.pointer() : null});
                     }
                 }
             }
@@ -570,14 +676,15 @@ public class LdsReader {
                 for (LdsVolume.SlotBlock b : checkedSlot(image, vol, sub.slot()).blocks()) {
                     for (LdsBlock.Entry e : b.block().entries()) {
                         if (s.skipAtOrBelow == null || Arrays.compareUnsigned(e.key(), s.skipAtOrBelow) > 0) {
-                            apply(newest, visible, e.key(), e.sequence(), e.kind() == LdsBlock.Kind.PUT, e.value());
+                            int kind = kindCode(e.kind());
+                            apply(newest, visible, e.key(), e.sequence(), kind, e.value(), kind == POINTER ? e.pointer() : null);
                         }
                     }
                 }
             }
         }
         for (Object[] r : replayed) {
-            apply(newest, visible, (byte[]) r[0], (Long) r[1], (Boolean) r[2], (byte[]) r[3]);
+            apply(newest, visible, (byte[]) r[0], (Long) r[1], (Integer) r[2], (byte[]) r[3], (LdsValuePointer) r[4]);
         }
         Map<String, Object> summary = new LinkedHashMap<>();
         summary.put("instance", instance);
@@ -587,12 +694,13 @@ public class LdsReader {
         summary.put("chunks", ids);
         summary.put("replayed_batches", batches);
         lines.add(summary);
+        Map<Long, LdsBaseVersion.ValueChunkMeta> values = tree.values;
         newest.forEach((k, v) -> {
-            if (v.put) {
+            if (v.kind == PUT || v.kind == POINTER) {
                 Map<String, Object> line = new LinkedHashMap<>();
                 line.put("instance", instance);
                 line.put("key", k);
-                line.put("value", v.value);
+                line.put("value", v.kind == PUT ? v.value : hex(readPointer(image, vol, instance, values, v.pointer, k)));
                 line.put("sequence", new Unsigned(v.seq));
                 lines.add(line);
             }

@@ -9,7 +9,8 @@
 // The twin of tools/kaitai/lds_reader.py (see its docstring): `volume` prints the
 // `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
 // chunk as `lds dump IMAGE chunk ID --entries --json` prints it, `state` the
-// key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1.
+// key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1 (the value of a
+// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6).
 //
 // JavaScript specifics: a u8 field is a Number, exact up to 2^53 (the generated code
 // has no BigInt); `sequence` is computed with a division, not a 32-bit shift. An image
@@ -255,8 +256,15 @@ function volumeJson(image, device) {
       version_log: logAreaJson(area.versionLog),
       backup_log: logAreaJson(area.backupLog),
     })),
-    slots: (vol.slots || []).map((s) => ({ slot: s.slot, footer: s.footer ? projectType(s.footer, "chunk_footer") : null })),
+    slots: (vol.slots || []).map(slotJson),
   };
+}
+
+/** A slot of `what: "volume"`: its chunk footer, and a value chunk footer when it has one. */
+function slotJson(s) {
+  const doc = { slot: s.slot, footer: s.footer ? projectType(s.footer, "chunk_footer") : null };
+  if (s.valueFooter) doc.value_footer = projectType(s.valueFooter, "value_footer");
+  return doc;
 }
 
 // ---- the rules of SPEC.md §15.1 ----
@@ -279,6 +287,7 @@ function crc32c(bytes) {
 
 const VERSION_LOG = 1, BACKUP_LOG = 2;
 const BV = 1, DV = 2, CJ = 3, WB = 4, WOL = 5, WOR = 6;
+const PUT = 1, POINTER = 2;
 const ALLOWED = { [VERSION_LOG]: [BV, DV, CJ, WOL, WOR], [BACKUP_LOG]: [WB, WOL, WOR] };
 const u32 = (d, at) => d[at] | (d[at + 1] << 8) | (d[at + 2] << 16) | ((d[at + 3] << 24) >>> 0);
 const alignUp = (x, a) => Math.ceil(x / a) * a;
@@ -391,15 +400,24 @@ function checkedSlot(image, vol, slotNo) {
   return slot;
 }
 
+/** The value chunk ids a chunk's value references name (format 1.4, SPEC.md §6.4). */
+const refs = (c) => (c.hasValueRefs ? c.valueRefs.map((r) => r.valueChunkId) : []);
+
 /**
  * The live version of an instance with its DVs applied (SPEC.md §6.2): chunks by id, last
- * sequence, backup start, and the last CJ of every unfinished compaction; or null.
+ * sequence, backup start, the last CJ of every unfinished compaction, and the value chunk
+ * metadata by id; or null.
  */
 function liveTree(image, vol, instance) {
   const found = liveVersion(new Area(image, vol.label, instance, VERSION_LOG));
   if (!found) return null;
   const { bv, changes } = found;
   const chunks = new Map(bv.chunks.map((c) => [c.chunkId, c]));
+  const listed = bv.values ? bv.values.valueChunks : [];
+  const values = new Map(listed.map((m) => [m.valueChunkId, m]));
+  // Every value reference names a value chunk of the version (SPEC.md §6.2).
+  const dangling = () => [...chunks.values()].some((c) => refs(c).some((id) => !values.has(id)));
+  if (values.size !== listed.length || dangling()) return null;
   let [lastSequence, ofsStart, lsnStart] = [bv.lastSequence, bv.ofsBackupStart, bv.lsnBackupStart];
   const journals = new Map(); // compaction id -> its last CJ, while unfinished
   for (const { type, p } of changes) {
@@ -412,22 +430,83 @@ function liveTree(image, vol, instance) {
       if (!chunks.has(d.chunkId) || chunks.get(d.chunkId).level !== d.level) return null;
       chunks.delete(d.chunkId);
     }
+    if (p.values) {
+      // Value chunks are deleted before they are added (SPEC.md §6.2).
+      for (const id of p.values.valueDeleted) {
+        if (!values.has(id)) return null;
+        values.delete(id);
+      }
+      for (const m of p.values.valueAdded) {
+        if (values.has(m.valueChunkId)) return null;
+        values.set(m.valueChunkId, m);
+      }
+    }
     for (const c of p.added) {
       const used = new Set([...chunks.values()].flatMap((o) => o.subChunks.map((sub) => sub.slot)));
+      for (const m of values.values()) used.add(m.slot);
       if (chunks.has(c.chunkId) || c.level >= bv.numLevels || c.subChunks.some((sub) => used.has(sub.slot))) return null;
       chunks.set(c.chunkId, c);
+    }
+    if (p.values && (p.values.valueDeleted.length > 0 || p.added.some((c) => refs(c).length > 0)) && dangling()) {
+      return null; // a dangling value reference
     }
     journals.delete(p.compactionId);
     [lastSequence, ofsStart, lsnStart] = [p.lastSequence, p.ofsBackupStart, p.lsnBackupStart];
   }
-  return { chunks, lastSequence, ofsStart, lsnStart, journals };
+  return { chunks, lastSequence, ofsStart, lsnStart, journals, values };
 }
+
+/**
+ * The value a pointer names (SPEC.md §8.6; see read_pointer of lds_reader.py): each extent
+ * from the value chunk the version lists with its id, or for an id it does not list from the
+ * extent's slot, whose footer must check and name the id and the instance; the value's
+ * crc32c must equal `value_crc32c`. Throws naming the key, the slot and the offset.
+ */
+function readPointer(image, vol, instance, values, pointer, key) {
+  const g = vol.label.geometry;
+  const parts = [];
+  let len = 0;
+  for (const x of pointer.extents) {
+    const meta = values.get(x.valueChunkId);
+    const slotNo = meta ? meta.slot : x.slot;
+    const where = `key ${hex(key)}: value chunk ${x.valueChunkId} at slot ${slotNo}`;
+    if (slotNo >= g.numSlots) throw new Error(`${where}: past the ${g.numSlots} slots`);
+    const slot = vol.slots[slotNo];
+    if (!meta) {
+      const f = slot.valueFooter;
+      if (!f) throw new Error(`${where}: no value chunk footer at offset ${slot.ofsFooter}`);
+      if (crc32c(image.slice(slot.ofsFooter, 156)) !== f.footerCrc32c) {
+        throw new Error(`${where}: value chunk footer at offset ${slot.ofsFooter}: checksum mismatch`);
+      }
+      if (f.valueChunkId !== x.valueChunkId || f.instance !== instance) {
+        throw new Error(`${where}: the footer at offset ${slot.ofsFooter} names value chunk ${f.valueChunkId} of instance ${f.instance}`);
+      }
+    }
+    if (x.offset + x.len > g.slotSize - 160) throw new Error(`${where}: extent ${x.offset}+${x.len} runs into the footer`);
+    parts.push(image.slice(slot.ofsSlot + x.offset, x.len));
+    len += x.len;
+  }
+  const value = new Uint8Array(len);
+  let at = 0;
+  for (const part of parts) {
+    value.set(part, at);
+    at += part.length;
+  }
+  if (len !== pointer.lenValue || crc32c(value) !== pointer.valueCrc32c) {
+    const first = pointer.extents[0];
+    throw new Error(`key ${hex(key)}: the value read through its pointer (value chunk ${first.valueChunkId} offset ${first.offset}) does not match its value_crc32c`);
+  }
+  return value;
+}
+
+/** [kind, value] of an entry: 0 delete, 1 put (its bytes), 2 pointer (the decoded pointer). */
+const entryValue = (e) => [e.kind, e.kind === POINTER ? e.pointer : e.value];
 
 function instanceState(image, vol, instance) {
   const label = vol.label;
   const tree = liveTree(image, vol, instance);
   if (!tree) return null;
-  const { chunks, lastSequence, ofsStart, lsnStart, journals } = tree;
+  const { chunks, lastSequence, ofsStart, lsnStart, journals, values } = tree;
   // Reads of an unfinished compaction (SPEC.md §12).
   let sources = [...chunks.values()].map((c) => ({ c, skip: null }));
   for (const cj of journals.values()) {
@@ -448,7 +527,7 @@ function instanceState(image, vol, instance) {
       const p = o.payload;
       batches++;
       p.entries.forEach((e, i) => {
-        if (p.firstSequence + i > lastSequence) replayed.push([e.key, p.firstSequence + i, e.kind === 1, e.value]);
+        if (p.firstSequence + i > lastSequence) replayed.push([e.key, p.firstSequence + i, ...entryValue(e)]);
       });
     }
     const last = chain[chain.length - 1];
@@ -456,21 +535,21 @@ function instanceState(image, vol, instance) {
     chain = blog.chain(0, last.o.lsn + 1);
     if (chain.length === 0 || chain[0].type !== WOL || chain[0].o.sn < last.o.sn) break;
   }
-  const newest = new Map(); // hex key -> {seq, put, value}
+  const newest = new Map(); // hex key -> {seq, kind, key, value}: a pointer is followed only for the newest
   // Reads see sequence numbers up to the last one written: the version's, or the last
   // replayed (a chunk entry above it is not visible, fsck warning 410).
-  const visible = Math.max(lastSequence, ...replayed.map((r) => r[1]));
-  const apply = (key, seq, put, value) => {
+  const visible = replayed.reduce((max, r) => Math.max(max, r[1]), lastSequence);
+  const apply = (key, seq, kind, value) => {
     const k = hex(key);
     const had = newest.get(k);
-    if (seq <= visible && (!had || had.seq < seq)) newest.set(k, { seq, put, value: hex(value) });
+    if (seq <= visible && (!had || had.seq < seq)) newest.set(k, { seq, kind, key, value: kind === PUT ? hex(value) : value });
   };
   const g = label.geometry;
   for (const { c, skip } of sources) {
     for (const sub of c.subChunks) {
       for (const b of checkedSlot(image, vol, sub.slot).blocks) {
         for (const e of b.block.entries) {
-          if (skip === null || cmp(e.key, skip) > 0) apply(e.key, e.sequence, e.kind === 1, e.value);
+          if (skip === null || cmp(e.key, skip) > 0) apply(e.key, e.sequence, ...entryValue(e));
         }
       }
     }
@@ -484,7 +563,10 @@ function instanceState(image, vol, instance) {
   }];
   for (const k of [...newest.keys()].sort()) {
     const v = newest.get(k);
-    if (v.put) lines.push({ instance, key: k, value: v.value, sequence: v.seq });
+    if (v.kind === PUT) lines.push({ instance, key: k, value: v.value, sequence: v.seq });
+    if (v.kind === POINTER) {
+      lines.push({ instance, key: k, value: hex(readPointer(image, vol, instance, values, v.value, v.key)), sequence: v.seq });
+    }
   }
   return lines;
 }
