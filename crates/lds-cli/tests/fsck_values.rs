@@ -4,20 +4,14 @@
 //! drops exactly the value it damaged; a zeroed value chunk footer is found by a plain check
 //! (701) and repair keeps every value (they still match their crc32c).
 
+mod value_volumes;
+
 use std::path::{Path, PathBuf};
 
 use lds_cli::kv::{self, ScanRange, Target};
-use lds_cli::mkfs::MkfsOptions;
 use lds_cli::repair::RepairArgs;
 
 const SLOT_SIZE: u64 = 256 << 10;
-
-fn scratch(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("lds-fsck-values-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(format!("{}.lds-undo", path.display()));
-    path
-}
 
 fn target(path: &Path) -> Target {
     Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None, technique: "kv-separation".into() }
@@ -61,15 +55,8 @@ fn repair(path: &Path) -> i32 {
 /// A 32 MiB kv-separated volume holding 400 keys with values of 1 to 20 KiB and four of
 /// 100 KiB (above a quarter slot: they can only live in value chunks).
 fn volume(name: &str) -> PathBuf {
-    let image = scratch(name);
-    let options = MkfsOptions {
-        path: image.clone(),
-        size: Some(32 << 20),
-        slot_size: Some(SLOT_SIZE),
-        value_chunks: true,
-        ..Default::default()
-    };
-    assert_eq!(lds_cli::mkfs::run(&options, &mut Vec::new(), &mut Vec::new()), 0);
+    let image = value_volumes::scratch("fsck-values", name);
+    value_volumes::mkfs_with_value_chunks(&image.clone(), 32 << 20, SLOT_SIZE);
     let mut input = String::new();
     for number in 0..400u32 {
         let len = 1024 + (number as usize * 7919) % (19 << 10);

@@ -4,30 +4,13 @@
 //! of zeros as long as the volume's: pointers keep their extents and name zeros, value chunks
 //! keep their footers.
 
+mod value_volumes;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lds_cli::kv::{self, Target};
 use lds_cli::metadump::{run, MetadumpArgs};
-use lds_cli::mkfs::MkfsOptions;
 use lds_engine::{Db, Options, WriteOptions};
-
-fn scratch(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("lds-metadump-values-{}-{name}.img", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// Removes its files when dropped, also when an assertion fails.
-struct Files(Vec<PathBuf>);
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|window| window == needle)
@@ -88,14 +71,7 @@ fn secret(number: usize, len: usize) -> String {
 /// ones inline, from 1 KiB in value chunks, some larger than a quarter of a slot), then
 /// writes left in the backup log, large ones as pointers to value chunks written directly.
 fn written_volume(source: &Path) {
-    let options = MkfsOptions {
-        path: source.to_path_buf(),
-        size: Some(64 << 20),
-        slot_size: Some(256 << 10),
-        value_chunks: true,
-        ..Default::default()
-    };
-    assert_eq!(lds_cli::mkfs::run(&options, &mut Vec::new(), &mut Vec::new()), 0);
+    value_volumes::mkfs_with_value_chunks(source, 64 << 20, 256 << 10);
     let input: String = (0..3000)
         .map(|number| {
             let len = match number % 10 {
@@ -106,15 +82,8 @@ fn written_volume(source: &Path) {
             format!("key{number:06}\t{}\n", secret(number, len))
         })
         .collect();
-    let target =
-        Target { path: source.to_path_buf(), instance: 0, hex: false, wait: None, technique: "kv-separation".into() };
-    let mut err = Vec::new();
-    let code = kv::load(&target, None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
-    let options = Options { value_direct_min: 16 << 10, ..Options::default() }
-        .with_techniques("kv-separation")
-        .unwrap_or_else(|error| panic!("{error}"));
-    let db = Db::open(source, options).unwrap_or_else(|error| panic!("{error}"));
+    value_volumes::load_separated(source, &input, false);
+    let db = value_volumes::open_separated(source, 16 << 10);
     for number in 0..20 {
         let len = if number % 4 == 0 { 40_000 + number } else { 100 + number };
         let key = format!("late{number:03}");
@@ -126,8 +95,8 @@ fn written_volume(source: &Path) {
 
 #[test]
 fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
-    let source = scratch("source");
-    let mut files = Files(vec![source.clone()]);
+    let source = value_volumes::scratch("metadump-values", "source");
+    let mut files = value_volumes::Files(vec![source.clone()]);
     written_volume(&source);
     let original = std::fs::read(&source).unwrap_or_default();
     assert!(contains(&original, b"SECRETVALUE-10000-") && contains(&original, b"SECRETVALUE-101-"));
@@ -135,7 +104,7 @@ fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
     assert_eq!(source_read.len(), 3020);
     let (source_code, source_codes, source_text) = fsck(&source);
 
-    let output = scratch("dump");
+    let output = value_volumes::scratch("metadump-values", "dump");
     files.0.push(output.clone());
     let args =
         MetadumpArgs { path: source.clone(), output: output.clone(), keep_keys: false, force: false, json: true };
@@ -166,7 +135,7 @@ fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
     }
 
     // --keep-keys: the keys stay, and each reads zeros as long as its value.
-    let kept = scratch("keep-keys");
+    let kept = value_volumes::scratch("metadump-values", "keep-keys");
     files.0.push(kept.clone());
     let args = MetadumpArgs { path: source.clone(), output: kept.clone(), keep_keys: true, force: false, json: false };
     let mut out = Vec::new();
@@ -218,9 +187,9 @@ fn the_metadump_of_each_frozen_volume_with_value_chunks_reads_as_zeros() {
     assert!(folders.len() >= 5, "{folders:?}");
     for folder in folders {
         let name = folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-        let source = scratch(&format!("frozen-{name}"));
-        let output = scratch(&format!("frozen-{name}-dump"));
-        let _files = Files(vec![source.clone(), output.clone()]);
+        let source = value_volumes::scratch("metadump-values", &format!("frozen-{name}"));
+        let output = value_volumes::scratch("metadump-values", &format!("frozen-{name}-dump"));
+        let _files = value_volumes::Files(vec![source.clone(), output.clone()]);
         let packed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{error}"));
         let bytes = lds_fixtures::decompress(&packed).unwrap_or_else(|error| panic!("{name}: {error}"));
         std::fs::write(&source, bytes).unwrap_or_else(|error| panic!("{error}"));

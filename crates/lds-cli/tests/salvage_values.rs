@@ -9,11 +9,12 @@
 //! takes is learnt from the engine itself: it reads every key of the damaged volume (version
 //! log intact), and the keys it cannot read are the only ones salvage may lose.
 
+mod value_volumes;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lds_cli::mkfs::MkfsOptions;
 use lds_cli::salvage::{run, SalvageArgs};
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::label::{Geometry, LogKind};
@@ -25,23 +26,6 @@ const SLOT_SIZE: u64 = 256 << 10;
 /// Values from here go to value chunks of their own before their batch (never inline in the
 /// backup log).
 const DIRECT_MIN: usize = 32 << 10;
-
-fn scratch(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("lds-salvage-values-{}-{name}.img", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// Removes its files when dropped, also when an assertion fails.
-struct Files(Vec<PathBuf>);
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
 
 fn engine_options() -> Options {
     Options {
@@ -76,8 +60,8 @@ impl Random {
 /// entry may hold inline); overwritten twice (all, then a third), a few deleted; the last
 /// writes only in the backup log.
 fn written_volume(name: &str) -> (PathBuf, Model) {
-    let path = scratch(name);
-    let options = MkfsOptions {
+    let path = value_volumes::scratch("salvage-values", name);
+    let options = lds_cli::mkfs::MkfsOptions {
         path: path.clone(),
         size: Some(64 << 20),
         slot_size: Some(SLOT_SIZE),
@@ -199,7 +183,7 @@ fn listed_value_chunks(path: &Path) -> BTreeSet<u64> {
 fn keys_in_value_chunk(source: &Path, slot: u64, footer: &ValueFooter, model: &Model) -> BTreeSet<Vec<u8>> {
     let name = source.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     let copy = std::env::temp_dir().join(format!("{name}-oracle-{slot}.img"));
-    let _files = Files(vec![copy.clone()]);
+    let _files = value_volumes::Files(vec![copy.clone()]);
     std::fs::copy(source, &copy).unwrap_or_else(|error| panic!("{error}"));
     zero(&copy, geometry_of(&copy).slot_offset(slot), u64::from(footer.len_body));
     let (db, _) =
@@ -251,8 +235,8 @@ fn args(path: &Path, output: Option<&Path>) -> SalvageArgs {
 }
 
 /// Salvages `source` to a new volume: the exit code, the report, what the new volume holds.
-fn salvage_to_volume(source: &Path, name: &str, files: &mut Files) -> (i32, serde_json::Value, Model) {
-    let output = scratch(name);
+fn salvage_to_volume(source: &Path, name: &str, files: &mut value_volumes::Files) -> (i32, serde_json::Value, Model) {
+    let output = value_volumes::scratch("salvage-values", name);
     files.0.push(output.clone());
     let (code, out, err) = salvage(&args(source, Some(&output)));
     assert!(code == 0 || code == 1, "{code}: {out}{err}");
@@ -301,7 +285,7 @@ fn check_salvaged(
 #[test]
 fn values_are_salvaged_through_their_pointers_without_version_log_or_labels() {
     let (source, model) = written_volume("whole");
-    let mut files = Files(vec![source.clone()]);
+    let mut files = value_volumes::Files(vec![source.clone()]);
     zero_version_log(&source);
     let before = std::fs::read(&source).unwrap_or_default();
     let (code, report, got) = salvage_to_volume(&source, "whole-out", &mut files);
@@ -337,7 +321,7 @@ fn values_are_salvaged_through_their_pointers_without_version_log_or_labels() {
 #[test]
 fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
     let (source, model) = written_volume("body");
-    let mut files = Files(vec![source.clone()]);
+    let mut files = value_volumes::Files(vec![source.clone()]);
     let (slot, footer, keys) = chosen_value_chunk(&source, &model);
     let large: BTreeSet<Vec<u8>> = keys.iter().filter(|key| model[*key].len() >= DIRECT_MIN).cloned().collect();
     // Its body zeroed, its footer intact: the digest fails and the values do not check.
@@ -355,8 +339,11 @@ fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
     assert!(report["lost_values"][0]["sequence"].as_u64().is_some_and(|sequence| sequence <= 2000), "{report}");
 
     // The text report names each lost value.
-    let (code, out, _) = salvage(&SalvageArgs { json: false, ..args(&source, Some(&scratch("body-text"))) });
-    files.0.push(scratch("body-text"));
+    let (code, out, _) = salvage(&SalvageArgs {
+        json: false,
+        ..args(&source, Some(&value_volumes::scratch("salvage-values", "body-text")))
+    });
+    files.0.push(value_volumes::scratch("salvage-values", "body-text"));
     assert_eq!(code, 1);
     let first = lost.iter().next().map(|key| String::from_utf8_lossy(key).into_owned()).unwrap_or_default();
     assert!(out.contains(&format!("lost value: instance 0 key \"{first}\" (sequence ")), "{out}");
@@ -366,7 +353,7 @@ fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
 #[test]
 fn a_value_chunk_whose_footer_is_lost_is_read_through_the_version_log() {
     let (source, model) = written_volume("footer");
-    let mut files = Files(vec![source.clone()]);
+    let mut files = value_volumes::Files(vec![source.clone()]);
     let (slot, footer, keys) = chosen_value_chunk(&source, &model);
     let large: BTreeSet<Vec<u8>> = keys.iter().filter(|key| model[*key].len() >= DIRECT_MIN).cloned().collect();
     let geometry = geometry_of(&source);
@@ -424,8 +411,8 @@ fn the_frozen_volumes_with_value_chunks_salvage_to_their_state() {
         let name = folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let state_text = std::fs::read_to_string(folder.join("state.ndjson")).unwrap_or_else(|error| panic!("{error}"));
         let state: BTreeMap<(u64, Vec<u8>), Vec<u8>> = state_text.lines().map(ndjson_pair).collect();
-        let image = scratch(&format!("frozen-{name}"));
-        let _files = Files(vec![image.clone()]);
+        let image = value_volumes::scratch("salvage-values", &format!("frozen-{name}"));
+        let _files = value_volumes::Files(vec![image.clone()]);
         let packed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{error}"));
         let bytes = lds_fixtures::decompress(&packed).unwrap_or_else(|error| panic!("{name}: {error}"));
         std::fs::write(&image, bytes).unwrap_or_else(|error| panic!("{error}"));
