@@ -47,12 +47,14 @@ fn as_given_and_repaired(data: &[u8], repair: impl Fn(&mut [u8]), check: impl Fn
     }
 }
 
+/// The input as a log area: zeros after it up to the smallest area and to a whole sector (a
+/// label's geometry makes every area a multiple of the sector size, SPEC.md §3, and the
+/// appender pads its writes to sectors: an area of a partial sector is no volume's).
 fn padded_area(bytes: &[u8], sector_size: u32) -> Vec<u8> {
     let mut area = bytes.to_vec();
-    let len_min = AREA_SECTORS_MIN * sector_size as usize;
-    if area.len() < len_min {
-        area.resize(len_min, 0);
-    }
+    let sector = sector_size as usize;
+    let len = area.len().max(AREA_SECTORS_MIN * sector).div_ceil(sector) * sector;
+    area.resize(len, 0);
     area
 }
 
