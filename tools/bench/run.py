@@ -74,6 +74,12 @@ def bench(lds: str, engine: str, path: Path, stat: str, args, out: Path, label: 
         "--sync-ops", str(args.sync_ops), "--ycsb-ops", str(args.ycsb_ops), "--size", args.size,
         "--stat-device", stat, "--json", "--force", str(path),
     ]
+    run_bench(command, engine, out, label, {"setup": label})
+
+
+def run_bench(command, engine: str, out: Path, label: str, fields: dict) -> dict:
+    """Runs one `lds bench --json` command with cold caches; writes its document (with
+    `fields` and the wall time, or the error) to OUT/LABEL.json and returns it."""
     print(f"== {label}: {' '.join(command)}", flush=True)
     drop_caches()
     started = time.time()
@@ -83,10 +89,11 @@ def bench(lds: str, engine: str, path: Path, stat: str, args, out: Path, label: 
         document = {"schema": "lds-bench/1", "engine": engine, "error": result.stderr.strip(), "results": []}
     else:
         document = json.loads(result.stdout)
-    document["setup"] = label
+    document.update(fields)
     document["wall_seconds"] = round(time.time() - started, 1)
     (out / f"{label}.json").write_text(json.dumps(document, indent=1))
     print(f"   {label}: {document['wall_seconds']} s", flush=True)
+    return document
 
 
 def limits(lds: str, path: Path, out: Path, label: str, size: str):

@@ -19,15 +19,13 @@ mount unmounted on the way out, also on failure. Usage:
 `lds` must be built with `--features peers` (tools/bench/run.sh builds it)."""
 
 import argparse
-import json
 import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import Loop, Mount, drop_caches, parse_size  # noqa: E402
+from run import Loop, Mount, parse_size, run_bench  # noqa: E402
 
 VALUE_SIZES = [1024, 4096, 16384]
 # Large values: only the separating engines (LDS keeps values above a quarter slot, 1 MiB,
@@ -45,22 +43,7 @@ def bench(lds, engine, path, stat, size, num, value, out, label, technique=None,
     if technique:
         command += ["--technique", technique]
     command.append(str(path))
-    print(f"== {label}: {' '.join(command)}", flush=True)
-    drop_caches()
-    started = time.time()
-    result = subprocess.run(command, text=True, capture_output=True)
-    if result.returncode != 0:
-        print(result.stderr, file=sys.stderr)
-        document = {"engine": engine, "error": " ".join(result.stderr.split())[-400:], "results": []}
-    else:
-        document = json.loads(result.stdout)
-    document["label"] = label
-    document["value_bytes"] = value
-    document["num"] = num
-    document["wall_seconds"] = round(time.time() - started, 1)
-    (out / f"{label}.json").write_text(json.dumps(document, indent=1))
-    print(f"   {label}: {document['wall_seconds']} s", flush=True)
-    return document
+    return run_bench(command, engine, out, label, {"label": label, "value_bytes": value, "num": num})
 
 
 def pick(document, workload):
@@ -129,12 +112,7 @@ def main():
             if technique:
                 command += ["--technique", technique]
             command.append(loop.device)
-            print(f"== {label}: {' '.join(command)}", flush=True)
-            drop_caches()
-            result = subprocess.run(command, text=True, capture_output=True)
-            document = json.loads(result.stdout) if result.returncode == 0 else {
-                "error": result.stderr.strip()[-400:], "results": []}
-            (out / f"{label}.json").write_text(json.dumps(document, indent=1))
+            document = run_bench(command, "lds", out, label, {"label": label})
             pinning[technique or "off"] = document
     write_markdown(runs, pinning, Path(args.markdown), data, args.pinning_num)
 

@@ -143,7 +143,7 @@ impl<'a> ValueChunks<'a> {
                 continue;
             }
             match check_value_chunk(device, geometry, instance, meta.value_chunk_id, meta.slot, Some(meta), deep)? {
-                Ok(body_bytes) => {
+                Ok((body_bytes, _)) => {
                     report.summary.bytes_verified += body_bytes;
                     report.summary.value_bytes += u64::from(meta.len_body);
                     known.insert(meta.value_chunk_id, *meta);
@@ -173,12 +173,8 @@ impl<'a> ValueChunks<'a> {
                 continue;
             }
             match check_value_chunk(device, geometry, instance, id, slot, None, deep)? {
-                Ok(_) => {
-                    let offset = geometry.slot_offset(slot) + geometry.slot_size - VALUE_FOOTER_LEN as u64;
-                    let bytes = device.read_vec(offset, VALUE_FOOTER_LEN as u64)?;
-                    if let Ok(footer) = ValueFooter::decode(&bytes, offset, geometry.slot_size) {
-                        known.insert(id, ValueChunkMeta::of_footer(&footer, slot));
-                    }
+                Ok((_, footer)) => {
+                    known.insert(id, ValueChunkMeta::of_footer(&footer, slot));
                 }
                 Err((_, offset, message)) => {
                     report.add(
@@ -288,9 +284,12 @@ impl<'a> ValueChunks<'a> {
     }
 }
 
+/// A problem a value chunk check found: code, offset, message.
+type Found = (Code, u64, String);
+
 /// Reads and checks the value chunk `id` in `slot`: the footer decodes and names the volume,
 /// the instance and the id (and, with `meta`, its length and digest); with `deep`, the digest
-/// of its body. Ok holds the bytes verified.
+/// of its body. Ok holds the bytes verified and the footer.
 fn check_value_chunk(
     device: &(impl ReadAt + Sync + ?Sized),
     geometry: &Geometry,
@@ -299,7 +298,7 @@ fn check_value_chunk(
     slot: u64,
     meta: Option<&ValueChunkMeta>,
     deep: bool,
-) -> Result<Result<u64, (Code, u64, String)>, DeviceError> {
+) -> Result<Result<(u64, ValueFooter), Found>, DeviceError> {
     let slot_offset = geometry.slot_offset(slot);
     let footer_offset = slot_offset + geometry.slot_size - VALUE_FOOTER_LEN as u64;
     let (bytes, unreadable) = read_tolerant(device, footer_offset, VALUE_FOOTER_LEN as u64, geometry.sector())?;
@@ -336,7 +335,7 @@ fn check_value_chunk(
         )));
     }
     if !deep {
-        return Ok(Ok(VALUE_FOOTER_LEN as u64));
+        return Ok(Ok((VALUE_FOOTER_LEN as u64, footer)));
     }
     let (body, _) = read_tolerant(device, slot_offset, u64::from(footer.len_body), geometry.sector())?;
     if footer.verify_digest(&body, slot_offset).is_err() {
@@ -346,5 +345,5 @@ fn check_value_chunk(
             format!("the digest of the {} bytes of values in slot {slot} does not match", footer.len_body),
         )));
     }
-    Ok(Ok(body.len() as u64 + VALUE_FOOTER_LEN as u64))
+    Ok(Ok((body.len() as u64 + VALUE_FOOTER_LEN as u64, footer)))
 }

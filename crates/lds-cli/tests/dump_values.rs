@@ -4,7 +4,7 @@
 //! live bytes, pending value chunks and footer and digest checks are compared with what the
 //! engine wrote and with damage done on purpose.
 
-mod value_volumes;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,7 +23,7 @@ fn value_of(number: usize, len: usize) -> Vec<u8> {
 /// leaving garbage), then writes left in the backup log, the large ones written directly to
 /// value chunks that only the backup log names.
 fn written_volume(path: &Path) {
-    value_volumes::mkfs_with_value_chunks(path, 64 << 20, 256 << 10);
+    volumes::mkfs_with_value_chunks(path, 64 << 20, 256 << 10);
     for round in 0..2 {
         let input: String = (0..1500)
             .filter(|number| round == 0 || number % 3 == 0)
@@ -33,9 +33,9 @@ fn written_volume(path: &Path) {
                 format!("{}\t{}\n", hex(key.as_bytes()), hex(&value_of(number + round * 10_000, len)))
             })
             .collect();
-        value_volumes::load_separated(path, &input, true);
+        volumes::load_separated(path, &input, true);
     }
-    let db = value_volumes::open_separated(path, 16 << 10);
+    let db = volumes::open_separated(path, 16 << 10);
     for number in 0..6 {
         let len = if number % 2 == 0 { 40_000 + number } else { 300 + number };
         db.put(format!("late{number}").as_bytes(), &value_of(50_000 + number, len), WriteOptions { sync: true })
@@ -92,9 +92,9 @@ fn follow(image: &[u8], geometry: &Value, slots: &BTreeMap<u64, u64>, pointer: &
 
 #[test]
 fn dump_shows_value_chunks_and_follows_pointers() {
-    let image = value_volumes::scratch("dump-values", "volume");
-    let damaged = value_volumes::scratch("dump-values", "damaged");
-    let _files = value_volumes::Files(vec![image.clone(), damaged.clone()]);
+    let image = volumes::scratch("dump-values", "volume");
+    let damaged = volumes::scratch("dump-values", "damaged");
+    let _files = volumes::Files(vec![image.clone(), damaged.clone()]);
     written_volume(&image);
     let served = read_all(&image);
     let bytes = std::fs::read(&image).unwrap_or_default();
@@ -237,8 +237,8 @@ fn dump_shows_value_chunks_and_follows_pointers() {
 
 #[test]
 fn a_volume_without_value_chunks_has_none() {
-    let image = value_volumes::scratch("dump-values", "plain");
-    let _files = value_volumes::Files(vec![image.clone()]);
+    let image = volumes::scratch("dump-values", "plain");
+    let _files = volumes::Files(vec![image.clone()]);
     let options = MkfsOptions { path: image.clone(), size: Some(16 << 20), ..Default::default() };
     assert_eq!(lds_cli::mkfs::run(&options, &mut Vec::new(), &mut Vec::new()), 0);
     let listed = dump_json(&image, DumpWhat::ValueChunks);

@@ -4,7 +4,7 @@
 //! drops exactly the value it damaged; a zeroed value chunk footer is found by a plain check
 //! (701) and repair keeps every value (they still match their crc32c).
 
-mod value_volumes;
+mod volumes;
 
 use std::path::{Path, PathBuf};
 
@@ -55,8 +55,8 @@ fn repair(path: &Path) -> i32 {
 /// A 32 MiB kv-separated volume holding 400 keys with values of 1 to 20 KiB and four of
 /// 100 KiB (above a quarter slot: they can only live in value chunks).
 fn volume(name: &str) -> PathBuf {
-    let image = value_volumes::scratch("fsck-values", name);
-    value_volumes::mkfs_with_value_chunks(&image.clone(), 32 << 20, SLOT_SIZE);
+    let image = volumes::scratch("fsck-values", name);
+    volumes::mkfs_with_value_chunks(&image.clone(), 32 << 20, SLOT_SIZE);
     let mut input = String::new();
     for number in 0..400u32 {
         let len = 1024 + (number as usize * 7919) % (19 << 10);

@@ -2,6 +2,8 @@
 //! --keep-keys, its keys), lds fsck accepts it as it accepts the volume, its tree has the
 //! volume's shape, it is sparse, and the volume is not written.
 
+mod volumes;
+
 use std::path::{Path, PathBuf};
 
 use lds_cli::kv::{self, Target};
@@ -23,32 +25,6 @@ fn fsck(path: &Path) -> (i32, String) {
     let mut out = Vec::new();
     let code = lds_cli::fsck::run(&options, &mut out, &mut Vec::new());
     (code, String::from_utf8_lossy(&out).into_owned())
-}
-
-/// `lds dump PATH tree` with the key ranges masked.
-fn tree_shape(path: &Path) -> Vec<String> {
-    let options = lds_cli::dump::DumpOptions {
-        path: path.to_path_buf(),
-        what: lds_cli::dump::DumpWhat::Tree,
-        instance: 0,
-        json: false,
-        entries: false,
-        wait: std::time::Duration::ZERO,
-    };
-    let mut out = Vec::new();
-    let code = lds_cli::dump::run(&options, &mut out, &mut Vec::new());
-    assert_eq!(code, 0);
-    String::from_utf8_lossy(&out)
-        .lines()
-        .map(|line| match line.find(" .. ") {
-            Some(_) if line.trim_start().starts_with("chunk") => {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                // chunk ID SMALLEST .. LARGEST N entries seq A..B
-                format!("{} {} K .. K {}", words[0], words[1], words[5..].join(" "))
-            }
-            _ => line.to_string(),
-        })
-        .collect()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -95,7 +71,7 @@ fn a_metadump_holds_no_value_and_reads_like_the_volume() {
     assert!(!contains(&image, b"key000"), "a key is in the metadump");
     let (code, text) = fsck(&output);
     assert_eq!(code, source_code, "fsck of the volume:\n{source_fsck}\nof the metadump:\n{text}");
-    assert_eq!(tree_shape(&output), tree_shape(&source));
+    assert_eq!(volumes::tree_shape(&output), volumes::tree_shape(&source));
     let allocated =
         std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&output).unwrap_or_else(|error| panic!("{error}")))
             * 512;

@@ -4,9 +4,9 @@
 //! of zeros as long as the volume's: pointers keep their extents and name zeros, value chunks
 //! keep their footers.
 
-mod value_volumes;
+mod volumes;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use lds_cli::metadump::{run, MetadumpArgs};
@@ -32,30 +32,6 @@ fn fsck(path: &Path) -> (i32, Vec<String>, String) {
     (code, codes, text)
 }
 
-/// `lds dump PATH tree` with the key ranges masked.
-fn tree_shape(path: &Path) -> Vec<String> {
-    let options = lds_cli::dump::DumpOptions {
-        path: path.to_path_buf(),
-        what: lds_cli::dump::DumpWhat::Tree,
-        instance: 0,
-        json: false,
-        entries: false,
-        wait: Duration::ZERO,
-    };
-    let mut out = Vec::new();
-    assert_eq!(lds_cli::dump::run(&options, &mut out, &mut Vec::new()), 0, "{}", path.display());
-    String::from_utf8_lossy(&out)
-        .lines()
-        .map(|line| match line.find(" .. ") {
-            Some(_) if line.trim_start().starts_with("chunk") => {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                format!("{} {} K .. K {}", words[0], words[1], words[5..].join(" "))
-            }
-            _ => line.to_string(),
-        })
-        .collect()
-}
-
 /// Every key and value the engine reads.
 fn read_all(path: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     let (db, _) =
@@ -71,7 +47,7 @@ fn secret(number: usize, len: usize) -> String {
 /// ones inline, from 1 KiB in value chunks, some larger than a quarter of a slot), then
 /// writes left in the backup log, large ones as pointers to value chunks written directly.
 fn written_volume(source: &Path) {
-    value_volumes::mkfs_with_value_chunks(source, 64 << 20, 256 << 10);
+    volumes::mkfs_with_value_chunks(source, 64 << 20, 256 << 10);
     let input: String = (0..3000)
         .map(|number| {
             let len = match number % 10 {
@@ -82,8 +58,8 @@ fn written_volume(source: &Path) {
             format!("key{number:06}\t{}\n", secret(number, len))
         })
         .collect();
-    value_volumes::load_separated(source, &input, false);
-    let db = value_volumes::open_separated(source, 16 << 10);
+    volumes::load_separated(source, &input, false);
+    let db = volumes::open_separated(source, 16 << 10);
     for number in 0..20 {
         let len = if number % 4 == 0 { 40_000 + number } else { 100 + number };
         let key = format!("late{number:03}");
@@ -95,8 +71,8 @@ fn written_volume(source: &Path) {
 
 #[test]
 fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
-    let source = value_volumes::scratch("metadump-values", "source");
-    let mut files = value_volumes::Files(vec![source.clone()]);
+    let source = volumes::scratch("metadump-values", "source");
+    let mut files = volumes::Files(vec![source.clone()]);
     written_volume(&source);
     let original = std::fs::read(&source).unwrap_or_default();
     assert!(contains(&original, b"SECRETVALUE-10000-") && contains(&original, b"SECRETVALUE-101-"));
@@ -104,7 +80,7 @@ fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
     assert_eq!(source_read.len(), 3020);
     let (source_code, source_codes, source_text) = fsck(&source);
 
-    let output = value_volumes::scratch("metadump-values", "dump");
+    let output = volumes::scratch("metadump-values", "dump");
     files.0.push(output.clone());
     let args =
         MetadumpArgs { path: source.clone(), output: output.clone(), keep_keys: false, force: false, json: true };
@@ -125,7 +101,7 @@ fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
         (source_code, &source_codes),
         "fsck of the volume:\n{source_text}\nof the image:\n{text}"
     );
-    assert_eq!(tree_shape(&output), tree_shape(&source));
+    assert_eq!(volumes::tree_shape(&output), volumes::tree_shape(&source));
     // The same number of keys in the same order, each value zeros as long as the volume's.
     let image_read = read_all(&output);
     assert_eq!(image_read.len(), source_read.len());
@@ -135,7 +111,7 @@ fn a_metadump_of_a_volume_with_value_chunks_holds_no_value_and_reads_like_it() {
     }
 
     // --keep-keys: the keys stay, and each reads zeros as long as its value.
-    let kept = value_volumes::scratch("metadump-values", "keep-keys");
+    let kept = volumes::scratch("metadump-values", "keep-keys");
     files.0.push(kept.clone());
     let args = MetadumpArgs { path: source.clone(), output: kept.clone(), keep_keys: true, force: false, json: false };
     let mut out = Vec::new();
@@ -176,20 +152,13 @@ fn read_instances(path: &Path, instance_count: u32) -> Vec<(u32, Vec<u8>, Vec<u8
 /// value zeros.
 #[test]
 fn the_metadump_of_each_frozen_volume_with_value_chunks_reads_as_zeros() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/v1.4");
-    let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.join("image.gz").exists())
-        .collect();
-    folders.sort();
+    let folders = volumes::frozen_folders("1.4");
     assert!(folders.len() >= 5, "{folders:?}");
     for folder in folders {
         let name = folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-        let source = value_volumes::scratch("metadump-values", &format!("frozen-{name}"));
-        let output = value_volumes::scratch("metadump-values", &format!("frozen-{name}-dump"));
-        let _files = value_volumes::Files(vec![source.clone(), output.clone()]);
+        let source = volumes::scratch("metadump-values", &format!("frozen-{name}"));
+        let output = volumes::scratch("metadump-values", &format!("frozen-{name}-dump"));
+        let _files = volumes::Files(vec![source.clone(), output.clone()]);
         let packed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{error}"));
         let bytes = lds_fixtures::decompress(&packed).unwrap_or_else(|error| panic!("{name}: {error}"));
         std::fs::write(&source, bytes).unwrap_or_else(|error| panic!("{error}"));

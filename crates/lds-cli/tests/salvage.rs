@@ -4,11 +4,13 @@
 //! keys of its range, reported, with exit 1; the source is never written; usage errors are
 //! named.
 
+mod volumes;
+
 use std::path::{Path, PathBuf};
 
 use lds_cli::kv::{self, ScanRange, Target};
 use lds_cli::mkfs::MkfsOptions;
-use lds_cli::salvage::{run, SalvageArgs};
+use lds_cli::salvage::SalvageArgs;
 use lds_format::label::LogKind;
 
 fn scratch(name: &str) -> PathBuf {
@@ -31,23 +33,6 @@ fn scan(path: &Path) -> String {
 fn fsck(path: &Path) -> i32 {
     let options = lds_cli::fsck::FsckOptions { path: path.to_path_buf(), deep: true, ..Default::default() };
     lds_cli::fsck::run(&options, &mut Vec::new(), &mut Vec::new())
-}
-
-fn salvage(args: SalvageArgs) -> (i32, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run(&args, &mut out, &mut err);
-    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
-}
-
-fn args(path: &Path, output: Option<&Path>) -> SalvageArgs {
-    SalvageArgs {
-        path: path.to_path_buf(),
-        output: output.map(Path::to_path_buf),
-        export: None,
-        size: None,
-        force: false,
-        json: false,
-    }
 }
 
 /// A volume written by the engine: 20,000 keys, every tenth overwritten, three deleted.
@@ -95,7 +80,7 @@ fn salvage_recovers_every_key_without_version_log_or_labels() {
 
     let before = std::fs::read(&source).unwrap_or_default();
     let output = scratch("out-no-version-log");
-    let (code, out, err) = salvage(args(&source, Some(&output)));
+    let (code, out, err) = volumes::salvage(&volumes::salvage_args(&source, Some(&output)));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("layout from label"), "{out}");
     assert!(out.contains("kept 19997 keys"), "{out}");
@@ -107,14 +92,15 @@ fn salvage_recovers_every_key_without_version_log_or_labels() {
     zero(&source, 0, geometry.sector());
     zero(&source, geometry.ofs_backup_label(), geometry.sector());
     let output = scratch("out-no-labels");
-    let (code, out, err) = salvage(args(&source, Some(&output)));
+    let (code, out, err) = volumes::salvage(&volumes::salvage_args(&source, Some(&output)));
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("layout from chunk footers"), "{out}");
     assert_eq!(fsck(&output), 0);
     assert!(scan(&output) == expected, "the salvaged volume holds other keys or values");
 
     // NDJSON export: the same keys, one object per line; the report goes to standard error.
-    let (code, out, err) = salvage(SalvageArgs { export: Some("ndjson".into()), ..args(&source, None) });
+    let (code, out, err) =
+        volumes::salvage(&SalvageArgs { export: Some("ndjson".into()), ..volumes::salvage_args(&source, None) });
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 19_997);
     assert!(out.lines().all(|line| line.starts_with("{\"key\":\"key")), "{}", out.lines().next().unwrap_or(""));
@@ -140,7 +126,8 @@ fn a_damaged_block_loses_only_its_keys_and_is_reported() {
         .unwrap_or_else(|| panic!("no chunk found"));
     zero(&source, geometry.slot_offset(slot) + 8192, 512);
     let output = scratch("out-damaged");
-    let (code, out, err) = salvage(SalvageArgs { json: true, ..args(&source, Some(&output)) });
+    let (code, out, err) =
+        volumes::salvage(&SalvageArgs { json: true, ..volumes::salvage_args(&source, Some(&output)) });
     assert_eq!(code, 1, "{out}{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|error| panic!("{error}: {out}"));
     assert_eq!(report["schema"], "lds-salvage/1");
@@ -159,14 +146,14 @@ fn a_damaged_block_loses_only_its_keys_and_is_reported() {
 #[test]
 fn usage_errors_are_named() {
     let (source, _) = written_volume("source-usage");
-    let (code, _, err) = salvage(args(&source, None));
+    let (code, _, err) = volumes::salvage(&volumes::salvage_args(&source, None));
     assert_eq!(code, 16);
     assert!(err.contains("--output"), "{err}");
-    let (code, _, err) = salvage(args(&source, Some(&source)));
+    let (code, _, err) = volumes::salvage(&volumes::salvage_args(&source, Some(&source)));
     assert_eq!(code, 16);
     assert!(err.contains("the damaged volume itself"), "{err}");
     let missing = scratch("missing");
-    let (code, _, err) = salvage(args(&missing, Some(&scratch("out-missing"))));
+    let (code, _, err) = volumes::salvage(&volumes::salvage_args(&missing, Some(&scratch("out-missing"))));
     assert_eq!(code, 8);
     assert!(err.contains(&missing.display().to_string()), "{err}");
     let _ = std::fs::remove_file(&source);

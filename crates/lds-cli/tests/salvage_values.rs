@@ -9,13 +9,13 @@
 //! takes is learnt from the engine itself: it reads every key of the damaged volume (version
 //! log intact), and the keys it cannot read are the only ones salvage may lose.
 
-mod value_volumes;
+mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lds_cli::salvage::{run, SalvageArgs};
+use lds_cli::salvage::SalvageArgs;
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::label::{Geometry, LogKind};
 use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
@@ -60,7 +60,7 @@ impl Random {
 /// entry may hold inline); overwritten twice (all, then a third), a few deleted; the last
 /// writes only in the backup log.
 fn written_volume(name: &str) -> (PathBuf, Model) {
-    let path = value_volumes::scratch("salvage-values", name);
+    let path = volumes::scratch("salvage-values", name);
     let options = lds_cli::mkfs::MkfsOptions {
         path: path.clone(),
         size: Some(64 << 20),
@@ -183,7 +183,7 @@ fn listed_value_chunks(path: &Path) -> BTreeSet<u64> {
 fn keys_in_value_chunk(source: &Path, slot: u64, footer: &ValueFooter, model: &Model) -> BTreeSet<Vec<u8>> {
     let name = source.file_stem().map(|stem| stem.to_string_lossy().into_owned()).unwrap_or_default();
     let copy = std::env::temp_dir().join(format!("{name}-oracle-{slot}.img"));
-    let _files = value_volumes::Files(vec![copy.clone()]);
+    let _files = volumes::Files(vec![copy.clone()]);
     std::fs::copy(source, &copy).unwrap_or_else(|error| panic!("{error}"));
     zero(&copy, geometry_of(&copy).slot_offset(slot), u64::from(footer.len_body));
     let (db, _) =
@@ -217,28 +217,11 @@ fn chosen_value_chunk(source: &Path, model: &Model) -> (u64, ValueFooter, BTreeS
     panic!("no listed value chunk holds a large value");
 }
 
-fn salvage(args: &SalvageArgs) -> (i32, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = run(args, &mut out, &mut err);
-    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
-}
-
-fn args(path: &Path, output: Option<&Path>) -> SalvageArgs {
-    SalvageArgs {
-        path: path.to_path_buf(),
-        output: output.map(Path::to_path_buf),
-        export: None,
-        size: None,
-        force: false,
-        json: true,
-    }
-}
-
 /// Salvages `source` to a new volume: the exit code, the report, what the new volume holds.
-fn salvage_to_volume(source: &Path, name: &str, files: &mut value_volumes::Files) -> (i32, serde_json::Value, Model) {
-    let output = value_volumes::scratch("salvage-values", name);
+fn salvage_to_volume(source: &Path, name: &str, files: &mut volumes::Files) -> (i32, serde_json::Value, Model) {
+    let output = volumes::scratch("salvage-values", name);
     files.0.push(output.clone());
-    let (code, out, err) = salvage(&args(source, Some(&output)));
+    let (code, out, err) = volumes::salvage(&json_args(source, Some(&output)));
     assert!(code == 0 || code == 1, "{code}: {out}{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|error| panic!("{error}: {out}"));
     let fsck = lds_cli::fsck::FsckOptions { path: output.clone(), deep: true, ..Default::default() };
@@ -282,10 +265,15 @@ fn check_salvaged(
     assert!(must_lose.is_subset(lost), "values read that cannot be read: {must_lose:?} lost, {lost:?} reported");
 }
 
+/// Salvage with a JSON report.
+fn json_args(path: &Path, output: Option<&Path>) -> SalvageArgs {
+    SalvageArgs { json: true, ..volumes::salvage_args(path, output) }
+}
+
 #[test]
 fn values_are_salvaged_through_their_pointers_without_version_log_or_labels() {
     let (source, model) = written_volume("whole");
-    let mut files = value_volumes::Files(vec![source.clone()]);
+    let mut files = volumes::Files(vec![source.clone()]);
     zero_version_log(&source);
     let before = std::fs::read(&source).unwrap_or_default();
     let (code, report, got) = salvage_to_volume(&source, "whole-out", &mut files);
@@ -305,7 +293,8 @@ fn values_are_salvaged_through_their_pointers_without_version_log_or_labels() {
     check_salvaged(&got, &lost_keys(&report), &model, &BTreeSet::new(), &BTreeSet::new());
 
     // NDJSON: every value whole, the largest too.
-    let (code, out, err) = salvage(&SalvageArgs { export: Some("ndjson".into()), json: false, ..args(&source, None) });
+    let (code, out, err) =
+        volumes::salvage(&SalvageArgs { export: Some("ndjson".into()), json: false, ..json_args(&source, None) });
     assert_eq!(code, 0, "{err}");
     let exported: Model = out
         .lines()
@@ -321,7 +310,7 @@ fn values_are_salvaged_through_their_pointers_without_version_log_or_labels() {
 #[test]
 fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
     let (source, model) = written_volume("body");
-    let mut files = value_volumes::Files(vec![source.clone()]);
+    let mut files = volumes::Files(vec![source.clone()]);
     let (slot, footer, keys) = chosen_value_chunk(&source, &model);
     let large: BTreeSet<Vec<u8>> = keys.iter().filter(|key| model[*key].len() >= DIRECT_MIN).cloned().collect();
     // Its body zeroed, its footer intact: the digest fails and the values do not check.
@@ -339,11 +328,11 @@ fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
     assert!(report["lost_values"][0]["sequence"].as_u64().is_some_and(|sequence| sequence <= 2000), "{report}");
 
     // The text report names each lost value.
-    let (code, out, _) = salvage(&SalvageArgs {
+    let (code, out, _) = volumes::salvage(&SalvageArgs {
         json: false,
-        ..args(&source, Some(&value_volumes::scratch("salvage-values", "body-text")))
+        ..json_args(&source, Some(&volumes::scratch("salvage-values", "body-text")))
     });
-    files.0.push(value_volumes::scratch("salvage-values", "body-text"));
+    files.0.push(volumes::scratch("salvage-values", "body-text"));
     assert_eq!(code, 1);
     let first = lost.iter().next().map(|key| String::from_utf8_lossy(key).into_owned()).unwrap_or_default();
     assert!(out.contains(&format!("lost value: instance 0 key \"{first}\" (sequence ")), "{out}");
@@ -353,7 +342,7 @@ fn a_damaged_value_chunk_loses_only_its_values_and_names_them() {
 #[test]
 fn a_value_chunk_whose_footer_is_lost_is_read_through_the_version_log() {
     let (source, model) = written_volume("footer");
-    let mut files = value_volumes::Files(vec![source.clone()]);
+    let mut files = volumes::Files(vec![source.clone()]);
     let (slot, footer, keys) = chosen_value_chunk(&source, &model);
     let large: BTreeSet<Vec<u8>> = keys.iter().filter(|key| model[*key].len() >= DIRECT_MIN).cloned().collect();
     let geometry = geometry_of(&source);
@@ -397,22 +386,15 @@ fn ndjson_pair(line: &str) -> ((u64, Vec<u8>), Vec<u8>) {
 /// their version logs and without, each gives exactly the state it was frozen with.
 #[test]
 fn the_frozen_volumes_with_value_chunks_salvage_to_their_state() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/v1.4");
-    let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.join("image.gz").exists())
-        .collect();
-    folders.sort();
+    let folders = volumes::frozen_folders("1.4");
     assert!(folders.len() >= 5, "{folders:?}");
     let mut pointers = 0;
     for folder in folders {
         let name = folder.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let state_text = std::fs::read_to_string(folder.join("state.ndjson")).unwrap_or_else(|error| panic!("{error}"));
         let state: BTreeMap<(u64, Vec<u8>), Vec<u8>> = state_text.lines().map(ndjson_pair).collect();
-        let image = value_volumes::scratch("salvage-values", &format!("frozen-{name}"));
-        let _files = value_volumes::Files(vec![image.clone()]);
+        let image = volumes::scratch("salvage-values", &format!("frozen-{name}"));
+        let _files = volumes::Files(vec![image.clone()]);
         let packed = std::fs::read(folder.join("image.gz")).unwrap_or_else(|error| panic!("{error}"));
         let bytes = lds_fixtures::decompress(&packed).unwrap_or_else(|error| panic!("{name}: {error}"));
         std::fs::write(&image, bytes).unwrap_or_else(|error| panic!("{error}"));
@@ -424,8 +406,8 @@ fn the_frozen_volumes_with_value_chunks_salvage_to_their_state() {
                     zero(&image, offset, len);
                 }
             }
-            let export = SalvageArgs { export: Some("ndjson".into()), json: true, ..args(&image, None) };
-            let (code, out, err) = salvage(&export);
+            let export = SalvageArgs { export: Some("ndjson".into()), json: true, ..json_args(&image, None) };
+            let (code, out, err) = volumes::salvage(&export);
             assert_eq!(code, 0, "{name}: {err}");
             let report: serde_json::Value =
                 serde_json::from_str(err.trim()).unwrap_or_else(|error| panic!("{name}: {error}: {err}"));

@@ -280,8 +280,8 @@ pub fn plan_remove(volume: &dyn BlockDevice, index: usize) -> Result<DevicePlan,
     };
     let all = versions(volume, &old.geometry)?;
     let moves = moves_off(&all, &|slot| entry.holds(slot));
-    refuse_pending(volume, &all, &old.geometry, &|slot| entry.holds(slot))?;
-    let used = slots_used(&all, &old.geometry);
+    refuse_pending(volume, &all, &|slot| entry.holds(slot))?;
+    let used = slots_used(&all);
     let free_elsewhere = (0..old.geometry.num_slots)
         .filter(|&slot| old.slot_present(slot) && !entry.holds(slot) && !used.contains(&slot))
         .count() as u64;

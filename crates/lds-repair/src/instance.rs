@@ -26,6 +26,8 @@ pub(crate) struct Source {
     backup_area: Vec<u8>,
     recovery: Result<InstanceRecovery, VersionLogError>,
     good: Option<GoodVersion>,
+    /// The value chunks only the backup log names, by id, with their slots (read once).
+    pending_values: BTreeMap<u64, u64>,
 }
 
 fn version_log_broken(recovery: &Result<InstanceRecovery, VersionLogError>) -> bool {
@@ -45,7 +47,15 @@ impl Source {
         } else {
             None
         };
-        Ok(Self { instance, version_area, backup_area, recovery, good })
+        // SPEC.md §8.6: written before their batch, not yet added by a flush; none when the
+        // backup log does not replay.
+        let pending_values = match &recovery {
+            Ok(recovery) => recovery
+                .pending_value_chunks(&backup_area, &area_context(geometry, LogKind::Backup, instance))
+                .unwrap_or_default(),
+            Err(_) => BTreeMap::new(),
+        };
+        Ok(Self { instance, version_area, backup_area, recovery, good, pending_values })
     }
 
     /// The recovered version, when the version log recovers.
@@ -72,12 +82,9 @@ impl Source {
     }
 
     /// The slots of the value chunks only the backup log names (SPEC.md §8.6: written before
-    /// their batch, not yet added by a flush), by value chunk id; none when the backup log does
-    /// not replay.
-    pub(crate) fn pending_value_slots(&self, geometry: &Geometry) -> BTreeMap<u64, u64> {
-        let Ok(recovery) = &self.recovery else { return BTreeMap::new() };
-        let context = area_context(geometry, LogKind::Backup, self.instance);
-        recovery.pending_value_chunks(&self.backup_area, &context).unwrap_or_default()
+    /// their batch, not yet added by a flush), by value chunk id.
+    pub(crate) fn pending_value_slots(&self) -> &BTreeMap<u64, u64> {
+        &self.pending_values
     }
 
     /// Every slot a version of the old state may read: the recovered version's (chunks and
@@ -90,17 +97,13 @@ impl Source {
             slots.extend(version.value_chunks.values().map(|value_chunk| value_chunk.slot));
             slots.extend(journals.values().flat_map(|journal| journal.outputs.iter().flat_map(ChunkMeta::slots)));
         };
-        let mut pending = Vec::new();
         if let Ok(recovery) = &self.recovery {
             add(&recovery.version_log.version, &recovery.version_log.unfinished_compactions);
-            let context = area_context(&recovery.version_log.base.geometry, LogKind::Backup, self.instance);
-            pending
-                .extend(recovery.pending_value_chunks(&self.backup_area, &context).unwrap_or_default().into_values());
         }
         if let Some(good) = &self.good {
             add(&good.version, &good.unfinished_compactions);
         }
-        slots.extend(pending);
+        slots.extend(self.pending_values.values());
         slots
     }
 }
@@ -290,7 +293,7 @@ pub(crate) fn rebase_plan(
             .map_err(NotRebasable::Device)?;
         value_moves.push((*value_chunk, image));
     }
-    if let Some((id, slot)) = source.pending_value_slots(geometry).into_iter().find(|(_, slot)| !usable(*slot)) {
+    if let Some((id, slot)) = source.pending_value_slots().iter().find(|(_, slot)| !usable(**slot)) {
         return Err(NotRebasable::Damaged(format!(
             "value chunk {id} in slot {slot} is named only by the backup log (written before its batch): open the volume once (lds recover) so that a flush adds it to the version, then run this again"
         )));

@@ -156,12 +156,12 @@ pub(crate) fn moves_off(all: &[(Source, Version)], leaving: &dyn Fn(u64) -> bool
 
 /// Every slot the versions use: chunks, value chunks, and the value chunks only the backup
 /// logs name (SPEC.md §9.4).
-pub(crate) fn slots_used(all: &[(Source, Version)], geometry: &Geometry) -> BTreeSet<u64> {
+pub(crate) fn slots_used(all: &[(Source, Version)]) -> BTreeSet<u64> {
     let mut used = BTreeSet::new();
     for (source, version) in all {
         used.extend(version.chunks.values().flat_map(|chunk| chunk.slots()));
         used.extend(version.value_chunks.values().map(|value_chunk| value_chunk.slot));
-        used.extend(source.pending_value_slots(geometry).into_values());
+        used.extend(source.pending_value_slots().values());
     }
     used
 }
@@ -172,11 +172,10 @@ pub(crate) fn slots_used(all: &[(Source, Version)], geometry: &Geometry) -> BTre
 pub(crate) fn refuse_pending(
     device: &dyn BlockDevice,
     all: &[(Source, Version)],
-    geometry: &Geometry,
     leaving: &dyn Fn(u64) -> bool,
 ) -> Result<(), ResizeError> {
     for (source, _) in all {
-        if let Some((id, slot)) = source.pending_value_slots(geometry).into_iter().find(|(_, slot)| leaving(*slot)) {
+        if let Some((id, slot)) = source.pending_value_slots().iter().find(|(_, slot)| leaving(**slot)) {
             return Err(ResizeError::Refused {
                 device: device_name(device),
                 reason: format!(
@@ -249,10 +248,10 @@ pub fn plan(device: &dyn BlockDevice, volume_len: u64) -> Result<ResizePlan, Res
     let old = label.geometry;
     let new = resized(&old, volume_len);
     let all = versions(device, &old)?;
-    let slots_in_use = slots_used(&all, &old).len() as u64;
+    let slots_in_use = slots_used(&all).len() as u64;
     let min_len = old.ofs_slot_area + num_slots_min(slots_in_use) * old.slot_size + old.sector();
     let moves = moves_off(&all, &|slot| slot >= new.num_slots);
-    refuse_pending(device, &all, &old, &|slot| slot >= new.num_slots)?;
+    refuse_pending(device, &all, &|slot| slot >= new.num_slots)?;
     let mut rebase = Vec::new();
     for (source, _) in &all {
         // Every instance once the labels change; after that, those whose base version does

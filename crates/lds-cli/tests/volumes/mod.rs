@@ -1,0 +1,117 @@
+//! What tests of whole volumes share: scratch paths removed when dropped, mkfs with value
+//! chunks (SPEC.md §8.6) and loading through kv-separation, the frozen fixtures of a version,
+//! the tree's shape, and running salvage.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// A scratch image path for `test` (one per process), removed now if it exists.
+pub fn scratch(test: &str, name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("lds-{test}-{}-{name}.img", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Removes its files when dropped, also when an assertion fails.
+pub struct Files(pub Vec<PathBuf>);
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Formats `path` as a volume of `size` bytes with slots of `slot_size` and value chunks.
+pub fn mkfs_with_value_chunks(path: &Path, size: u64, slot_size: u64) {
+    let options = lds_cli::mkfs::MkfsOptions {
+        path: path.to_path_buf(),
+        size: Some(size),
+        slot_size: Some(slot_size),
+        value_chunks: true,
+        ..Default::default()
+    };
+    assert_eq!(lds_cli::mkfs::run(&options, &mut Vec::new(), &mut Vec::new()), 0);
+}
+
+/// Loads `input` (`lds load` lines, hex with `hex`) into instance 0 of `path` with
+/// kv-separation.
+pub fn load_separated(path: &Path, input: &str, hex: bool) {
+    let target = lds_cli::kv::Target {
+        path: path.to_path_buf(),
+        instance: 0,
+        hex,
+        wait: None,
+        technique: "kv-separation".into(),
+    };
+    let mut err = Vec::new();
+    let code = lds_cli::kv::load(&target, None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+}
+
+/// Opens `path` with kv-separation, values from `direct_min` bytes written to value chunks
+/// before their batch.
+pub fn open_separated(path: &Path, direct_min: usize) -> lds_engine::Db {
+    let options = lds_engine::Options { value_direct_min: direct_min, ..lds_engine::Options::default() }
+        .with_techniques("kv-separation")
+        .unwrap_or_else(|error| panic!("{error}"));
+    lds_engine::Db::open(path, options).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// The folders of the frozen fixtures of `version` (`fixtures/vVERSION/*`), sorted.
+pub fn frozen_folders(version: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(format!("v{version}"));
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|error| panic!("{}: {error}", root.display()))
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.join("image.gz").exists())
+        .collect();
+    folders.sort();
+    folders
+}
+
+/// `lds dump PATH tree` with the key ranges masked.
+pub fn tree_shape(path: &Path) -> Vec<String> {
+    let options = lds_cli::dump::DumpOptions {
+        path: path.to_path_buf(),
+        what: lds_cli::dump::DumpWhat::Tree,
+        instance: 0,
+        json: false,
+        entries: false,
+        wait: std::time::Duration::ZERO,
+    };
+    let mut out = Vec::new();
+    assert_eq!(lds_cli::dump::run(&options, &mut out, &mut Vec::new()), 0, "{}", path.display());
+    String::from_utf8_lossy(&out)
+        .lines()
+        .map(|line| match line.find(" .. ") {
+            Some(_) if line.trim_start().starts_with("chunk") => {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                // chunk ID SMALLEST .. LARGEST N entries seq A..B
+                format!("{} {} K .. K {}", words[0], words[1], words[5..].join(" "))
+            }
+            _ => line.to_string(),
+        })
+        .collect()
+}
+
+/// `lds salvage` of `path` to `output` (or a report only), text output.
+pub fn salvage_args(path: &Path, output: Option<&Path>) -> lds_cli::salvage::SalvageArgs {
+    lds_cli::salvage::SalvageArgs {
+        path: path.to_path_buf(),
+        output: output.map(Path::to_path_buf),
+        export: None,
+        size: None,
+        force: false,
+        json: false,
+    }
+}
+
+/// Runs salvage: exit code, standard output, standard error.
+pub fn salvage(args: &lds_cli::salvage::SalvageArgs) -> (i32, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = lds_cli::salvage::run(args, &mut out, &mut err);
+    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
+}
