@@ -72,14 +72,30 @@ seq:
     size: 16
   - id: digest
     size: 32
+  - id: ofs_sketch
+    type: u4
+    doc: |
+      Format 1.5 (feature `chunk_sketches`): offset of the key sketch
+      (lds_key_sketch, SPEC.md §8.7) from the slot start; 0 without one.
+  - id: len_sketch
+    type: u4
+    doc: |
+      Bytes of the key sketch; 0: none. Otherwise `len_body <= ofs_sketch`
+      and `ofs_sketch + len_sketch == ofs_index`.
+  - id: sketch_crc32c
+    type: u4
+    doc: crc32c of the key sketch; 0 without one.
   - id: reserved
-    size: 20
+    size: 8
   - id: footer_crc32c
     type: u4
     doc: crc32c of footer bytes 0..156.
 instances:
   odd:
     value: (flags & 1) != 0
+  has_sketch:
+    value: len_sketch != 0
+    doc: The sub-chunk carries a key sketch (SPEC.md §8.7, format 1.5).
   has_xxh3_digest:
     value: (flags & 2) != 0
     doc: The digest is xxh3-128 and 16 zero bytes (SPEC.md §8.3, format 1.3).

@@ -48,7 +48,9 @@ seq:
       `devices` holds their table. Bit 2 (1.3): `fast_digest`, chunks record an
       xxh3-128 digest (lds_chunk_footer::flags bit 1). Bit 3 (1.4):
       `value_chunks`, large values live in value chunks (lds_value_footer) and
-      the tree holds value pointers (lds_value_pointer).
+      the tree holds value pointers (lds_value_pointer). Bit 4 (1.5):
+      `chunk_sketches`, level-0 chunks carry a key sketch (lds_key_sketch,
+      lds_chunk_footer::len_sketch).
   - id: geometry
     type: geometry
   - id: generation
@@ -84,15 +86,20 @@ instances:
       Feature `value_chunks` (1.4): value chunks in slots, value pointers
       (entry kind 2) in batches and blocks, and a value section at the end of
       base and delta versions (SPEC.md §8.6).
+  has_chunk_sketches:
+    value: (features_incompat & 16) != 0
+    doc: |
+      Feature `chunk_sketches` (1.5): key sketches in chunk tails (SPEC.md
+      §8.7).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 15
+      version_major == 1 and len_label == 512 and features_incompat <= 31
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3), zero reserved bytes or a
+      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3, 1.5 bit 4), zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

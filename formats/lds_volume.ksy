@@ -13,6 +13,7 @@ meta:
     - lds_value_footer
     - lds_block_index
     - lds_filter
+    - lds_key_sketch
     - lds_block
 doc: |
   A whole LDS volume (a raw block device or an image file) as the inspection
@@ -314,6 +315,13 @@ types:
         size: footer.len_filter
         type: lds_filter
         if: has_footer
+      sketch:
+        io: _root._io
+        pos: ofs_slot + footer.ofs_sketch
+        size: footer.len_sketch
+        type: lds_key_sketch
+        if: has_footer and footer.has_sketch
+        doc: The key sketch (SPEC.md §8.7, format 1.5), when the chunk has one.
       blocks:
         type: slot_block(_index)
         repeat: expr

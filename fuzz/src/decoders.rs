@@ -586,6 +586,9 @@ fn blank_footer() -> Footer {
         slot_size: SLOT_SIZE as u32,
         volume_uuid: VOLUME_UUID,
         digest: [0; 32],
+        ofs_sketch: 0,
+        len_sketch: 0,
+        sketch_crc32c: 0,
         footer_crc32c: 0,
     }
 }

@@ -22,6 +22,7 @@ agree with `lds dump` and `lds scan` on every fixture.
 import gzip
 import io
 import json
+import math
 import os
 import sys
 import uuid
@@ -391,6 +392,24 @@ def live_version(vlog):
     return seq[last_bv][2].payload, [(t, o.payload) for t, o in live]
 
 
+def sketch_doc(slot):
+    """The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7):
+    None without one, else its precision and the HyperLogLog estimate of its distinct keys."""
+    if slot.footer.len_sketch == 0:
+        return None
+    registers = slot.sketch.registers
+    m = float(len(registers))
+    alpha = 0.7213 / (1.0 + 1.079 / m)
+    total = 0.0
+    for rank in registers:
+        total += 2.0 ** -rank
+    estimate = alpha * m * m / total
+    zeros = sum(1 for rank in registers if rank == 0)
+    if estimate <= 2.5 * m and zeros > 0:
+        estimate = m * math.log(m / zeros)
+    return {"precision": slot.sketch.precision, "distinct_keys": int(math.floor(estimate + 0.5))}
+
+
 def checked_slot(image, vol, slot_no):
     """Slot `slot_no` of a live chunk, once the checksums of its footer, index, filter and
     blocks hold (SPEC.md §8.2, §8.3); raises naming what does not."""
@@ -604,6 +623,7 @@ def chunk_docs(image, device=None):
                     "footer": project_type(slot.footer, "chunk_footer"),
                     "index": project(slot.index.entries, "[index_entry]"),
                     "filter": project_type(slot.filter, "filter"),
+                    "sketch": sketch_doc(slot),
                     "entries": [project_type(e, "block_entry") for b in slot.blocks for e in b.block.entries],
                 })
             doc = {"schema": "lds-dump/1", "what": "chunk", "device": device, "chunk_id": chunk_id,

@@ -260,6 +260,15 @@ pub(crate) fn check_chunk(
                 format!("the footer digest of slot {slot} differs from the version's"),
             );
         }
+        if footer.len_sketch != 0 {
+            // Footer::decode checked that the sketch lies between the body and the index.
+            let range = footer.ofs_sketch as usize..footer.ofs_index as usize;
+            let sketch_offset = slot_offset + u64::from(footer.ofs_sketch);
+            report.summary.key_sketches += 1;
+            if let Err(error) = lds_format::sketch::Sketch::decode(&image[range], sketch_offset, footer.sketch_crc32c) {
+                report.add(Code::SketchInvalid, structure.clone(), sketch_offset, error.to_string());
+            }
+        }
         // Footer::decode checked that body, index and filter lie inside the slot.
         let body = &image[..footer.len_body as usize];
         let tail = &image[footer.ofs_index as usize..footer_at];

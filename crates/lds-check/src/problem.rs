@@ -198,6 +198,9 @@ problems! {
     /// 412.
     OddChunksInLevel = 412, Warning, "a level holds more than one odd chunk (SPEC.md §11)",
         Preen("clear the odd flag of all but one (a later compaction merges them)");
+    /// 413.
+    SketchInvalid = 413, Warning, "a chunk's key sketch (SPEC.md §8.7) fails its crc32c or is not valid: reads are unaffected, deferred level-0 merges (technique triad-disk) treat the chunk as one without a sketch",
+        Preen("rewrite the chunk's entries into new chunks at its level (without a sketch)");
     /// 501.
     SlotReferencedTwice = 501, Error, "a slot is referenced twice",
         Fix("rebuild the version from the newest good base version whose chunks do not share a slot, plus the newer data in free slots");
@@ -343,6 +346,8 @@ pub struct Summary {
     pub value_bytes: u64,
     /// Values read through their pointers and checked against their crc32c (`--deep`).
     pub values_verified: u64,
+    /// Key sketches of sub-chunks checked (SPEC.md §8.7).
+    pub key_sketches: u64,
 }
 
 /// The outcome of a check.

@@ -610,9 +610,22 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
             "filter".into(),
             json!({"num_probes": sub_chunk.filter.num_probes, "num_bits": sub_chunk.filter.num_bits()}),
         );
+        let sketch = match &sub_chunk.sketch {
+            Ok(None) => Value::Null,
+            Ok(Some(sketch)) => {
+                json!({"precision": sketch.precision(), "distinct_keys": sketch.estimate().round() as u64})
+            }
+            Err(error) => json!({"error": error.to_string()}),
+        };
+        let sketch_text = match &sub_chunk.sketch {
+            Ok(None) => String::new(),
+            Ok(Some(sketch)) => format!(", key sketch: about {:.0} distinct keys", sketch.estimate()),
+            Err(error) => format!(", key sketch: {error}"),
+        };
+        sub.insert("sketch".into(), sketch);
         sub.insert("status".into(), json!({"digest": digest}));
         text.push(format!(
-            "slot {slot}: sub-chunk {} of {}, level {}, {} entries in {} blocks, sequences {}..{}, body {} bytes, tail {} bytes, digest {digest}",
+            "slot {slot}: sub-chunk {} of {}, level {}, {} entries in {} blocks, sequences {}..{}, body {} bytes, tail {} bytes, digest {digest}{sketch_text}",
             footer.sub_chunk_index,
             footer.num_sub_chunks,
             footer.level,

@@ -69,6 +69,9 @@ fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
             summary.value_chunks, summary.value_bytes, summary.values_verified
         ));
     }
+    if summary.key_sketches > 0 {
+        lines.push(format!("key sketches: {} checked", summary.key_sketches));
+    }
     lines.push(format!(
         "problems: {}, {}, {} info",
         plural(report.count(Severity::Error), "error"),
@@ -163,6 +166,7 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 "value_chunks": summary.value_chunks,
                 "value_bytes": summary.value_bytes,
                 "values_verified": summary.values_verified,
+                "key_sketches": summary.key_sketches,
                 "seconds": seconds,
             },
             "counts": {

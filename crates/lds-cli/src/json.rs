@@ -331,6 +331,9 @@ pub fn footer(footer: &Footer) -> Value {
         "slot_size": footer.slot_size,
         "volume_uuid": uuid(&footer.volume_uuid),
         "digest": hex(&footer.digest),
+        "ofs_sketch": footer.ofs_sketch,
+        "len_sketch": footer.len_sketch,
+        "sketch_crc32c": footer.sketch_crc32c,
         "footer_crc32c": footer.footer_crc32c,
     })
 }

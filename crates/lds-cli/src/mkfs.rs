@@ -54,14 +54,20 @@ pub struct MkfsOptions {
     pub json: bool,
     /// Format version: 1.3 (the default: chunks record an xxh3-128 digest, SPEC.md §8.3, and
     /// write batches a sync watermark, §7.1), 1.1 or 1.2 (a blake3 digest: readable by builds
-    /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build).
-    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4"])]
+    /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build); 1.4
+    /// is 1.3 with `--value-chunks`, 1.5 with `--chunk-sketches`.
+    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"])]
     pub format_version: String,
     /// Allow value chunks (format 1.4, feature `value_chunks`, SPEC.md §8.6): the engine's
     /// key-value separation (`--technique kv-separation`) keeps large values there, up to 1 GiB
     /// each. Builds before 1.4 refuse such a volume. `--format-version 1.4` implies it.
     #[arg(long)]
     pub value_chunks: bool,
+    /// Key sketches on level-0 chunks (format 1.5, feature `chunk_sketches`, SPEC.md §8.7),
+    /// which the engine's deferred level-0 merges (`--technique triad-disk`) estimate overlap
+    /// with. Builds before 1.5 refuse such a volume. `--format-version 1.5` implies it.
+    #[arg(long)]
+    pub chunk_sketches: bool,
 }
 
 fn parse_sector_size(text: &str) -> Result<u32, String> {
@@ -215,6 +221,17 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
             ))
         }
         (true, _) => label.with_value_chunks(),
+        (false, _) => label,
+    };
+    let label = match (options.chunk_sketches || options.format_version == "1.5", options.format_version.as_str()) {
+        (true, "1.0" | "1.1" | "1.2" | "1.4") => {
+            return Err(format!(
+                "{}: --chunk-sketches needs format 1.5 (it is asked with --format-version {})",
+                path.display(),
+                options.format_version
+            ))
+        }
+        (true, _) => label.with_chunk_sketches(),
         (false, _) => label,
     };
     if options.dry_run {

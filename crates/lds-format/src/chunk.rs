@@ -80,6 +80,12 @@ pub struct Footer {
     /// The digest of body, index, filter and footer bytes 0..104: blake3, or (flag
     /// `FOOTER_FLAG_XXH3`) xxh3-128 and 16 zero bytes (SPEC.md §8.3).
     pub digest: [u8; 32],
+    /// Offset of the key sketch in the slot (format 1.5, SPEC.md §8.7; 0 without one).
+    pub ofs_sketch: u32,
+    /// Bytes of the key sketch (0: none).
+    pub len_sketch: u32,
+    /// crc32c of the key sketch (0 without one).
+    pub sketch_crc32c: u32,
     /// crc32c of footer bytes 0..156.
     pub footer_crc32c: u32,
 }
@@ -91,6 +97,9 @@ impl Footer {
         let covered = self.encode_digest_covered();
         bytes[..FOOTER_DIGEST_COVERS].copy_from_slice(&covered);
         bytes[FOOTER_DIGEST_COVERS..FOOTER_DIGEST_COVERS + 32].copy_from_slice(&self.digest);
+        bytes[136..140].copy_from_slice(&self.ofs_sketch.to_le_bytes());
+        bytes[140..144].copy_from_slice(&self.len_sketch.to_le_bytes());
+        bytes[144..148].copy_from_slice(&self.sketch_crc32c.to_le_bytes());
         let crc = crc32c(&bytes[..FOOTER_CRC_OFFSET]);
         bytes[FOOTER_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
         bytes
@@ -161,8 +170,11 @@ impl Footer {
             slot_size: reader.u32()?,
             volume_uuid: reader.array()?,
             digest: reader.array()?,
+            ofs_sketch: reader.u32()?,
+            len_sketch: reader.u32()?,
+            sketch_crc32c: reader.u32()?,
             footer_crc32c: {
-                reader.bytes(20)?;
+                reader.bytes(8)?;
                 reader.u32()?
             },
         };
@@ -194,7 +206,7 @@ impl Footer {
                 minor: 0,
             });
         }
-        Reader::new(&bytes[136..156], S, offset + 136).reserved(20)?;
+        Reader::new(&bytes[148..156], S, offset + 148).reserved(8)?;
         let invalid = |field: &'static str, reason: String| Err(FormatError::invalid(S, field, offset, reason));
         if footer.flags & !(FOOTER_FLAG_ODD | FOOTER_FLAG_XXH3) != 0 {
             return invalid("flags", "reserved bits set".into());
@@ -214,6 +226,18 @@ impl Footer {
         }
         if footer.len_body > footer.ofs_index {
             return invalid("len_body", "the body overlaps the index".into());
+        }
+        if footer.len_sketch == 0 && (footer.ofs_sketch != 0 || footer.sketch_crc32c != 0) {
+            return invalid("ofs_sketch", "no key sketch, but its offset or crc32c is set".into());
+        }
+        if footer.len_sketch != 0
+            && (footer.ofs_sketch < footer.len_body
+                || u64::from(footer.ofs_sketch) + u64::from(footer.len_sketch) != u64::from(footer.ofs_index))
+        {
+            return invalid(
+                "ofs_sketch",
+                "the key sketch does not lie between the body and the index (SPEC.md §8.7)".into(),
+            );
         }
         if footer.num_sub_chunks == 0 || footer.sub_chunk_index >= footer.num_sub_chunks {
             return invalid("sub_chunk_index", format!("{} of {}", footer.sub_chunk_index, footer.num_sub_chunks));
@@ -515,6 +539,20 @@ pub struct ChunkOptions {
     pub bloom_bits_per_key: u32,
     /// The digest the footer records (xxh3-128 on volumes with feature `fast_digest`).
     pub digest: DigestKind,
+    /// The precision of the key sketch each sub-chunk carries (SPEC.md §8.7, volumes with
+    /// feature `chunk_sketches`); 0 for none.
+    pub sketch_precision: u8,
+}
+
+impl ChunkOptions {
+    /// Bytes of the key sketch each sub-chunk carries.
+    pub fn sketch_len(&self) -> usize {
+        if self.sketch_precision == 0 {
+            0
+        } else {
+            crate::sketch::Sketch::encoded_len(self.sketch_precision)
+        }
+    }
 }
 
 /// Footer flag bit 0: the chunk is its level's odd chunk (SPEC.md §11).
@@ -656,6 +694,7 @@ impl ChunkBuilder {
             + open_block
             + self.index.len()
             + Filter::encoded_len(self.key_hashes.len(), self.options.bloom_bits_per_key)
+            + self.options.sketch_len()
             + FOOTER_LEN
     }
 
@@ -680,6 +719,7 @@ impl ChunkBuilder {
             + BLOCK_TRAILER_LEN
             + index_len
             + Filter::encoded_len(self.key_hashes.len() + new_key, self.options.bloom_bits_per_key)
+            + self.options.sketch_len()
             + FOOTER_LEN;
         if needed > self.options.slot_size as usize {
             return false;
@@ -743,8 +783,19 @@ impl ChunkBuilder {
         let len_filter = tail.len() as u32 - len_index;
         let slot_size = self.options.slot_size;
         let tail_len = tail.len() + FOOTER_LEN;
-        assert!(self.body.len() + tail_len <= slot_size as usize, "builder overflowed its slot");
+        let sketch = if self.options.sketch_precision == 0 {
+            Vec::new()
+        } else {
+            let mut sketch = crate::sketch::Sketch::new(self.options.sketch_precision);
+            for &hash in &self.key_hashes {
+                sketch.add_hash(hash);
+            }
+            sketch.encode()
+        };
+        assert!(self.body.len() + sketch.len() + tail_len <= slot_size as usize, "builder overflowed its slot");
         let ofs_index = (slot_size as usize - tail_len) as u32;
+        let (ofs_sketch, sketch_crc32c) =
+            if sketch.is_empty() { (0, 0) } else { (ofs_index - sketch.len() as u32, crc32c(&sketch)) };
         let footer = Footer {
             version_major: 1,
             level: identity.level,
@@ -767,6 +818,9 @@ impl ChunkBuilder {
             slot_size: slot_size as u32,
             volume_uuid: identity.volume_uuid,
             digest: [0; 32],
+            ofs_sketch,
+            len_sketch: sketch.len() as u32,
+            sketch_crc32c,
             footer_crc32c: 0,
         };
         let tail_without_footer = tail.into_bytes();
@@ -783,6 +837,7 @@ impl ChunkBuilder {
             first_key: self.first_key,
             last_key: self.last_key,
             value_refs: self.value_refs.into_iter().collect(),
+            sketch,
             digest_prefix,
         };
         built.seal();
@@ -805,6 +860,8 @@ pub struct BuiltSubChunk {
     pub last_key: Vec<u8>,
     /// Bytes its pointer entries hold in each value chunk, by value chunk id (SPEC.md §6.4).
     pub value_refs: Vec<(u64, u64)>,
+    /// The encoded key sketch (SPEC.md §8.7), written just before the index; empty for none.
+    pub sketch: Vec<u8>,
     /// The digest's hasher after the body and the tail (see `ChunkBuilder::finish`).
     digest_prefix: DigestState,
 }
@@ -836,9 +893,10 @@ impl BuiltSubChunk {
         self.seal();
     }
 
-    /// The tail bytes (index, filter, footer) to write at the slot end.
+    /// The tail bytes (key sketch, index, filter, footer) to write at the slot end.
     pub fn tail(&self) -> Vec<u8> {
-        let mut tail = Vec::with_capacity(self.tail_without_footer.len() + FOOTER_LEN);
+        let mut tail = Vec::with_capacity(self.sketch.len() + self.tail_without_footer.len() + FOOTER_LEN);
+        tail.extend_from_slice(&self.sketch);
         tail.extend_from_slice(&self.tail_without_footer);
         tail.extend_from_slice(&self.footer.encode());
         tail
@@ -846,7 +904,7 @@ impl BuiltSubChunk {
 
     /// Bytes used in the slot.
     pub fn len_data(&self) -> u64 {
-        (self.body.len() + self.tail_without_footer.len() + FOOTER_LEN) as u64
+        (self.body.len() + self.sketch.len() + self.tail_without_footer.len() + FOOTER_LEN) as u64
     }
 
     /// The whole slot image, padding zeroed (for tests, fixtures and simple writers).
@@ -905,6 +963,21 @@ impl<'a> SubChunkView<'a> {
         Ok(Self { footer, index, filter, slot })
     }
 
+    /// The key sketch (SPEC.md §8.7), checked against its crc32c; `None` when the sub-chunk
+    /// has none.
+    pub fn sketch(&self, offset: u64) -> Result<Option<crate::sketch::Sketch>, FormatError> {
+        if self.footer.len_sketch == 0 {
+            return Ok(None);
+        }
+        let range = self.footer.ofs_sketch as usize..self.footer.ofs_index as usize;
+        crate::sketch::Sketch::decode(
+            &self.slot[range],
+            offset + u64::from(self.footer.ofs_sketch),
+            self.footer.sketch_crc32c,
+        )
+        .map(Some)
+    }
+
     /// Recomputes the blake3 digest and compares it with the footer's (fsck --deep, and
     /// every compaction input).
     pub fn verify_digest(&self, offset: u64) -> Result<(), FormatError> {
@@ -950,7 +1023,13 @@ mod tests {
     const SLOT: u64 = 64 * 1024;
 
     fn options() -> ChunkOptions {
-        ChunkOptions { slot_size: SLOT, block_size: 1024, bloom_bits_per_key: 10, digest: DigestKind::Blake3 }
+        ChunkOptions {
+            slot_size: SLOT,
+            block_size: 1024,
+            bloom_bits_per_key: 10,
+            digest: DigestKind::Blake3,
+            sketch_precision: 0,
+        }
     }
 
     fn identity() -> ChunkIdentity {
@@ -977,6 +1056,38 @@ mod tests {
             assert!(builder.add(&key(number), u64::from(number) + 1, kind, &value));
         }
         builder.finish(identity()).expect("not empty")
+    }
+
+    #[test]
+    fn a_key_sketch_lies_before_the_index_and_counts_the_keys() {
+        let mut builder = ChunkBuilder::new(ChunkOptions { sketch_precision: 10, ..options() });
+        for number in 0..800 {
+            // Two versions of each key: the sketch counts keys, not entries.
+            assert!(builder.add(&key(number), 2_000 - u64::from(number), EntryKind::Put, b"v"));
+            assert!(builder.add(&key(number), 1_000 - u64::from(number), EntryKind::Put, b"w"));
+        }
+        let built = builder.finish(identity()).expect("not empty");
+        assert_eq!(built.footer.len_sketch as usize, 4 + 1024);
+        assert_eq!(built.footer.ofs_sketch + built.footer.len_sketch, built.footer.ofs_index);
+        let image = built.slot_image();
+        let view = SubChunkView::open(&image, 0).expect("opens");
+        view.verify_digest(0).expect("the digest does not cover the sketch");
+        let estimate = view.sketch(0).expect("checks").expect("present").estimate();
+        assert!((estimate - 800.0).abs() < 80.0, "800 keys estimated as {estimate}");
+        // A damaged sketch is named, and the chunk still opens.
+        let mut damaged = image.clone();
+        damaged[built.footer.ofs_sketch as usize + 9] ^= 0x40;
+        let view = SubChunkView::open(&damaged, 0).expect("opens");
+        assert!(view.sketch(0).expect_err("crc").to_string().contains("key sketch"));
+        // The footer's sketch fields must describe the place before the index.
+        let mut footer = built.footer;
+        footer.ofs_sketch -= 1;
+        let bytes = footer.encode();
+        assert!(Footer::decode(&bytes, 0, SLOT).is_err());
+        let mut footer = built.footer;
+        footer.len_sketch = 0;
+        assert!(Footer::decode(&footer.encode(), 0, SLOT).is_err(), "an offset without a sketch");
+        assert_eq!(build(10).footer.len_sketch, 0);
     }
 
     #[test]

@@ -253,6 +253,7 @@ impl ImageBuilder {
             block_size: 4096,
             bloom_bits_per_key: 10,
             digest: crate::chunk::DigestKind::Blake3,
+            sketch_precision: 0,
         };
         let mut builder = ChunkBuilder::new(options);
         for (key, sequence, kind, value) in entries {

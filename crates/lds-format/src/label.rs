@@ -266,11 +266,15 @@ pub const FEATURE_INCOMPAT_FAST_DIGEST: u64 = 4;
 /// in batches and blocks, value references in chunk metadata and value sections in versions
 /// (SPEC.md §8.6), all of which a 1.3 reader rejects.
 pub const FEATURE_INCOMPAT_VALUE_CHUNKS: u64 = 8;
+/// Incompatible feature bit 4 (format 1.5): chunks written by flushes carry a key sketch
+/// (SPEC.md §8.7), named by footer bytes earlier builds require to be zero.
+pub const FEATURE_INCOMPAT_CHUNK_SKETCHES: u64 = 16;
 /// Incompatible features this build knows.
 pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK
     | FEATURE_INCOMPAT_MULTI_DEVICE
     | FEATURE_INCOMPAT_FAST_DIGEST
-    | FEATURE_INCOMPAT_VALUE_CHUNKS;
+    | FEATURE_INCOMPAT_VALUE_CHUNKS
+    | FEATURE_INCOMPAT_CHUNK_SKETCHES;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -317,6 +321,19 @@ impl Label {
         self
     }
 
+    /// The label of format version 1.5 (SPEC.md §17): this one with feature `chunk_sketches`
+    /// (`lds mkfs --chunk-sketches`).
+    pub fn with_chunk_sketches(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_CHUNK_SKETCHES;
+        self.version_minor = self.version_minor.max(5);
+        self
+    }
+
+    /// True when flushes write a key sketch with each chunk (SPEC.md §8.7).
+    pub fn has_chunk_sketches(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_CHUNK_SKETCHES != 0
+    }
+
     /// True when the volume may hold value chunks and pointers (SPEC.md §8.6).
     pub fn has_value_chunks(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_VALUE_CHUNKS != 0
@@ -352,6 +369,9 @@ impl Label {
         }
         if self.has_value_chunks() {
             self.version_minor = self.version_minor.max(4);
+        }
+        if self.has_chunk_sketches() {
+            self.version_minor = self.version_minor.max(5);
         }
         self.devices = devices;
         self
@@ -657,7 +677,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 16;
+        label.features_incompat = 32;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

@@ -16,6 +16,7 @@ pub mod log;
 pub mod pack;
 pub mod recovery;
 pub mod salvage;
+pub mod sketch;
 pub mod value;
 pub mod version;
 pub mod writer;

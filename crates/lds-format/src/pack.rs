@@ -27,6 +27,13 @@ impl ChunkFormat {
         self
     }
 
+    /// The same format with a key sketch in every sub-chunk (SPEC.md §8.7: flushes on volumes
+    /// with feature `chunk_sketches`).
+    pub fn with_sketches(mut self) -> Self {
+        self.options.sketch_precision = crate::sketch::SKETCH_PRECISION;
+        self
+    }
+
     /// The format of chunks of `instance` on the volume `label` describes: its digest kind
     /// from the label's features.
     pub fn for_label(label: &crate::label::Label, instance: u32, block_size: usize, bloom_bits_per_key: u32) -> Self {
@@ -42,6 +49,7 @@ impl ChunkFormat {
                 block_size,
                 bloom_bits_per_key,
                 digest: crate::chunk::DigestKind::Blake3,
+                sketch_precision: 0,
             },
             identity: ChunkIdentity {
                 volume_uuid: geometry.volume_uuid,

@@ -584,6 +584,7 @@ mod tests {
             block_size: 512,
             bloom_bits_per_key: 10,
             digest: crate::chunk::DigestKind::Blake3,
+            sketch_precision: 0,
         });
         let mut entries = Vec::new();
         for number in 0..400u64 {

@@ -131,6 +131,7 @@ fn decoders_survive_hostile_bytes() {
         block_size: 512,
         bloom_bits_per_key: 10,
         digest: lds_format::chunk::DigestKind::Blake3,
+        sketch_precision: 0,
     };
     let mut builder = ChunkBuilder::new(options);
     for (key, sequence, kind, value) in &entries {

@@ -327,6 +327,8 @@ pub struct SubChunkInspection {
     pub filter: Filter,
     /// Whether its blake3 digest matches.
     pub digest: Result<(), FormatError>,
+    /// Its key sketch (SPEC.md §8.7), checked: `Ok(None)` when it has none.
+    pub sketch: Result<Option<lds_format::sketch::Sketch>, FormatError>,
     /// Every entry, when asked for.
     pub entries: Option<Vec<OwnedEntry>>,
 }
@@ -404,6 +406,7 @@ pub fn chunk(
         sub_chunks.push(SubChunkInspection {
             slot,
             digest: view.verify_digest(offset),
+            sketch: view.sketch(offset),
             footer: view.footer,
             index: view.index,
             filter: view.filter,

@@ -509,6 +509,33 @@ public class LdsReader {
      * Slot `slotNo` of a live chunk, once the checksums of its footer, index, filter and blocks
      * hold (SPEC.md §8.2, §8.3); throws naming what does not.
      */
+    /** The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7):
+     *  null without one, else its precision and the HyperLogLog estimate of its distinct keys. */
+    static Object sketchDoc(LdsVolume.Slot slot) {
+        if (slot.footer().lenSketch() == 0) {
+            return null;
+        }
+        List<Integer> registers = slot.sketch().registers();
+        double m = registers.size();
+        double alpha = 0.7213 / (1.0 + 1.079 / m);
+        double total = 0.0;
+        int zeros = 0;
+        for (int rank : registers) {
+            total += Math.scalb(1.0, -rank);
+            if (rank == 0) {
+                zeros++;
+            }
+        }
+        double estimate = alpha * m * m / total;
+        if (estimate <= 2.5 * m && zeros > 0) {
+            estimate = m * Math.log(m / zeros);
+        }
+        Map<String, Object> doc = new LinkedHashMap<>();
+        doc.put("precision", slot.sketch().precision());
+        doc.put("distinct_keys", (long) Math.floor(estimate + 0.5));
+        return doc;
+    }
+
     static LdsVolume.Slot checkedSlot(KaitaiStream image, LdsVolume vol, long slotNo) {
         LdsLabel.Geometry g = vol.label().geometry();
         if (slotNo >= g.numSlots() || vol.slots().get((int) slotNo).footer() == null) {
@@ -735,6 +762,7 @@ public class LdsReader {
                     doc.put("footer", projectType(slot.footer(), "chunk_footer"));
                     doc.put("index", project(slot.index().entries(), "[index_entry]"));
                     doc.put("filter", projectType(slot.filter(), "filter"));
+                    doc.put("sketch", sketchDoc(slot));
                     List<Object> entries = new ArrayList<>();
                     for (LdsVolume.SlotBlock b : slot.blocks()) {
                         for (LdsBlock.Entry e : b.block().entries()) {

@@ -382,6 +382,24 @@ const cmp = (a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b));
  * Slot `slotNo` of a live chunk, once the checksums of its footer, index, filter and blocks
  * hold (SPEC.md §8.2, §8.3); throws naming what does not.
  */
+// The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7): null
+// without one, else its precision and the HyperLogLog estimate of its distinct keys.
+function sketchDoc(slot) {
+  if (slot.footer.lenSketch === 0) return null;
+  const registers = slot.sketch.registers;
+  const m = registers.length;
+  const alpha = 0.7213 / (1.0 + 1.079 / m);
+  let total = 0.0;
+  let zeros = 0;
+  for (const rank of registers) {
+    total += Math.pow(2, -rank);
+    if (rank === 0) zeros++;
+  }
+  let estimate = (alpha * m * m) / total;
+  if (estimate <= 2.5 * m && zeros > 0) estimate = m * Math.log(m / zeros);
+  return { precision: slot.sketch.precision, distinct_keys: Math.floor(estimate + 0.5) };
+}
+
 function checkedSlot(image, vol, slotNo) {
   const g = vol.label.geometry;
   if (slotNo >= g.numSlots || !vol.slots[slotNo].footer) throw new Error(`slot ${slotNo}: no chunk footer`);
@@ -593,6 +611,7 @@ function chunkDocs(image, device) {
           footer: projectType(slot.footer, "chunk_footer"),
           index: project(slot.index.entries, "[index_entry]"),
           filter: projectType(slot.filter, "filter"),
+          sketch: sketchDoc(slot),
           entries: slot.blocks.flatMap((b) => b.block.entries.map((e) => projectType(e, "block_entry"))),
         };
       });
