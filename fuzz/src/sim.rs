@@ -98,11 +98,13 @@ fn sector_size() -> u64 {
     u64::from(layout().sector_size.unwrap_or(SECTOR_SIZE_MIN))
 }
 
-/// A formatted volume, made once: with feature `value_chunks` (what `kv-separation` needs)
-/// or without, as the techniques switched on want.
+/// A formatted volume, made once for each set of features the techniques switched on want:
+/// `value_chunks` (what `kv-separation` needs), `chunk_sketches` (`triad-disk`).
 fn fresh_image() -> &'static [u8] {
-    static IMAGES: [OnceLock<Vec<u8>>; 2] = [OnceLock::new(), OnceLock::new()];
-    let index = usize::from(options(false).value_separation_min.is_some());
+    static IMAGES: [OnceLock<Vec<u8>>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let options = options(false);
+    let index =
+        usize::from(options.value_separation_min.is_some()) + 2 * usize::from(options.level0_overlap_min.is_some());
     IMAGES[index]
         .get_or_init(|| formatted_image().unwrap_or_else(|error| panic!("sim: cannot format the volume: {error}")))
 }

@@ -92,7 +92,9 @@ pub struct BenchOptions {
     /// pinned_levels=N, tail_cache_bytes=N.
     #[arg(long = "lds-option", value_name = "NAME=VALUE")]
     pub lds_options: Vec<String>,
-    /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning (see lds_engine::TECHNIQUES).
+    /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning, kv-separation (the
+    /// volume gets feature value_chunks), triad-disk (feature chunk_sketches); see
+    /// lds_engine::TECHNIQUES.
     #[arg(long, value_name = "NAME[,NAME]")]
     pub technique: Option<String>,
     /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with
@@ -168,10 +170,9 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         force,
         format_version: options.format_version.clone(),
         // Key-value separation needs a volume with value chunks (SPEC.md §8.6).
-        value_chunks: options
-            .technique
-            .as_deref()
-            .is_some_and(|names| names.split(',').any(|name| name.trim() == "kv-separation")),
+        value_chunks: technique_on(options, "kv-separation"),
+        // Deferred level-0 merges read key sketches (SPEC.md §8.7).
+        chunk_sketches: technique_on(options, "triad-disk"),
         ..MkfsOptions::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -179,6 +180,10 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         0 => Ok(()),
         _ => Err(String::from_utf8_lossy(&err).trim().trim_start_matches("lds mkfs: ").to_owned()),
     }
+}
+
+fn technique_on(options: &BenchOptions, technique: &str) -> bool {
+    options.technique.as_deref().is_some_and(|names| names.split(',').any(|name| name.trim() == technique))
 }
 
 /// Whether PATH already holds an LDS volume (then reformatting it needs no --force).

@@ -22,9 +22,10 @@ use serde_json::json;
 #[derive(Debug, Clone, clap::Args)]
 pub struct CrashtestOptions {
     /// Workload: basic, wrap, compaction, journal (named), or random, random-wrap,
-    /// random-journal, random-values (one per seed; random-wrap wraps the backup log often with many
-    /// unflushed writes at each wrap; journal and random-journal run merges large enough to be
-    /// journaled and clean inputs early). `repair`: crashes during `lds repair -y` on damaged
+    /// random-journal, random-values, random-level0 (one per seed; random-wrap wraps the backup
+    /// log often with many unflushed writes at each wrap; journal and random-journal run merges
+    /// large enough to be journaled and clean inputs early; random-level0 fills level 0 with
+    /// chunks that share few keys, for --technique triad-disk). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
     /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
     /// and during `lds device add|remove`; `devices`: the device changes alone. `instances`:
@@ -69,7 +70,8 @@ pub struct CrashtestOptions {
     pub json: bool,
     /// Switch engine techniques on for every store of the run, NAME[,NAME] (see `lds bench
     /// --technique`): level-pinning, kv-separation (the volume gets feature value_chunks;
-    /// `--workload random-values` writes values up to 80 KiB).
+    /// `--workload random-values` writes values up to 80 KiB), triad-disk (feature
+    /// chunk_sketches).
     #[arg(long, value_name = "NAME[,NAME]", default_value = "")]
     pub technique: String,
 }
@@ -103,7 +105,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, repair, resize, devices or instances",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, repair, resize, devices or instances",
             options.workload
         );
         return 2;

@@ -72,7 +72,7 @@ fn fsck_clean(path: &Path, context: &str) -> lds_check::Summary {
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5)] {
+    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5), ("v1.5/", 5)] {
         assert!(
             volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,
             "{version}: {volumes:?}"
@@ -97,6 +97,11 @@ fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
         // 1.4 volumes were written with key-value separation (SPEC.md §8.6).
         if name.starts_with("v1.4/") {
             assert!(summary.value_chunks > 0 && summary.values_verified > 0, "{name}: no value chunks: {summary:?}");
+        }
+        // 1.5 volumes were written with deferred level-0 merges: this one left six level-0
+        // chunks with sketches.
+        if name == "v1.5/deferred_level0" {
+            assert_eq!(summary.key_sketches, 6, "{name}: {summary:?}");
         }
         let labels = lds_volume::read_labels(&MemoryImage(&image)).unwrap_or_else(|error| panic!("{error}"));
         let instance_count = labels.choose().map(|(_, label)| label.geometry.instance_count).unwrap_or(1);

@@ -29,7 +29,10 @@ pub(crate) fn flush_frozen(
     last_sequence: u64,
 ) -> Result<()> {
     let mut retention = Retention::new(shared.smallest_snapshot());
-    let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
+    let mut format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
+    if shared.sketches {
+        format = format.with_sketches();
+    }
     let mut packer = ChunkPacker::new(format);
     let mut separator = Separator::new(shared);
     // Tombstones stay in level 0: older versions may lie below.
@@ -85,6 +88,11 @@ pub(crate) fn flush_frozen(
         values: shared.value_chunks.then(|| ValueDelta { added: value_added, ..ValueDelta::default() }),
     };
     commit_slots(shared, &mut state, &delta, freed)?;
+    if shared.options.level0_overlap_min.is_some() {
+        let sketches: Vec<_> =
+            built.iter().map(|chunk| (chunk.footer.chunk_id, chunk.footer, chunk.sketch.clone())).collect();
+        crate::compaction::defer::remember(&mut state, &sketches);
+    }
     for id in kept.iter().chain(&dropped) {
         state.pending_values.remove(id);
     }

@@ -54,6 +54,14 @@ pub struct Options {
     /// A merge copies the values of value chunks whose live bytes fell below this percent of
     /// a slot into new value chunks, so that those can be freed (default 50).
     pub value_gc_live_percent: u8,
+    /// TRIAD-DISK (technique `triad-disk`, SPEC.md §8.7): a level-0 merge due by
+    /// `level0_compaction_trigger` waits while the level-0 chunks' overlap ratio (`1 -
+    /// distinct keys / keys`, estimated from their key sketches) is below this, so that a
+    /// merge removes many duplicates at once (TRIAD's 0.4). `None` (the default): no wait.
+    /// Needs a volume with feature `chunk_sketches` (`lds mkfs --chunk-sketches`).
+    pub level0_overlap_min: Option<f64>,
+    /// With `level0_overlap_min`, level 0 never waits past this many chunks (TRIAD's 6).
+    pub level0_defer_max: usize,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -98,6 +106,8 @@ impl Default for Options {
             value_separation_min: None,
             value_direct_min: 2 << 20,
             value_gc_live_percent: 50,
+            level0_overlap_min: None,
+            level0_defer_max: 6,
             log_buffer_bytes: 64 << 10,
             background: true,
             compaction_journal: true,
@@ -118,6 +128,10 @@ pub const TECHNIQUES: &[(&str, &str)] = &[
         "kv-separation",
         "values of 1 KiB and more live in value chunks, the tree holds pointers (WiscKey, LSM-KVD); needs lds mkfs --value-chunks",
     ),
+    (
+        "triad-disk",
+        "a level-0 merge waits until the level-0 chunks' keys overlap by 40% (estimated from their key sketches) or 6 chunks (TRIAD); needs lds mkfs --chunk-sketches",
+    ),
 ];
 
 impl Options {
@@ -128,6 +142,7 @@ impl Options {
             match name {
                 "level-pinning" => self.pinned_levels = 3,
                 "kv-separation" => self.value_separation_min = Some(1 << 10),
+                "triad-disk" => self.level0_overlap_min = Some(0.4),
                 other => {
                     let known: Vec<&str> = TECHNIQUES.iter().map(|(name, _)| *name).collect();
                     return Err(format!("unknown technique '{other}': known are {}", known.join(", ")));

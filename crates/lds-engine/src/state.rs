@@ -40,6 +40,8 @@ pub(crate) struct Counters {
     pub(crate) compaction_device_flushes: AtomicU64,
     pub(crate) values_relocated_bytes: AtomicU64,
     pub(crate) value_collections: AtomicU64,
+    pub(crate) level0_merges: AtomicU64,
+    pub(crate) level0_chunks_merged: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.
@@ -155,6 +157,9 @@ pub(crate) struct TreeState {
     /// Value chunks written directly whose memtable is not flushed yet (SPEC.md §8.6): named
     /// only by the backup log, their slots marked in use.
     pub(crate) pending_values: BTreeMap<u64, lds_format::value::ValueChunkMeta>,
+    /// Key sketches of level-0 chunks, by chunk id (SPEC.md §8.7), kept with technique
+    /// `triad-disk`: read at open, added by flushes.
+    pub(crate) level0_sketches: BTreeMap<u64, lds_format::sketch::Sketch>,
 }
 
 /// The online map of slots (SPEC.md §9.4) and the allocation cursor (§10.4), shared by every
@@ -211,6 +216,9 @@ pub(crate) struct Shared {
     /// The label has feature `value_chunks` (SPEC.md §8.6): pointers may be read, and every
     /// commit keeps the value section.
     pub(crate) value_chunks: bool,
+    /// The label has feature `chunk_sketches` (SPEC.md §8.7): level-0 chunks of flushes carry
+    /// a key sketch.
+    pub(crate) sketches: bool,
     /// Values of at least this many bytes go to value chunks at flush (`Options::
     /// value_separation_min`, on a volume with the feature), and of at least
     /// `value_direct_min` before their batch.

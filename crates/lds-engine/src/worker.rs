@@ -30,7 +30,8 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
     if state.compaction_stalled {
         return Choice::DoNothing;
     }
-    let limits = Limits::new(&shared.options, shared.geometry.slot_size);
+    let mut limits = Limits::new(&shared.options, shared.geometry.slot_size);
+    limits.level0_deferred = crate::compaction::defer::level0_deferred(&shared.options, state);
     // Value chunks are collected only where new ones are written (separation on).
     let gc = shared.value_separation_min.map(|_| shared.options.value_gc_live_percent);
     choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size, gc)

@@ -109,11 +109,18 @@ fn op(large: bool) -> impl Strategy<Value = Op> {
 fn run_model(case: u64, ops: &[Op], options: &Options) -> Result<(), TestCaseError> {
     let name = format!("model-case{case}-{}", std::thread::current().name().unwrap_or("main").replace("::", "-"));
     let layout = small_layout(24 << 20, 64 << 10, 12 << 10);
-    // Key-value separation needs a volume with value chunks (SPEC.md §8.6).
-    let image = match options.value_separation_min {
-        Some(_) => Image::with_value_chunks(&name, &layout),
-        None => Image::new(&name, &layout),
-    };
+    // Key-value separation needs a volume with value chunks (SPEC.md §8.6), triad-disk one
+    // with key sketches (§8.7).
+    let (values, sketches) = (options.value_separation_min.is_some(), options.level0_overlap_min.is_some());
+    let image = Image::with_features(&name, &layout, |label| {
+        let label = if values || sketches { label.with_sync_watermark().with_fast_digest() } else { label };
+        let label = if values { label.with_value_chunks() } else { label };
+        if sketches {
+            label.with_chunk_sketches()
+        } else {
+            label
+        }
+    });
     let mut random = Random(case.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let open =

@@ -12,7 +12,9 @@
 //! watermark), 1.2 volumes of several devices (SPEC.md §4.3), whose other devices are kept
 //! beside the first as `device-N.gz` (N their place in the table), 1.3 one-device volumes
 //! whose chunks record xxh3-128 digests (SPEC.md §8.3), 1.4 one-device volumes with value
-//! chunks (SPEC.md §8.6), written with key-value separation.
+//! chunks (SPEC.md §8.6), written with key-value separation, 1.5 one-device volumes whose
+//! level-0 chunks carry key sketches (SPEC.md §8.7), written with deferred level-0 merges
+//! (technique `triad-disk`).
 
 use std::io::Write;
 use std::path::Path;
@@ -43,7 +45,12 @@ fn options() -> Options {
     // 1.4 volumes keep values of 24 bytes or more in value chunks (the simulator's values are
     // small), so that every volume holds value chunks, pointers and garbage.
     let separate = lds_sim::workload::techniques().contains("kv-separation");
-    Options { value_separation_min: separate.then_some(24), ..options }
+    let options = Options { value_separation_min: separate.then_some(24), ..options };
+    if lds_sim::workload::techniques().contains("triad-disk") {
+        options.with_techniques("triad-disk").unwrap_or_else(|error| panic!("{error}"))
+    } else {
+        options
+    }
 }
 
 /// Runs `workloads[i]` on instance i of `image`, then reads every instance back.
@@ -81,13 +88,15 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
 }
 
 /// The label mkfs of `version` writes: 1.0 no feature; 1.1 (and 1.2, which adds nothing a new
-/// volume has) the sync watermark; 1.3 the fast digest too; 1.4 value chunks too.
+/// volume has) the sync watermark; 1.3 the fast digest too; 1.4 value chunks too; 1.5 key
+/// sketches with the 1.3 features (`lds mkfs --chunk-sketches`).
 fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
     match version {
         "1.0" => Label::new(geometry, name),
         "1.1" | "1.2" => Label::new(geometry, name).with_sync_watermark(),
         "1.3" => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
-        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_value_chunks(),
+        "1.4" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_value_chunks(),
+        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_chunk_sketches(),
     }
 }
 
@@ -139,6 +148,36 @@ fn frozen(version: &str) -> Vec<Frozen> {
         devices: Vec::new(),
         states,
     });
+    if version == "1.5" {
+        // Six flushes of keys no other flush holds: level 0 waits (no overlap), six chunks
+        // with their sketches; then a reopen and a seventh, which merges them.
+        let mut ops = Vec::new();
+        for round in 0..7u32 {
+            if round == 6 {
+                ops.push(Op::Reopen);
+            }
+            for number in 0..12u32 {
+                let key = format!("key-{:03}-{round}", number * 7 % 97).into_bytes();
+                ops.push(Op::Put { key, value: format!("value-{round}-{number}").into_bytes(), sync: false });
+            }
+            ops.push(Op::Flush);
+        }
+        for round in 7..13u32 {
+            for number in 0..12u32 {
+                let key = format!("key-{:03}-{round}", number * 11 % 97).into_bytes();
+                ops.push(Op::Put { key, value: format!("value-{round}-{number}").into_bytes(), sync: false });
+            }
+            ops.push(Op::Flush);
+        }
+        let (image, states) = write(base(), &[Workload { name: "deferred".into(), ops }]);
+        volumes.push(Frozen {
+            name: "deferred_level0",
+            description: "level-0 merges deferred (technique triad-disk): thirteen flushes of keys no other flush holds, one merge of seven level-0 chunks across a reopen, six level-0 chunks with key sketches left",
+            image,
+            devices: Vec::new(),
+            states,
+        });
+    }
     if version == "1.4" {
         let (image, states) = write(base(), &[lds_sim::workload::random_values(31, 300)]);
         volumes.push(Frozen {
@@ -261,9 +300,12 @@ fn main() {
         eprintln!("{} exists: frozen fixtures are never regenerated", root.display());
         std::process::exit(1);
     }
-    if version == "1.4" {
-        lds_sim::workload::set_techniques("kv-separation").unwrap_or_else(|error| panic!("{error}"));
+    match version.as_str() {
+        "1.4" => lds_sim::workload::set_techniques("kv-separation"),
+        "1.5" => lds_sim::workload::set_techniques("triad-disk"),
+        _ => Ok(()),
     }
+    .unwrap_or_else(|error| panic!("{error}"));
     let volumes = if version == "1.2" { frozen_1_2() } else { frozen(&version) };
     for volume in volumes {
         let folder = root.join(volume.name);

@@ -142,10 +142,12 @@ thread_local! {
 }
 
 /// The label with what the techniques switched on need: feature `value_chunks` for
-/// `kv-separation` (SPEC.md §8.6).
+/// `kv-separation` (SPEC.md §8.6), `chunk_sketches` for `triad-disk` (§8.7).
 pub fn label_for_techniques(label: Label) -> Label {
-    if options(false).value_separation_min.is_some() {
-        label.with_value_chunks()
+    let options = options(false);
+    let label = if options.value_separation_min.is_some() { label.with_value_chunks() } else { label };
+    if options.level0_overlap_min.is_some() {
+        label.with_chunk_sketches()
     } else {
         label
     }
@@ -422,8 +424,40 @@ pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
         "random-wrap" => Some(random_wrap(seed, len)),
         "random-journal" => Some(random_journal(seed, len)),
         "random-values" => Some(random_values(seed, len)),
+        "random-level0" => Some(random_level0(seed, len)),
         _ => None,
     }
+}
+
+/// A random workload that fills level 0 with chunks sharing few keys: runs of fresh keys
+/// (each run its own prefix), a few hot keys overwritten and deleted, a flush after each run,
+/// reopens, no manual compaction. With `--technique triad-disk` level 0 waits for overlap
+/// (SPEC.md §8.7), so merges take up to seven level-0 chunks, and reopens read the sketches.
+pub fn random_level0(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xA076_1D64_78BD_642F) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let mut run = 0u64;
+    while ops.len() < len {
+        let sync = random.below(10) == 0;
+        let op = match random.below(100) {
+            0..=69 => {
+                let key = format!("run-{run:03}-{:03}", random.below(1000)).into_bytes();
+                Op::Put { key, value: format!("value-{}", random.next_u64() % 1000).into_bytes(), sync }
+            }
+            70..=79 => {
+                let key = format!("hot-{}", random.below(4)).into_bytes();
+                Op::Put { key, value: format!("hot-{}", random.next_u64() % 1000).into_bytes(), sync }
+            }
+            80..=83 => Op::Delete { key: format!("hot-{}", random.below(4)).into_bytes(), sync },
+            84..=96 => {
+                run += 1;
+                Op::Flush
+            }
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-level0-{seed}"), ops }
 }
 
 /// A random workload of values from a byte to 80 KiB (more than a slot of the simulator's

@@ -8,6 +8,7 @@
 //! next open redirects reads by it and resumes the merge from the resume key. The final
 //! delta version deletes every input and adds every output.
 
+pub(crate) mod defer;
 pub(crate) mod merge;
 pub(crate) mod pick;
 
@@ -101,6 +102,10 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let version = Arc::clone(state.version());
     state.merging = true;
     drop(state);
+    if plan.source_level == 0 {
+        shared.counters.level0_merges.fetch_add(1, Ordering::Relaxed);
+        shared.counters.level0_chunks_merged.fetch_add(plan.victims.len() as u64, Ordering::Relaxed);
+    }
     let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     let mut merger = Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format);
     // Unjournaled merges relocate the values of value chunks with much garbage (SPEC.md

@@ -60,6 +60,9 @@ pub(crate) struct Limits {
     pub(crate) level0_trigger: usize,
     pub(crate) level1_bytes: u64,
     pub(crate) multiplier: u64,
+    /// Level 0 waits (TRIAD-DISK, `compaction::defer`): not over its limit whatever its
+    /// chunk count.
+    pub(crate) level0_deferred: bool,
 }
 
 impl Limits {
@@ -90,6 +93,7 @@ impl Limits {
             level0_trigger: options.level0_compaction_trigger.max(1),
             level1_bytes,
             multiplier: options.level_size_multiplier.max(2),
+            level0_deferred: false,
         }
     }
 }
@@ -121,7 +125,9 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
         let chunks = version.level(level);
-        let score = if level == 0 {
+        let score = if level == 0 && limits.level0_deferred {
+            0.0
+        } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
             chunks.iter().map(|chunk| chunk.len_data).sum::<u64>() as f64 / limits.level_bytes(level) as f64
@@ -328,7 +334,7 @@ mod tests {
         version
     }
 
-    const LIMITS: Limits = Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10 };
+    const LIMITS: Limits = Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10, level0_deferred: false };
 
     #[test]
     fn nothing_to_do_below_the_limits() {

@@ -95,6 +95,10 @@ pub struct Stats {
     pub values_relocated_bytes: u64,
     /// Merges run only to relocate values (rewrites of a level's chunks in place), since open.
     pub value_collections: u64,
+    /// Merges of level 0 into level 1 started since open.
+    pub level0_merges: u64,
+    /// The level-0 chunks those merges took (with `triad-disk`, more per merge).
+    pub level0_chunks_merged: u64,
 }
 
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
@@ -325,6 +329,8 @@ impl Db {
             pending_value_chunks,
             values_relocated_bytes: get(&counters.values_relocated_bytes),
             value_collections: get(&counters.value_collections),
+            level0_merges: get(&counters.level0_merges),
+            level0_chunks_merged: get(&counters.level0_chunks_merged),
         }
     }
 

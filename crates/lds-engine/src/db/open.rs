@@ -271,6 +271,14 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             hint: "format it with lds mkfs --value-chunks",
         });
     }
+    if options.level0_overlap_min.is_some() && !label.has_chunk_sketches() {
+        return Err(Error::FeatureMissing {
+            path: path_string,
+            what: "deferred level-0 merges (technique triad-disk)",
+            feature: "chunk_sketches",
+            hint: "format it with lds mkfs --chunk-sketches",
+        });
+    }
     // The opened instance's logs; every other instance's version log, for the online map
     // (and its backup log on a volume with value chunks: its pending value chunks are in use).
     let found = recover_one(device.as_ref(), &label, instance, &path_string)?;
@@ -435,6 +443,7 @@ fn assemble(
             shutting_down: false,
             commits: 0,
             pending_values: pending,
+            level0_sketches: BTreeMap::new(),
         }),
         work: Condvar::new(),
         progress: Condvar::new(),
@@ -450,6 +459,7 @@ fn assemble(
         merge_buffers: Mutex::new(Vec::new()),
         counters: crate::state::Counters::default(),
         value_chunks: label.has_value_chunks(),
+        sketches: label.has_chunk_sketches(),
         value_separation_min,
         value_direct_min,
         next_value_id: AtomicU64::new(next_value_id),
@@ -457,6 +467,10 @@ fn assemble(
     // Level pinning: the pinned levels' tails are read now (SPEC.md §8.2, §8.3).
     let published = Arc::clone(&shared.lock_state().published);
     crate::version::commit::repin(&shared, &published);
+    if shared.options.level0_overlap_min.is_some() {
+        let sketches = crate::compaction::defer::read_sketches(&shared, &published.version);
+        shared.lock_state().level0_sketches = sketches;
+    }
     let background = if background {
         Some(crate::worker::spawn(Arc::clone(&shared)).map_err(|source| Error::Thread { source })?)
     } else {
