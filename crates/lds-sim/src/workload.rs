@@ -461,13 +461,14 @@ pub fn random_level0(seed: u64, len: usize) -> Workload {
 }
 
 /// A random workload of values from a byte to 80 KiB (more than a slot of the simulator's
-/// volume when key-value separation is on, else at most 12 KiB) over 16 keys, overwritten and
+/// volume when key-value separation is on, else at most 3,000 bytes) over 16 keys, overwritten and
 /// deleted often, with flushes, manual compactions and reopens: with `--technique
 /// kv-separation` it writes value chunks at flush and before batches, spans slots, and leaves
 /// garbage that merges relocate (SPEC.md §8.6).
 pub fn random_values(seed: u64, len: usize) -> Workload {
     let mut random = Random(seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) | 1);
-    let large_max = if options(false).value_separation_min.is_some() { 80 << 10 } else { 12 << 10 };
+    // Without separation a value must fit a batch of the simulator's backup log (3,296 bytes).
+    let large_max = if options(false).value_separation_min.is_some() { 80 << 10 } else { 3_000 };
     let mut ops = Vec::with_capacity(len);
     let key = |random: &mut Random| format!("key-{:02}", random.below(16)).into_bytes();
     let value = |random: &mut Random| {
