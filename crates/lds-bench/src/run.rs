@@ -20,6 +20,9 @@ pub enum Benchmark {
     Overwrite,
     /// Synced puts in random order into a fresh store.
     FillSync,
+    /// Puts into a fresh store, 99% of them to a hot set of 1% of the keys (TRIAD's skewed
+    /// workloads): most puts overwrite a hot key still in the memtable or level 0.
+    FillHot,
     /// Gets random keys.
     ReadRandom,
     /// Reads the whole store in key order.
@@ -46,6 +49,7 @@ impl Benchmark {
             "fillrandom" => Self::FillRandom,
             "overwrite" => Self::Overwrite,
             "fillsync" => Self::FillSync,
+            "fillhot" => Self::FillHot,
             "readrandom" => Self::ReadRandom,
             "readseq" => Self::ReadSeq,
             "seekrandom" => Self::SeekRandom,
@@ -71,6 +75,7 @@ impl Benchmark {
             Self::FillRandom => "fillrandom".into(),
             Self::Overwrite => "overwrite".into(),
             Self::FillSync => "fillsync".into(),
+            Self::FillHot => "fillhot".into(),
             Self::ReadRandom => "readrandom".into(),
             Self::ReadSeq => "readseq".into(),
             Self::SeekRandom => "seekrandom".into(),
@@ -82,7 +87,7 @@ impl Benchmark {
 
     /// Whether it starts from an empty store (db_bench's fresh_db).
     pub fn wants_fresh(&self) -> bool {
-        matches!(self, Self::FillSeq | Self::FillRandom | Self::FillSync | Self::YcsbLoad)
+        matches!(self, Self::FillSeq | Self::FillRandom | Self::FillSync | Self::FillHot | Self::YcsbLoad)
     }
 }
 
@@ -316,7 +321,9 @@ fn execute(
     let mut buffer = [0u8; 16];
     let num = workload.num.max(1);
     let total = match benchmark {
-        Benchmark::FillSeq | Benchmark::FillRandom | Benchmark::Overwrite | Benchmark::ReadSeq => num,
+        Benchmark::FillSeq | Benchmark::FillRandom | Benchmark::Overwrite | Benchmark::FillHot | Benchmark::ReadSeq => {
+            num
+        }
         Benchmark::FillSync => workload.sync_ops,
         Benchmark::ReadRandom | Benchmark::SeekRandom | Benchmark::DeleteRandom => workload.reads,
         Benchmark::YcsbLoad => workload.records,
@@ -324,10 +331,19 @@ fn execute(
     };
     let mut meter = Meter::new(benchmark.name(), total, progress);
     match benchmark {
-        Benchmark::FillSeq | Benchmark::FillRandom | Benchmark::Overwrite | Benchmark::FillSync => {
+        Benchmark::FillSeq
+        | Benchmark::FillRandom
+        | Benchmark::Overwrite
+        | Benchmark::FillSync
+        | Benchmark::FillHot => {
             let sync = benchmark == Benchmark::FillSync;
+            let hot_keys = (num / 100).max(1);
             for index in 0..total {
-                let id = if benchmark == Benchmark::FillSeq { index } else { rng.below(num) };
+                let id = match benchmark {
+                    Benchmark::FillSeq => index,
+                    Benchmark::FillHot if rng.below(100) < 99 => rng.below(hot_keys),
+                    _ => rng.below(num),
+                };
                 key(id, &mut buffer);
                 let value = values.next_value();
                 let started = Instant::now();

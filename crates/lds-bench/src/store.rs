@@ -275,6 +275,9 @@ impl Store for LdsStore {
             ("device_flushes", stats.device_flushes),
             ("compaction_device_flushes", stats.compaction_device_flushes),
             ("peak_slots_in_use", stats.peak_slots_in_use),
+            ("level0_merges", stats.level0_merges),
+            ("level0_chunks_merged", stats.level0_chunks_merged),
+            ("hot_entries_held", stats.hot_entries_held),
         ])
     }
 

@@ -22,7 +22,8 @@ pub struct BenchOptions {
     /// The engine: lds, or a peer built into this binary (rocksdb, leveldb, fjall, sled, redb).
     #[arg(long, default_value = "lds")]
     pub engine: String,
-    /// Comma-separated benchmarks, or `all`: fillseq, fillrandom, overwrite, fillsync,
+    /// Comma-separated benchmarks, or `all`: fillseq, fillrandom, overwrite, fillsync, fillhot
+    /// (not in `all`: 99% of the puts to 1% of the keys),
     /// readrandom, readseq, seekrandom, deleterandom, ycsb-load, ycsb-a .. ycsb-f.
     #[arg(long, default_value = "fillseq,fillrandom,overwrite,readrandom,seekrandom,readseq,deleterandom")]
     pub benchmarks: String,

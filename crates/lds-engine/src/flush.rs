@@ -25,6 +25,7 @@ use crate::version::slots::release;
 pub(crate) fn flush_frozen(
     shared: &Shared,
     table: &MemTable,
+    held: &std::collections::HashSet<Vec<u8>>,
     backup_start: (u64, u64),
     last_sequence: u64,
 ) -> Result<()> {
@@ -37,7 +38,10 @@ pub(crate) fn flush_frozen(
     let mut separator = Separator::new(shared);
     // Tombstones stay in level 0: older versions may lie below.
     table.visit(|key, sequence, kind, value| {
-        if retention.keep(key, sequence, kind, |_| false) {
+        if !held.is_empty() && held.contains(key) {
+            // Held in the new memtable (TRIAD-MEM): its value chunks, if any, are freed.
+            separator.drop_entry(kind, value);
+        } else if retention.keep(key, sequence, kind, |_| false) {
             let (kind, value) = separator.keep(shared, kind, value);
             packer.push(key, sequence, kind, value);
         } else {

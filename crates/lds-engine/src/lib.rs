@@ -19,6 +19,7 @@ mod compaction;
 mod db;
 pub mod error;
 mod flush;
+mod hot;
 mod memtable;
 mod options;
 mod read;

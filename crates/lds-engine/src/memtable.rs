@@ -43,9 +43,14 @@ pub struct MemTable {
 const ENTRY_OVERHEAD_BYTES: usize = 96;
 
 impl MemTable {
+    /// The bytes an entry adds to `approximate_bytes`.
+    pub fn entry_bytes(key: &[u8], value: &[u8]) -> usize {
+        key.len() + value.len() + ENTRY_OVERHEAD_BYTES
+    }
+
     /// Inserts one entry.
     pub fn insert(&self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
-        self.bytes.fetch_add(key.len() + value.len() + ENTRY_OVERHEAD_BYTES, Ordering::Relaxed);
+        self.bytes.fetch_add(Self::entry_bytes(key, value), Ordering::Relaxed);
         self.entries.insert((UserKey(key.to_vec()), Reverse(sequence)), (kind, value.to_vec()));
     }
 

@@ -62,6 +62,11 @@ pub struct Options {
     pub level0_overlap_min: Option<f64>,
     /// With `level0_overlap_min`, level 0 never waits past this many chunks (TRIAD's 6).
     pub level0_defer_max: usize,
+    /// TRIAD-MEM (technique `triad-mem`): when a memtable is frozen, the newest versions of
+    /// its hot keys (updated at least twice and more often than the average key) stay in
+    /// memory instead of going to level 0, within this percent of `write_buffer_size`
+    /// (TRIAD's PERC_HOT; at most 90). 0 (the default): none.
+    pub hot_buffer_percent: u8,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -107,6 +112,7 @@ impl Default for Options {
             value_direct_min: 2 << 20,
             value_gc_live_percent: 50,
             level0_overlap_min: None,
+            hot_buffer_percent: 0,
             level0_defer_max: 6,
             log_buffer_bytes: 64 << 10,
             background: true,
@@ -132,6 +138,10 @@ pub const TECHNIQUES: &[(&str, &str)] = &[
         "triad-disk",
         "a level-0 merge waits until the level-0 chunks' keys overlap by 40% (estimated from their key sketches) or 6 chunks (TRIAD); needs lds mkfs --chunk-sketches",
     ),
+    (
+        "triad-mem",
+        "at each freeze the newest versions of the hot keys (updated more often than the average key) stay in memory, within a quarter of the write buffer, written again to the backup log (TRIAD)",
+    ),
 ];
 
 impl Options {
@@ -143,6 +153,7 @@ impl Options {
                 "level-pinning" => self.pinned_levels = 3,
                 "kv-separation" => self.value_separation_min = Some(1 << 10),
                 "triad-disk" => self.level0_overlap_min = Some(0.4),
+                "triad-mem" => self.hot_buffer_percent = 25,
                 other => {
                     let known: Vec<&str> = TECHNIQUES.iter().map(|(name, _)| *name).collect();
                     return Err(format!("unknown technique '{other}': known are {}", known.join(", ")));

@@ -41,6 +41,7 @@ pub(crate) struct Counters {
     pub(crate) values_relocated_bytes: AtomicU64,
     pub(crate) value_collections: AtomicU64,
     pub(crate) level0_merges: AtomicU64,
+    pub(crate) hot_entries_held: AtomicU64,
     pub(crate) level0_chunks_merged: AtomicU64,
 }
 
@@ -60,6 +61,9 @@ pub(crate) struct Frozen {
     pub(crate) backup_start: (u64, u64),
     /// The largest sequence number it holds.
     pub(crate) last_sequence: u64,
+    /// Keys whose entries its flush leaves out: held in the new memtable (TRIAD-MEM,
+    /// `crate::hot`).
+    pub(crate) held: std::collections::HashSet<Vec<u8>>,
 }
 
 /// What the writer lock guards.

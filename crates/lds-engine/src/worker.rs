@@ -106,8 +106,9 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
     if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full && !flush_waits) {
         let table = Arc::clone(&frozen.table);
         let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
+        let held = frozen.held.clone();
         drop(state);
-        let result = crate::flush::flush_frozen(shared, &table, backup_start, last_sequence);
+        let result = crate::flush::flush_frozen(shared, &table, &held, backup_start, last_sequence);
         state = shared.lock_state();
         match result {
             Ok(()) => {

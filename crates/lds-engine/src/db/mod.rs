@@ -95,6 +95,9 @@ pub struct Stats {
     pub values_relocated_bytes: u64,
     /// Merges run only to relocate values (rewrites of a level's chunks in place), since open.
     pub value_collections: u64,
+    /// Entries of hot keys held in memory at freezes instead of flushed (TRIAD-MEM), since
+    /// open.
+    pub hot_entries_held: u64,
     /// Merges of level 0 into level 1 started since open.
     pub level0_merges: u64,
     /// The level-0 chunks those merges took (with `triad-disk`, more per merge).
@@ -140,7 +143,8 @@ impl Db {
         Snapshot { db: self, sequence }
     }
 
-    /// Writes the memtable to level-0 chunks and waits until they are committed.
+    /// Writes the memtable to level-0 chunks and waits until they are committed. With
+    /// technique `triad-mem` its hot entries stay in the new memtable (and the backup log).
     pub fn flush(&self) -> Result<()> {
         if self.shared.read_only {
             return Err(Error::ReadOnly { path: self.shared.path_string() });
@@ -330,6 +334,7 @@ impl Db {
             values_relocated_bytes: get(&counters.values_relocated_bytes),
             value_collections: get(&counters.value_collections),
             level0_merges: get(&counters.level0_merges),
+            hot_entries_held: get(&counters.hot_entries_held),
             level0_chunks_merged: get(&counters.level0_chunks_merged),
         }
     }

@@ -108,26 +108,27 @@ impl Db {
             });
         }
         self.raise_sn_if_needed(&mut writer)?;
-        let first_sequence = writer.last_sequence + 1;
-        let last_sequence = first_sequence + entries.len() as u64 - 1;
-        if last_sequence > SEQUENCE_MAX {
-            return Err(Error::Exhausted { what: "sequence numbers (2^56)" });
-        }
-        // The sync watermark (SPEC.md §7.1): what the last completed flush made durable.
-        let synced_lsn_low = if shared.sync_watermark {
-            watermark_for(shared.durable_lsn.load(Ordering::Acquire), writer.backup_log.head().next_lsn)
-        } else {
-            0
-        };
-        let payload = encode_refs(first_sequence, entries, synced_lsn_low);
         let mut force_freeze = false;
         // Two rounds at most: a full log forces a freeze (and its flush moves the backup
         // start); a log still full after that fails the write.
-        let (pending, mem) = loop {
+        let (pending, mem, first_sequence, last_sequence) = loop {
             let mem = self.make_room(&mut writer, force_freeze)?;
+            // After the room is made: a freeze may have written held entries (TRIAD-MEM).
+            let first_sequence = writer.last_sequence + 1;
+            let last_sequence = first_sequence + entries.len() as u64 - 1;
+            if last_sequence > SEQUENCE_MAX {
+                return Err(Error::Exhausted { what: "sequence numbers (2^56)" });
+            }
+            // The sync watermark (SPEC.md §7.1): what the last completed flush made durable.
+            let synced_lsn_low = if shared.sync_watermark {
+                watermark_for(shared.durable_lsn.load(Ordering::Acquire), writer.backup_log.head().next_lsn)
+            } else {
+                0
+            };
+            let payload = encode_refs(first_sequence, entries, synced_lsn_low);
             let sn = shared.lock_state().sn;
             match writer.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
-                Ok(pending) => break (pending, mem),
+                Ok(pending) => break (pending, mem, first_sequence, last_sequence),
                 // The live region reached the start point: a flush of the memtable moves it.
                 Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
                 Err(AppendError::LsnExhausted { .. }) => {
@@ -208,6 +209,74 @@ impl Db {
         Ok(())
     }
 
+    /// TRIAD-MEM (`crate::hot`): the hot entries of the memtable just frozen, written again to
+    /// the backup log after its backup start (and out to the device at once) and into the new
+    /// memtable, are left out of its flush. Nothing is held while a snapshot is live, or when
+    /// the log has no room for them.
+    fn hold_hot(
+        &self,
+        writer: &mut WriterState,
+        state: &mut crate::state::TreeState,
+        mut frozen: Frozen,
+    ) -> Result<Frozen> {
+        let shared = &self.shared;
+        let percent = shared.options.hot_buffer_percent.min(90);
+        // (Nor before the SN is raised after a recovery: the raise comes before any append.)
+        if percent == 0 || !state.snapshots.is_empty() || state.raise_sn_before_append {
+            return Ok(frozen);
+        }
+        let batch_len_max = writer.backup_log.context().payload_len_max() / 2;
+        let bytes_max = shared.options.write_buffer_size / 100 * usize::from(percent);
+        let hot = crate::hot::select(&frozen.table, bytes_max);
+        if hot.is_empty() {
+            return Ok(frozen);
+        }
+        let mut entries: Vec<EntryRef<'_>> =
+            hot.iter().map(|(kind, key, value)| (*kind, key.as_slice(), value.as_slice())).collect();
+        // One batch: the hottest that fit it.
+        if refs_encoded_len(&entries) as u64 > batch_len_max {
+            let fitting = (0..entries.len())
+                .collect::<Vec<_>>()
+                .partition_point(|&count| refs_encoded_len(&entries[..=count]) as u64 <= batch_len_max);
+            entries.truncate(fitting);
+        }
+        let first_sequence = writer.last_sequence + 1;
+        if entries.is_empty() || first_sequence + entries.len() as u64 - 1 > SEQUENCE_MAX {
+            return Ok(frozen);
+        }
+        let last_sequence = first_sequence + entries.len() as u64 - 1;
+        let synced_lsn_low = if shared.sync_watermark {
+            watermark_for(shared.durable_lsn.load(Ordering::Acquire), writer.backup_log.head().next_lsn)
+        } else {
+            0
+        };
+        let payload = encode_refs(first_sequence, &entries, synced_lsn_low);
+        // No room: the flush takes everything, as without the technique.
+        let Ok(pending) = writer.backup_log.append(ObjectType::WriteBatch, state.sn, &payload) else {
+            return Ok(frozen);
+        };
+        // Written out now: the flush's device flush makes them durable before its delta
+        // version stops the replay of the frozen memtable's part of the log.
+        let mut written =
+            pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
+        writer.gathered_lsn = writer.backup_log.head().next_lsn - 1;
+        if written.is_ok() {
+            written = writer.drain(shared.device.as_ref());
+        }
+        shared.drained_lsn.store(writer.drained_lsn, Ordering::Release);
+        if let Err(error) = written {
+            return Err(shared.poison(state, error.into()));
+        }
+        for (index, &(kind, key, value)) in entries.iter().enumerate() {
+            state.mem.insert(key, first_sequence + index as u64, kind, value);
+        }
+        writer.last_sequence = last_sequence;
+        shared.published.store(last_sequence, Ordering::Release);
+        shared.counters.hot_entries_held.fetch_add(entries.len() as u64, Ordering::Relaxed);
+        frozen.held = entries.iter().map(|(_, key, _)| key.to_vec()).collect();
+        Ok(frozen)
+    }
+
     /// Waits until the memtable has room (LevelDB's MakeRoomForWrite): freezes a full
     /// memtable for the background thread, and waits while a frozen one is still being
     /// flushed or level 0 is at its stop trigger. Returns the memtable to insert into.
@@ -246,7 +315,9 @@ impl Db {
                 table: std::mem::take(&mut state.mem),
                 backup_start: writer.backup_log.next_position(),
                 last_sequence: writer.last_sequence,
+                held: std::collections::HashSet::new(),
             };
+            let frozen = self.hold_hot(writer, &mut state, frozen)?;
             state.imm = Some(frozen);
             shared.work.notify_all();
             // A forced freeze (the backup log is full, or `flush`) waits for the flush that
