@@ -116,3 +116,35 @@ fn flushed_chunks_carry_sketches_that_dump_fsck_and_repair_understand() {
     assert_eq!(fsck_codes(&path), (0, Vec::new()));
     assert_eq!(all(&path), before);
 }
+
+#[test]
+fn mkfs_writes_format_1_5_only_when_asked() {
+    let path = volumes::scratch("sketches", "mkfs");
+    let _files = volumes::Files(vec![path.clone()]);
+    let mkfs = |sketches: bool, version: &str| {
+        let options = lds_cli::mkfs::MkfsOptions {
+            path: path.clone(),
+            size: Some(16 << 20),
+            chunk_sketches: sketches,
+            format_version: version.into(),
+            force: true,
+            ..Default::default()
+        };
+        let mut err = Vec::new();
+        let code = lds_cli::mkfs::run(&options, &mut Vec::new(), &mut err);
+        (code, String::from_utf8_lossy(&err).to_string())
+    };
+    let label = || {
+        let image = std::fs::read(&path).unwrap_or_else(|error| panic!("{error}"));
+        lds_format::label::Label::decode(&image[..512], 0).unwrap_or_else(|error| panic!("{error}"))
+    };
+    assert_eq!(mkfs(false, "1.3").0, 0);
+    assert!(!label().has_chunk_sketches() && label().version_minor == 3);
+    assert_eq!(mkfs(true, "1.3").0, 0);
+    assert!(label().has_chunk_sketches() && label().version_minor == 5);
+    assert_eq!(mkfs(false, "1.5").0, 0);
+    assert!(label().has_chunk_sketches() && label().version_minor == 5);
+    let (code, err) = mkfs(true, "1.4");
+    assert_ne!(code, 0);
+    assert!(err.contains("--chunk-sketches needs format 1.5"), "{err}");
+}
