@@ -228,6 +228,10 @@ def main():
     techniques = Path("docs/bench/techniques.md")
     if techniques.exists():
         w(techniques.read_text())
+    # The ablation of the seed papers' compaction techniques (tools/bench/ablation.py).
+    ablation = Path("docs/bench/ablation.md")
+    if ablation.exists():
+        w(ablation.read_text())
     w("## Notes\n")
     for setup in setups:
         entry = result(runs, setup, "fillsync")
