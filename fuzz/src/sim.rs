@@ -27,8 +27,9 @@ const BATCH_ENTRIES_MAX: u8 = 4;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SimInput {
     /// Bit 0: unbuffered log writes; bits 1-2: 1 an EIO on write `fault_index`, 2 on flush
-    /// `fault_index`; bit 3: a synced write after recovery, then a second crash; bits 4 to 7:
-    /// engine techniques on, bit `4 + i` for `lds_engine::TECHNIQUES[i]`.
+    /// `fault_index`, 3 no fault and the second set of techniques; bit 3: a synced write after
+    /// recovery, then a second crash; bits 4 to 7: engine techniques on, bit `4 + i` for
+    /// `lds_engine::TECHNIQUES[i]` (the first set), or `TECHNIQUES[4 + i]` (the second).
     pub(crate) flags: u8,
     /// Operation codes and their arguments (see `read_op`).
     pub(crate) ops: Vec<Vec<u8>>,
@@ -288,8 +289,10 @@ fn parse(data: &[u8]) -> Choice {
 /// `sim`: see the module documentation; `SimInput` gives the layout of the bytes.
 pub fn sim(data: &[u8]) {
     let Choice { input, ops, unbuffered, fault } = parse(data);
+    let set = if (input.flags >> 1) & 3 == 3 { 4 } else { 0 };
     let techniques: Vec<&str> = lds_engine::TECHNIQUES
         .iter()
+        .skip(set)
         .take(4)
         .enumerate()
         .filter(|(bit, _)| input.flags >> (4 + bit) & 1 != 0)

@@ -25,7 +25,8 @@ pub struct CrashtestOptions {
     /// random-journal, random-values, random-level0 (one per seed; random-wrap wraps the backup
     /// log often with many unflushed writes at each wrap; journal and random-journal run merges
     /// large enough to be journaled and clean inputs early; random-level0 fills level 0 with
-    /// chunks that share few keys, for --technique triad-disk). `repair`: crashes during `lds repair -y` on damaged
+    /// chunks that share few keys, for --technique triad-disk; random-tiered writes values of
+    /// 500 to 3,000 bytes, for --technique size-tiered). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
     /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
     /// and during `lds device add|remove`; `devices`: the device changes alone. `instances`:
@@ -105,7 +106,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, repair, resize, devices or instances",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, random-tiered, repair, resize, devices or instances",
             options.workload
         );
         return 2;

@@ -67,6 +67,11 @@ pub struct Options {
     /// memory instead of going to level 0, within this percent of `write_buffer_size`
     /// (TRIAD's PERC_HOT; at most 90). 0 (the default): none.
     pub hot_buffer_percent: u8,
+    /// Size-tiered compaction (LDS §4.2.5, technique `size-tiered`): when this many chunks of
+    /// one size tier are in level 0 they are merged into one chunk of several slots (tiers
+    /// by size in slots, each `threshold` times the one before; Cassandra's 4). 0 (the
+    /// default): leveled compaction.
+    pub size_tiered_threshold: usize,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -113,6 +118,7 @@ impl Default for Options {
             value_gc_live_percent: 50,
             level0_overlap_min: None,
             hot_buffer_percent: 0,
+            size_tiered_threshold: 0,
             level0_defer_max: 6,
             log_buffer_bytes: 64 << 10,
             background: true,
@@ -142,6 +148,10 @@ pub const TECHNIQUES: &[(&str, &str)] = &[
         "triad-mem",
         "at each freeze the newest versions of the hot keys (updated more often than the average key) stay in memory, within a quarter of the write buffer, written again to the backup log (TRIAD)",
     ),
+    (
+        "size-tiered",
+        "size-tiered compaction (LDS 4.2.5): four chunks of a size tier merge into one chunk of several slots in the next tier; not with kv-separation or triad-disk",
+    ),
 ];
 
 impl Options {
@@ -154,6 +164,7 @@ impl Options {
                 "kv-separation" => self.value_separation_min = Some(1 << 10),
                 "triad-disk" => self.level0_overlap_min = Some(0.4),
                 "triad-mem" => self.hot_buffer_percent = 25,
+                "size-tiered" => self.size_tiered_threshold = 4,
                 other => {
                     let known: Vec<&str> = TECHNIQUES.iter().map(|(name, _)| *name).collect();
                     return Err(format!("unknown technique '{other}': known are {}", known.join(", ")));

@@ -30,6 +30,12 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
     if state.compaction_stalled {
         return Choice::DoNothing;
     }
+    // Size-tiered compaction replaces the leveled choice (`compaction::tiered`).
+    let threshold = shared.options.size_tiered_threshold;
+    if threshold > 0 {
+        return crate::compaction::tiered::pick(state.version(), threshold, state.manual_compaction.is_some())
+            .map_or(Choice::DoNothing, Choice::Merge);
+    }
     let mut limits = Limits::new(&shared.options, shared.geometry.slot_size);
     limits.level0_deferred = crate::compaction::defer::level0_deferred(&shared.options, state);
     // Value chunks are collected only where new ones are written (separation on).

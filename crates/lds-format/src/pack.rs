@@ -209,3 +209,42 @@ pub fn place(chunk: &mut BuiltSubChunk, slot: u64, level: u8, flags: u8) -> Chun
         sub_chunks: vec![SubChunkRef { slot, digest: chunk.footer.digest }],
     }
 }
+
+/// Places packed sub-chunks, in key order, in `slots` as the sub-chunks of one chunk (SPEC.md
+/// §8.4: the chunk's id is the slot of sub-chunk 0) at `level` with `flags`, and returns its
+/// metadata. Each footer's identity is set and resealed: the caller writes (or rewrites) every
+/// sub-chunk's tail after this.
+pub fn place_group(chunks: &mut [BuiltSubChunk], slots: &[u64], level: u8, flags: u8) -> Option<ChunkMeta> {
+    let (first, last) = (chunks.first()?, chunks.last()?);
+    let (smallest_key, largest_key) = (first.first_key.clone(), last.last_key.clone());
+    let count = u16::try_from(chunks.len()).ok()?;
+    let mut value_refs: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let mut meta = ChunkMeta {
+        chunk_id: *slots.first()?,
+        level,
+        flags,
+        value_refs: Vec::new(),
+        num_entries: 0,
+        smallest_seq: u64::MAX,
+        largest_seq: 0,
+        len_data: 0,
+        smallest_key,
+        largest_key,
+        sub_chunks: Vec::with_capacity(chunks.len()),
+    };
+    for (index, (chunk, &slot)) in chunks.iter_mut().zip(slots).enumerate() {
+        chunk.set_level_and_flags(level, flags);
+        chunk.set_identity(meta.chunk_id, index as u16, count);
+        meta.num_entries += chunk.footer.num_entries;
+        meta.smallest_seq = meta.smallest_seq.min(chunk.footer.smallest_seq);
+        meta.largest_seq = meta.largest_seq.max(chunk.footer.largest_seq);
+        meta.len_data += chunk.len_data();
+        meta.sub_chunks.push(SubChunkRef { slot, digest: chunk.footer.digest });
+        for &(id, bytes) in &chunk.value_refs {
+            *value_refs.entry(id).or_insert(0) += bytes;
+        }
+    }
+    meta.value_refs = value_refs.into_iter().collect();
+    meta.flags = (flags & !CHUNK_FLAG_VALUE_REFS) | if meta.value_refs.is_empty() { 0 } else { CHUNK_FLAG_VALUE_REFS };
+    Some(meta)
+}

@@ -425,8 +425,32 @@ pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
         "random-journal" => Some(random_journal(seed, len)),
         "random-values" => Some(random_values(seed, len)),
         "random-level0" => Some(random_level0(seed, len)),
+        "random-tiered" => Some(random_tiered(seed, len)),
         _ => None,
     }
+}
+
+/// A random workload of values of 500 to 3,000 bytes over 400 keys, with flushes, deletes and
+/// reopens: a few hundred KiB, several of the simulator's slots, so that with `--technique
+/// size-tiered` merges write chunks of several sub-chunks.
+pub fn random_tiered(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0x8EBC_6AF0_9C88_C6E3) | 1);
+    let mut ops = Vec::with_capacity(len);
+    for _ in 0..len {
+        let sync = random.below(10) == 0;
+        let key = format!("key-{:03}", random.below(400)).into_bytes();
+        let op = match random.below(100) {
+            0..=71 => {
+                let fill = b'a' + (random.next_u64() % 26) as u8;
+                Op::Put { key, value: vec![fill; 500 + random.below(2500) as usize], sync }
+            }
+            72..=81 => Op::Delete { key, sync },
+            82..=96 => Op::Flush,
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-tiered-{seed}"), ops }
 }
 
 /// A random workload that fills level 0 with chunks sharing few keys: runs of fresh keys

@@ -309,6 +309,11 @@ pub(crate) struct Merger {
     deeper: Vec<(Vec<u8>, Vec<u8>)>,
     /// Values being moved out of value chunks with much garbage (unjournaled merges only).
     pub(crate) relocation: Option<Relocation>,
+    /// A size-tiered merge (`compaction::tiered`): its outputs form one chunk.
+    pub(crate) tiered: bool,
+    /// A size-tiered merge's outputs written so far, in key order: their slots and the built
+    /// sub-chunks (bodies dropped), whose identities are set when the last is written.
+    pub(crate) tiered_written: Vec<(u64, lds_format::chunk::BuiltSubChunk)>,
 }
 
 impl Merger {
@@ -324,7 +329,7 @@ impl Merger {
         let (_, victims_largest) = key_range(&plan.victims);
         let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level)
             .then_some(CompactPointer { level: plan.source_level, key: victims_largest });
-        Self::build(
+        let mut merger = Self::build(
             plan.source_level,
             plan.target_level,
             plan.manual,
@@ -335,7 +340,21 @@ impl Merger {
             smallest_snapshot,
             format,
             pointer,
-        )
+        );
+        if plan.tiered {
+            // Every tier is in level 0: a tombstone may go only where no chunk outside the
+            // merge overlaps its key (older versions may be anywhere).
+            let (smallest, largest) = key_range(&merger.inputs);
+            let inputs: BTreeSet<u64> = merger.inputs.iter().map(|chunk| chunk.chunk_id).collect();
+            merger.deeper = version
+                .chunks
+                .values()
+                .filter(|chunk| !inputs.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest))
+                .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+                .collect();
+            merger.tiered = true;
+        }
+        merger
     }
 
     /// The merge an unfinished journaled compaction left (SPEC.md §12): the inputs the last
@@ -432,6 +451,8 @@ impl Merger {
             retention: Retention::new(smallest_snapshot),
             deeper,
             relocation: None,
+            tiered: false,
+            tiered_written: Vec::new(),
         }
     }
 

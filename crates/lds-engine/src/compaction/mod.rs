@@ -11,6 +11,7 @@
 pub(crate) mod defer;
 pub(crate) mod merge;
 pub(crate) mod pick;
+pub(crate) mod tiered;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -79,8 +80,10 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let inputs: Vec<u64> = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.chunk_id).collect();
     let input_slots: usize = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.sub_chunks.len()).sum();
     // A rewrite for garbage collection (same level, not manual) relocates values: unjournaled.
-    let collecting = plan.source_level == plan.target_level && !plan.manual;
-    let mut journaled = shared.options.compaction_journal
+    let collecting = plan.source_level == plan.target_level && !plan.manual && !plan.tiered;
+    // A size-tiered merge makes one chunk, which cannot be committed in parts.
+    let mut journaled = !plan.tiered
+        && shared.options.compaction_journal
         && input_slots as u64 >= shared.options.journal_min_input_slots
         && !collecting;
     let delta_reserve = delta_estimate(state.version(), &inputs);
@@ -122,6 +125,89 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     Ok(merger)
 }
 
+/// Outputs a size-tiered merge writes per step (bounding the memory it holds).
+const TIERED_STEP_OUTPUTS: usize = 4;
+
+/// One step of a size-tiered merge (`tiered`): up to `TIERED_STEP_OUTPUTS` outputs written;
+/// at the end of the inputs every output gets its place in the one chunk they form (its
+/// footer's chunk id, index and count; its tail written again), one flush makes them durable,
+/// and one delta version replaces the inputs with the chunk.
+fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
+    let context = MergeContext {
+        values: shared,
+        device: shared.device.as_ref(),
+        geometry: &shared.geometry,
+        buffers: &shared.merge_buffers,
+    };
+    let release_written = |merger: &mut Merger| {
+        let slots: Vec<u64> = merger.tiered_written.drain(..).map(|(slot, _)| slot).collect();
+        crate::version::slots::release(&shared.slots, &slots);
+    };
+    let produced = match merger.produce(&context, TIERED_STEP_OUTPUTS) {
+        Ok(produced) => produced,
+        Err(error) => {
+            release_written(merger);
+            return Err(error);
+        }
+    };
+    let mut built: Vec<_> = produced.chunks.into_iter().map(|packed| packed.chunk).collect();
+    if !built.is_empty() {
+        let placement = vec![(0u8, 0u8); built.len()];
+        let metas = match write_chunks(shared, &mut built, &placement, false) {
+            Ok(metas) => metas,
+            Err(error) => {
+                release_written(merger);
+                return Err(error);
+            }
+        };
+        shared.counters.merge_outputs.fetch_add(metas.len() as u64, Ordering::Relaxed);
+        for (meta, mut chunk) in metas.iter().zip(built) {
+            // Written: only the tail is written again.
+            chunk.body = Vec::new();
+            merger.tiered_written.push((meta.chunk_id, chunk));
+        }
+    }
+    if !produced.complete {
+        return Ok(false);
+    }
+    let slots: Vec<u64> = merger.tiered_written.iter().map(|(slot, _)| *slot).collect();
+    let mut chunks: Vec<_> = std::mem::take(&mut merger.tiered_written).into_iter().map(|(_, chunk)| chunk).collect();
+    let added: Vec<ChunkMeta> = lds_format::pack::place_group(&mut chunks, &slots, 0, 0).into_iter().collect();
+    if chunks.len() > 1 {
+        let slot_size = shared.geometry.slot_size;
+        for (chunk, &slot) in chunks.iter().zip(&slots) {
+            let tail = chunk.tail();
+            let written =
+                shared.device.write_at(shared.geometry.slot_offset(slot) + slot_size - tail.len() as u64, &tail);
+            shared.cache.forget_slot(slot);
+            if let Err(error) = written {
+                crate::version::slots::release(&shared.slots, &slots);
+                return Err(error.into());
+            }
+        }
+    }
+    if let Err(error) = flush_device(shared) {
+        crate::version::slots::release(&shared.slots, &slots);
+        return Err(error);
+    }
+    let mut state = shared.lock_state();
+    let current = Arc::clone(state.version());
+    let delta = DeltaVersion {
+        last_sequence: current.last_sequence,
+        ofs_backup_start: current.ofs_backup_start,
+        lsn_backup_start: current.lsn_backup_start,
+        compaction_id: 0,
+        deleted: deleted_of(&merger.inputs),
+        compact_pointers: Vec::new(),
+        added,
+        values: shared.value_chunks.then(lds_format::version::ValueDelta::default),
+    };
+    commit_merge(shared, &mut state, &delta, &merger.inputs)?;
+    state.merging = false;
+    state.merge_delta_reserve = 0;
+    Ok(true)
+}
+
 /// Runs one step of a merge: up to `journal_every_outputs` outputs and a journal record, or
 /// (unjournaled, or at the end of the inputs) the rest and the final commit. Returns true when
 /// the merge is finished.
@@ -132,7 +218,7 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     shared.counters.compaction_device_flushes.fetch_add(flushes, Ordering::Relaxed);
     if matches!(finished, Ok(true)) {
         shared.counters.merges.fetch_add(1, Ordering::Relaxed);
-        if merger.source_level == merger.target_level && !merger.manual {
+        if merger.source_level == merger.target_level && !merger.manual && !merger.tiered {
             shared.counters.value_collections.fetch_add(1, Ordering::Relaxed);
         }
         if merger.journaled() {
@@ -143,6 +229,9 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
 }
 
 fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
+    if merger.tiered {
+        return step_tiered(shared, merger);
+    }
     let context = MergeContext {
         values: shared,
         device: shared.device.as_ref(),

@@ -52,6 +52,8 @@ pub(crate) struct Plan {
     pub(crate) overlapping: Vec<ChunkMeta>,
     /// A manual compaction: everything goes down, no odd chunk stays behind.
     pub(crate) manual: bool,
+    /// A size-tiered merge (`compaction::tiered`): its outputs form one chunk at level 0.
+    pub(crate) tiered: bool,
 }
 
 /// Level sizing, from the options and the slot size.
@@ -120,7 +122,7 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
                 .cloned()
                 .collect()
         };
-        return Some(Plan { source_level, target_level, victims, overlapping, manual: true });
+        return Some(Plan { source_level, target_level, victims, overlapping, manual: true, tiered: false });
     }
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
@@ -163,7 +165,7 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
         .filter(|chunk| overlaps(chunk, &smallest, &largest))
         .cloned()
         .collect();
-    Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false })
+    Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false, tiered: false })
 }
 
 /// The value chunks whose live bytes fell below `percent` of what a slot holds (SPEC.md
@@ -241,7 +243,14 @@ fn pick_gc(version: &Version, percent: u8, slot_size: u64) -> Option<Plan> {
         }
     }
     let (_, level, victims) = best?;
-    Some(Plan { source_level: level, target_level: level, victims, overlapping: Vec::new(), manual: false })
+    Some(Plan {
+        source_level: level,
+        target_level: level,
+        victims,
+        overlapping: Vec::new(),
+        manual: false,
+        tiered: false,
+    })
 }
 
 /// Whether a plan moves its victims down without rewriting them: nothing overlaps them in
@@ -295,6 +304,7 @@ mod tests {
             victims,
             overlapping,
             manual,
+            tiered: false,
         };
         let sequential = vec![meta(3, 0, "e", "h", 10, 0), meta(1, 0, "a", "d", 10, 0), meta(2, 0, "i", "k", 10, 0)];
         assert!(trivial_move(&plan(0, sequential.clone(), Vec::new(), false), 20));

@@ -271,6 +271,13 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             hint: "format it with lds mkfs --value-chunks",
         });
     }
+    if options.size_tiered_threshold > 0
+        && (options.value_separation_min.is_some() || options.level0_overlap_min.is_some())
+    {
+        return Err(Error::InvalidArgument {
+            reason: "technique size-tiered does not go with kv-separation (its collection rewrites disjoint levels) or triad-disk (it defers level-0 merges into level 1)".into(),
+        });
+    }
     if options.level0_overlap_min.is_some() && !label.has_chunk_sketches() {
         return Err(Error::FeatureMissing {
             path: path_string,

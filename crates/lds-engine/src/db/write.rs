@@ -294,7 +294,12 @@ impl Db {
             }
             Shared::check_poisoned(&state)?;
             let full = state.mem.approximate_bytes() >= shared.options.write_buffer_size;
-            let level0 = state.version().chunks.values().filter(|chunk| chunk.level == 0).count();
+            // Size-tiered: every tier is in level 0; writers wait on the flushes' own chunks.
+            let level0 = if shared.options.size_tiered_threshold > 0 {
+                crate::compaction::tiered::tier0_count(state.version())
+            } else {
+                state.version().chunks.values().filter(|chunk| chunk.level == 0).count()
+            };
             // Inline, compactions already ran: level 0 cannot be waited down.
             let level0_stop = background && level0 >= shared.options.level0_stop_writes_trigger;
             if !force && !full && !level0_stop {

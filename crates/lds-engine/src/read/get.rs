@@ -40,9 +40,32 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
 }
 
 fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
-    for sub_chunk in &chunk.sub_chunks {
+    // Sub-chunks cover consecutive key ranges (SPEC.md §8.4): the first whose last key is at
+    // or past `key` is found by a binary search over their tails' last keys, so that a read
+    // of a chunk of many slots (size-tiered) loads a few tails, not all.
+    let mut first = 0;
+    if chunk.sub_chunks.len() > 2 {
+        let (mut low, mut high) = (0, chunk.sub_chunks.len());
+        while low < high {
+            let middle = (low + high) / 2;
+            let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &chunk.sub_chunks[middle])?;
+            if tail.index.last().is_some_and(|last| last.last_key.as_slice() < key) {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        first = low;
+    }
+    for sub_chunk in &chunk.sub_chunks[first..] {
         if let Some(found) = find_in_slot(shared, sub_chunk, key, snapshot)? {
             return Ok(Some(found));
+        }
+        // The next sub-chunk starts past this one's last key, unless `key` is that last key
+        // (one key's versions exceeding a slot go on in the next).
+        let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
+        if tail.index.last().is_none_or(|last| last.last_key.as_slice() > key) {
+            break;
         }
     }
     Ok(None)
