@@ -347,7 +347,7 @@ fn assemble(
         return Err(Error::Invariant { what: "a backup log without damage has no state".into() });
     };
     let backup_context = area_context(&geometry, LogKind::Backup, instance);
-    let memtable = MemTable::default();
+    let memtable = MemTable::with_capacity(options.write_buffer_size);
     let mut entries_replayed = 0;
     let last_sequence = recovery
         .replay(&backup_area, &backup_context, |sequence, kind, key, value| {

@@ -317,7 +317,10 @@ impl Db {
                 return Ok(Arc::clone(&state.mem));
             }
             let frozen = Frozen {
-                table: std::mem::take(&mut state.mem),
+                table: std::mem::replace(
+                    &mut state.mem,
+                    Arc::new(MemTable::with_capacity(shared.options.write_buffer_size)),
+                ),
                 backup_start: writer.backup_log.next_position(),
                 last_sequence: writer.last_sequence,
                 held: std::collections::HashSet::new(),
