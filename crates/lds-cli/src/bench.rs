@@ -94,8 +94,8 @@ pub struct BenchOptions {
     #[arg(long = "lds-option", value_name = "NAME=VALUE")]
     pub lds_options: Vec<String>,
     /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning, kv-separation (the
-    /// volume gets feature value_chunks), triad-disk (feature chunk_sketches); see
-    /// lds_engine::TECHNIQUES.
+    /// volume gets feature value_chunks), triad-disk (feature chunk_sketches), triad-mem,
+    /// size-tiered; see lds_engine::TECHNIQUES.
     #[arg(long, value_name = "NAME[,NAME]")]
     pub technique: Option<String>,
     /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with

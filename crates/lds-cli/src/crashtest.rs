@@ -72,7 +72,8 @@ pub struct CrashtestOptions {
     /// Switch engine techniques on for every store of the run, NAME[,NAME] (see `lds bench
     /// --technique`): level-pinning, kv-separation (the volume gets feature value_chunks;
     /// `--workload random-values` writes values up to 80 KiB), triad-disk (feature
-    /// chunk_sketches).
+    /// chunk_sketches; `--workload random-level0`), triad-mem, size-tiered (`--workload
+    /// random-tiered`).
     #[arg(long, value_name = "NAME[,NAME]", default_value = "")]
     pub technique: String,
 }
