@@ -439,7 +439,8 @@ fn continuing_batches(area: &[u8], context: &AreaContext, known: u64, last_seque
 }
 
 /// The entries of chunks in free slots that are newer than `last_sequence` (data the lost
-/// versions had committed), and the slots they came from.
+/// versions had committed), and the slots of the chunks that hold the newest version of some
+/// key among them (the others are superseded: their slots may take the repair's writes).
 fn newer_in_free_slots(
     device: &dyn BlockDevice,
     geometry: &Geometry,
@@ -449,6 +450,7 @@ fn newer_in_free_slots(
 ) -> Result<(Vec<Entry>, BTreeSet<u64>), DeviceError> {
     let mut entries = Vec::new();
     let mut sources = BTreeSet::new();
+    let mut from: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
     for slot in (0..geometry.num_slots).filter(|slot| !old_slots.contains(slot)) {
         let offset = geometry.slot_offset(slot);
         let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
@@ -476,6 +478,19 @@ fn newer_in_free_slots(
             value: entry.value.to_vec(),
         }));
         if entries.len() > before {
+            from.push((slot, before..entries.len()));
+        }
+    }
+    // A chunk whose every entry another one holds at the same or a newer sequence (the
+    // input of a later merge whose output is here too) adds nothing: its slot stays free for
+    // the repair's own writes. The others are kept until the repair's switch.
+    let mut newest: std::collections::HashMap<&[u8], u64> = std::collections::HashMap::new();
+    for entry in &entries {
+        let sequence = newest.entry(entry.key.as_slice()).or_insert(0);
+        *sequence = (*sequence).max(entry.sequence);
+    }
+    for (slot, range) in from {
+        if entries[range].iter().any(|entry| newest.get(entry.key.as_slice()) == Some(&entry.sequence)) {
             sources.insert(slot);
         }
     }
