@@ -438,18 +438,29 @@ fn continuing_batches(area: &[u8], context: &AreaContext, known: u64, last_seque
     recover_backup_log_prefix(area, context, offset, lsn, last_sequence, 0).batches
 }
 
-/// The entries of chunks in free slots that are newer than `last_sequence` (data the lost
-/// versions had committed), and the slots of the chunks that hold the newest version of some
-/// key among them (the others are superseded: their slots may take the repair's writes).
+/// What free slots hold above a version's last sequence.
+struct NewerInFreeSlots {
+    /// The entries (data the lost versions had committed).
+    entries: Vec<Entry>,
+    /// The slots of the chunks that hold the newest version of some key among them: kept
+    /// until the repair's switch.
+    sources: BTreeSet<u64>,
+    /// The slots of the others, whose every entry those supersede: free for the repair's
+    /// writes.
+    superseded: BTreeSet<u64>,
+}
+
+/// The entries of chunks in free slots that are newer than `last_sequence`, and which of
+/// their slots the repair keeps.
 fn newer_in_free_slots(
     device: &dyn BlockDevice,
     geometry: &Geometry,
     instance: u32,
     last_sequence: u64,
     old_slots: &BTreeSet<u64>,
-) -> Result<(Vec<Entry>, BTreeSet<u64>), DeviceError> {
+) -> Result<NewerInFreeSlots, DeviceError> {
     let mut entries = Vec::new();
-    let mut sources = BTreeSet::new();
+    let (mut sources, mut superseded) = (BTreeSet::new(), BTreeSet::new());
     let mut from: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
     for slot in (0..geometry.num_slots).filter(|slot| !old_slots.contains(slot)) {
         let offset = geometry.slot_offset(slot);
@@ -492,9 +503,11 @@ fn newer_in_free_slots(
     for (slot, range) in from {
         if entries[range].iter().any(|entry| newest.get(entry.key.as_slice()) == Some(&entry.sequence)) {
             sources.insert(slot);
+        } else {
+            superseded.insert(slot);
         }
     }
-    Ok((entries, sources))
+    Ok(NewerInFreeSlots { entries, sources, superseded })
 }
 
 /// The entries of the backup log's batches above `last_sequence`.
@@ -1033,18 +1046,25 @@ pub(crate) fn plan(
     let Start { version, journals, replica, protected, needed, lost } = rebuild.start(label, source)?;
     rebuild.tree = version.chunks.clone();
     // Where versions were lost, the data newer than the version that free slots hold.
-    let (extra, source_slots) = if lost {
+    let newer = if lost {
         newer_in_free_slots(device, geometry, instance, version.last_sequence, old_slots)?
     } else {
-        (Vec::new(), BTreeSet::new())
+        NewerInFreeSlots { entries: Vec::new(), sources: BTreeSet::new(), superseded: BTreeSet::new() }
     };
+    let (extra, source_slots) = (newer.entries, newer.sources);
     if !extra.is_empty() {
-        let listed: Vec<String> = source_slots.iter().map(u64::to_string).collect();
+        let listed: Vec<String> = source_slots.union(&newer.superseded).map(u64::to_string).collect();
+        let superseded: Vec<String> = newer.superseded.iter().map(u64::to_string).collect();
         let action = format!(
-            "added the {} entries ({}) that chunks in free slots {} hold above that version's last sequence: data the lost versions had committed (keys deleted since may reappear)",
+            "added the {} entries ({}) that chunks in free slots {} hold above that version's last sequence: data the lost versions had committed (keys deleted since may reappear){}",
             extra.len(),
             sequence_range(&extra),
-            listed.join(", ")
+            listed.join(", "),
+            if superseded.is_empty() {
+                String::new()
+            } else {
+                format!("; slots {} hold only versions the others supersede and take new writes", superseded.join(", "))
+            }
         );
         rebuild.fix(vec![version_code(&source.recovery)], action);
     }
