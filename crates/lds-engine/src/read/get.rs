@@ -4,6 +4,8 @@
 use lds_format::batch::EntryKind;
 use lds_format::version::{ChunkMeta, SubChunkRef};
 
+use lds_format::codec::compare_keys;
+
 use crate::error::Result;
 use crate::read::view;
 use crate::state::Shared;
@@ -18,7 +20,7 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    let first = tail.index.partition_point(|entry| entry.last_key.as_slice() < key);
+    let first = tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt());
     for entry in &tail.index[first..] {
         let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, entry)?;
         for index in block.seek(key)..block.entries.len() {

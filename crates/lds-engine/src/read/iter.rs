@@ -9,6 +9,8 @@ use std::sync::Arc;
 use lds_format::batch::EntryKind;
 use lds_format::version::{ChunkMeta, SubChunkRef};
 
+use lds_format::codec::compare_keys;
+
 use crate::error::Result;
 use crate::memtable::{Entry, InternalKey, MemTable, UserKey};
 use crate::read::view;
@@ -112,7 +114,7 @@ impl ChunkCursor {
                     let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
                     self.slot = sub_chunk.slot;
                     self.next_block =
-                        tail.index.partition_point(|entry| entry.last_key.as_slice() < self.start.as_slice());
+                        tail.index.partition_point(|entry| compare_keys(&entry.last_key, &self.start).is_lt());
                     self.index = Some(Arc::clone(&tail));
                     continue;
                 }
