@@ -162,11 +162,18 @@ pub(crate) fn write_direct(shared: &Shared, entries: &[EntryRef<'_>]) -> Result<
     })();
     let allocated = packer.allocated();
     let chunks = packer.finish();
-    let written =
-        written.and_then(|()| write(shared, &chunks)).and_then(|()| crate::version::commit::flush_device(shared));
+    let release_allocated = || release(&shared.slots, &allocated.iter().map(|(_, slot)| *slot).collect::<Vec<_>>());
     if let Err(error) = written {
-        release(&shared.slots, &allocated.iter().map(|(_, slot)| *slot).collect::<Vec<_>>());
+        // No room for the values: nothing was written.
+        release_allocated();
         return Err(error);
+    }
+    // A failed device write or flush poisons the store (SPEC.md §2.4): what the device holds
+    // of earlier unflushed writes is unknown.
+    if let Err(error) = write(shared, &chunks).and_then(|()| crate::version::commit::flush_device(shared)) {
+        release_allocated();
+        let mut state = shared.lock_state();
+        return Err(shared.poison(&mut state, error));
     }
     let metas: Vec<ValueChunkMeta> = chunks.iter().map(BuiltValueChunk::meta).collect();
     let mut state = shared.lock_state();

@@ -213,23 +213,18 @@ impl Db {
     /// the backup log after its backup start (and out to the device at once) and into the new
     /// memtable, are left out of its flush. Nothing is held while a snapshot is live, or when
     /// the log has no room for them.
-    fn hold_hot(
-        &self,
-        writer: &mut WriterState,
-        state: &mut crate::state::TreeState,
-        mut frozen: Frozen,
-    ) -> Result<Frozen> {
+    fn hold_hot(&self, writer: &mut WriterState, state: &mut crate::state::TreeState, mut frozen: Frozen) -> Frozen {
         let shared = &self.shared;
         let percent = shared.options.hot_buffer_percent.min(90);
         // (Nor before the SN is raised after a recovery: the raise comes before any append.)
         if percent == 0 || !state.snapshots.is_empty() || state.raise_sn_before_append {
-            return Ok(frozen);
+            return frozen;
         }
         let batch_len_max = writer.backup_log.context().payload_len_max() / 2;
         let bytes_max = shared.options.write_buffer_size / 100 * usize::from(percent);
         let hot = crate::hot::select(&frozen.table, bytes_max);
         if hot.is_empty() {
-            return Ok(frozen);
+            return frozen;
         }
         let mut entries: Vec<EntryRef<'_>> =
             hot.iter().map(|(kind, key, value)| (*kind, key.as_slice(), value.as_slice())).collect();
@@ -242,7 +237,7 @@ impl Db {
         }
         let first_sequence = writer.last_sequence + 1;
         if entries.is_empty() || first_sequence + entries.len() as u64 - 1 > SEQUENCE_MAX {
-            return Ok(frozen);
+            return frozen;
         }
         let last_sequence = first_sequence + entries.len() as u64 - 1;
         let synced_lsn_low = if shared.sync_watermark {
@@ -253,7 +248,7 @@ impl Db {
         let payload = encode_refs(first_sequence, &entries, synced_lsn_low);
         // No room: the flush takes everything, as without the technique.
         let Ok(pending) = writer.backup_log.append(ObjectType::WriteBatch, state.sn, &payload) else {
-            return Ok(frozen);
+            return frozen;
         };
         // Written out now: the flush's device flush makes them durable before its delta
         // version stops the replay of the frozen memtable's part of the log.
@@ -265,7 +260,10 @@ impl Db {
         }
         shared.drained_lsn.store(writer.drained_lsn, Ordering::Release);
         if let Err(error) = written {
-            return Err(shared.poison(state, error.into()));
+            // Poisoned: no write is accepted from here on; the frozen memtable keeps every
+            // entry (nothing is held).
+            shared.poison(state, error.into());
+            return frozen;
         }
         for (index, &(kind, key, value)) in entries.iter().enumerate() {
             state.mem.insert(key, first_sequence + index as u64, kind, value);
@@ -274,7 +272,7 @@ impl Db {
         shared.published.store(last_sequence, Ordering::Release);
         shared.counters.hot_entries_held.fetch_add(entries.len() as u64, Ordering::Relaxed);
         frozen.held = entries.iter().map(|(_, key, _)| key.to_vec()).collect();
-        Ok(frozen)
+        frozen
     }
 
     /// Waits until the memtable has room (LevelDB's MakeRoomForWrite): freezes a full
@@ -325,9 +323,12 @@ impl Db {
                 last_sequence: writer.last_sequence,
                 held: std::collections::HashSet::new(),
             };
-            let frozen = self.hold_hot(writer, &mut state, frozen)?;
+            // The frozen memtable is installed whatever happens to its hot entries: its
+            // entries stay readable (a failed write of the held batch poisons the store).
+            let frozen = self.hold_hot(writer, &mut state, frozen);
             state.imm = Some(frozen);
             shared.work.notify_all();
+            Shared::check_poisoned(&state)?;
             // A forced freeze (the backup log is full, or `flush`) waits for the flush that
             // moves the backup start; an ordinary one goes on with the new memtable.
             if !force {
