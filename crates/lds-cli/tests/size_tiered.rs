@@ -14,23 +14,6 @@ fn target(path: &Path) -> Target {
     Target { path: path.to_path_buf(), instance: 0, hex: false, wait: None, technique: "size-tiered".into() }
 }
 
-fn fsck(path: &Path) -> (i32, Vec<u64>) {
-    let options = lds_cli::fsck::FsckOptions { path: path.to_path_buf(), deep: true, json: true, ..Default::default() };
-    let mut out = Vec::new();
-    let code = lds_cli::fsck::run(&options, &mut out, &mut Vec::new());
-    let document: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
-    let mut codes: Vec<u64> = document["problems"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter(|problem| problem["severity"] != "info")
-        .filter_map(|problem| problem["code"].as_u64())
-        .collect();
-    codes.dedup();
-    (code, codes)
-}
-
 fn count(path: &Path) -> usize {
     let db = lds_engine::Db::open(path, lds_engine::Options::default()).unwrap_or_else(|error| panic!("{error}"));
     let all: Vec<(Vec<u8>, Vec<u8>)> = db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{error}"));
@@ -59,7 +42,7 @@ fn a_size_tiered_volume_checks_dumps_and_repairs() {
         let code = kv::load(&target(&path), None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     }
-    assert_eq!(fsck(&path), (0, Vec::new()));
+    assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
     let keys = count(&path);
     let (db, _) = lds_engine::Db::open_read_only(&path, lds_engine::Options::default(), std::time::Duration::ZERO)
         .unwrap_or_else(|error| panic!("{error}"));
@@ -77,14 +60,14 @@ fn a_size_tiered_volume_checks_dumps_and_repairs() {
     let offset = label.geometry.slot_offset(multi.sub_chunks[1].slot) as usize;
     image[offset + 40] ^= 0x10;
     std::fs::write(&path, &image).unwrap_or_else(|error| panic!("{error}"));
-    let (code, codes) = fsck(&path);
+    let (code, codes) = volumes::fsck_codes(&path);
     assert_ne!(code, 0);
     assert!(codes.contains(&405), "{codes:?}");
     let args = lds_cli::repair::RepairArgs { path: path.clone(), yes: true, no_undo: true, ..Default::default() };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let repaired = lds_cli::repair::run(&args, &mut out, &mut err);
     assert!(repaired == 1 || repaired == 0, "repair exit {repaired}: {}", String::from_utf8_lossy(&err));
-    assert_eq!(fsck(&path), (0, Vec::new()));
+    assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
     // One block lost: fewer keys, most kept.
     let after = count(&path);
     assert!(after < keys && after > keys - 200, "{keys} keys before, {after} after");

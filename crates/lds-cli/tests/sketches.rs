@@ -13,26 +13,6 @@ use lds_format::chunk::{Footer, FOOTER_LEN};
 
 const SLOT_SIZE: u64 = 256 << 10;
 
-fn fsck_codes(path: &Path) -> (i32, Vec<u64>) {
-    let options = lds_cli::fsck::FsckOptions { path: path.to_path_buf(), deep: true, json: true, ..Default::default() };
-    let mut out = Vec::new();
-    let code = lds_cli::fsck::run(&options, &mut out, &mut Vec::new());
-    let text = String::from_utf8_lossy(&out);
-    let document: serde_json::Value =
-        serde_json::from_str(text.trim()).unwrap_or_else(|error| panic!("{error}: {text}"));
-    let mut codes: Vec<u64> = document["problems"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter(|problem| problem["severity"] != "info")
-        .filter_map(|problem| problem["code"].as_u64())
-        .collect();
-    codes.sort_unstable();
-    codes.dedup();
-    (code, codes)
-}
-
 fn dump_chunk(path: &Path, chunk_id: u64) -> serde_json::Value {
     let options = DumpOptions {
         path: path.to_path_buf(),
@@ -91,7 +71,7 @@ fn flushed_chunks_carry_sketches_that_dump_fsck_and_repair_understand() {
         assert_eq!(sub_chunk["sketch"]["precision"], 12);
         assert_eq!(sub_chunk["footer"]["len_sketch"], 4 + 4096);
     }
-    assert_eq!(fsck_codes(&path), (0, Vec::new()));
+    assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
 
     // A flipped register: warning 413, found by a plain check too.
     let mut image = std::fs::read(&path).unwrap_or_else(|error| panic!("{error}"));
@@ -102,7 +82,7 @@ fn flushed_chunks_carry_sketches_that_dump_fsck_and_repair_understand() {
         .unwrap_or_else(|error| panic!("{error}"));
     image[slot_offset + footer.ofs_sketch as usize + 100] ^= 0x01;
     std::fs::write(&path, &image).unwrap_or_else(|error| panic!("{error}"));
-    let (code, codes) = fsck_codes(&path);
+    let (code, codes) = volumes::fsck_codes(&path);
     assert_eq!(codes, vec![413]);
     assert_ne!(code, 0);
     let document = dump_chunk(&path, level0[1]);
@@ -113,7 +93,7 @@ fn flushed_chunks_carry_sketches_that_dump_fsck_and_repair_understand() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = lds_cli::repair::run(&args, &mut out, &mut err);
     assert!(code == 0 || code == 1, "repair exit {code}: {}", String::from_utf8_lossy(&err));
-    assert_eq!(fsck_codes(&path), (0, Vec::new()));
+    assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
     assert_eq!(all(&path), before);
 }
 

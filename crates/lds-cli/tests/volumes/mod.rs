@@ -115,3 +115,24 @@ pub fn salvage(args: &lds_cli::salvage::SalvageArgs) -> (i32, String, String) {
     let code = lds_cli::salvage::run(args, &mut out, &mut err);
     (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
 }
+
+/// `lds fsck --deep --json PATH`: its exit code and the codes of its errors and warnings,
+/// sorted, each once.
+pub fn fsck_codes(path: &Path) -> (i32, Vec<u64>) {
+    let options = lds_cli::fsck::FsckOptions { path: path.to_path_buf(), deep: true, json: true, ..Default::default() };
+    let mut out = Vec::new();
+    let code = lds_cli::fsck::run(&options, &mut out, &mut Vec::new());
+    let document: serde_json::Value =
+        serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&out)));
+    let mut codes: Vec<u64> = document["problems"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|problem| problem["severity"] != "info")
+        .filter_map(|problem| problem["code"].as_u64())
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    (code, codes)
+}

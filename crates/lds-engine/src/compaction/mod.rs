@@ -133,12 +133,7 @@ const TIERED_STEP_OUTPUTS: usize = 4;
 /// footer's chunk id, index and count; its tail written again), one flush makes them durable,
 /// and one delta version replaces the inputs with the chunk.
 fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
-    let context = MergeContext {
-        values: shared,
-        device: shared.device.as_ref(),
-        geometry: &shared.geometry,
-        buffers: &shared.merge_buffers,
-    };
+    let context = merge_context(shared);
     let release_written = |merger: &mut Merger| {
         let slots: Vec<u64> = merger.tiered_written.drain(..).map(|(slot, _)| slot).collect();
         crate::version::slots::release(&shared.slots, &slots);
@@ -190,17 +185,41 @@ fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         crate::version::slots::release(&shared.slots, &slots);
         return Err(error);
     }
+    commit_final(shared, merger, added, Vec::new())
+}
+
+/// What a merge reads its inputs through.
+fn merge_context(shared: &Shared) -> MergeContext<'_> {
+    MergeContext {
+        values: shared,
+        device: shared.device.as_ref(),
+        geometry: &shared.geometry,
+        buffers: &shared.merge_buffers,
+    }
+}
+
+/// The final delta version of a merge: its inputs deleted, `outputs` and the value chunks
+/// `value_added` added. A flush may have committed since the merge began; the delta applies
+/// to the current version, which still holds every input (only the merge deletes chunks).
+fn commit_final(
+    shared: &Shared,
+    merger: &Merger,
+    outputs: Vec<ChunkMeta>,
+    value_added: Vec<lds_format::value::ValueChunkMeta>,
+) -> Result<bool> {
     let mut state = shared.lock_state();
     let current = Arc::clone(state.version());
     let delta = DeltaVersion {
         last_sequence: current.last_sequence,
         ofs_backup_start: current.ofs_backup_start,
         lsn_backup_start: current.lsn_backup_start,
-        compaction_id: 0,
+        compaction_id: merger.compaction_id,
         deleted: deleted_of(&merger.inputs),
-        compact_pointers: Vec::new(),
-        added,
-        values: shared.value_chunks.then(lds_format::version::ValueDelta::default),
+        compact_pointers: merger.pointer.clone().into_iter().collect(),
+        added: outputs,
+        values: shared
+            .value_chunks
+            .then(|| lds_format::version::ValueDelta { added: value_added, ..Default::default() }),
     };
     commit_merge(shared, &mut state, &delta, &merger.inputs)?;
     state.merging = false;
@@ -232,12 +251,7 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     if merger.tiered {
         return step_tiered(shared, merger);
     }
-    let context = MergeContext {
-        values: shared,
-        device: shared.device.as_ref(),
-        geometry: &shared.geometry,
-        buffers: &shared.merge_buffers,
-    };
+    let context = merge_context(shared);
     let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
     let produced = merger.produce(&context, chunks_max)?;
     let built = produced.chunks;
@@ -280,28 +294,9 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     // inputs stay in place until that record is durable (NobLSM's shadows).
     flush_device(shared)?;
     if produced.complete {
-        let mut state = shared.lock_state();
         let mut outputs = std::mem::take(&mut merger.persisted);
         outputs.extend(added);
-        // A flush may have committed since the merge began; the delta applies to the current
-        // version, which still holds every input (only the merge deletes chunks).
-        let current = Arc::clone(state.version());
-        let delta = DeltaVersion {
-            last_sequence: current.last_sequence,
-            ofs_backup_start: current.ofs_backup_start,
-            lsn_backup_start: current.lsn_backup_start,
-            compaction_id: merger.compaction_id,
-            deleted: deleted_of(&merger.inputs),
-            compact_pointers: merger.pointer.clone().into_iter().collect(),
-            added: outputs,
-            values: shared
-                .value_chunks
-                .then(|| lds_format::version::ValueDelta { added: value_added, ..Default::default() }),
-        };
-        commit_merge(shared, &mut state, &delta, &merger.inputs)?;
-        state.merging = false;
-        state.merge_delta_reserve = 0;
-        return Ok(true);
+        return commit_final(shared, merger, outputs, value_added);
     }
     let Some(record) = merger.record(&added) else { return Ok(false) };
     let mut state = shared.lock_state();
