@@ -29,7 +29,8 @@ pub(crate) struct SimInput {
     /// Bit 0: unbuffered log writes; bits 1-2: 1 an EIO on write `fault_index`, 2 on flush
     /// `fault_index`, 3 no fault and the second set of techniques; bit 3: a synced write after
     /// recovery, then a second crash; bits 4 to 7: engine techniques on, bit `4 + i` for
-    /// `lds_engine::TECHNIQUES[i]` (the first set), or `TECHNIQUES[4 + i]` (the second).
+    /// `lds_engine::TECHNIQUES[i]` (the first set), or `TECHNIQUES[4 + i]` (the second:
+    /// size-tiered, forest; size-tiered alone when both bits are set).
     pub(crate) flags: u8,
     /// Operation codes and their arguments (see `read_op`).
     pub(crate) ops: Vec<Vec<u8>>,
@@ -298,6 +299,11 @@ pub fn sim(data: &[u8]) {
         .filter(|(bit, _)| input.flags >> (4 + bit) & 1 != 0)
         .map(|(_, (name, _))| *name)
         .collect();
+    // Size-tiered and the forest both replace leveled compaction: with both bits, the first.
+    let mut techniques = techniques;
+    if techniques.contains(&"size-tiered") {
+        techniques.retain(|name| *name != "forest");
+    }
     if let Err(error) = lds_sim::workload::set_techniques(&techniques.join(",")) {
         panic!("sim: techniques {techniques:?}: {error}");
     }

@@ -7,8 +7,12 @@ includes it).
 
 - skewed writes (TRIAD-MEM): `fillhot` (99% of the puts to 1% of the keys) and YCSB-A
   (zipfian, half updates) after `ycsb-load`;
-- uniform writes (TRIAD-DISK, size-tiered): fillrandom, overwrite, then readrandom (more
-  level-0 chunks, or more tiers, cost reads).
+- uniform writes (TRIAD-DISK, size-tiered, forest): fillrandom, overwrite, then readrandom
+  (more level-0 chunks, more tiers or more trees cost reads);
+- sequential writes (forest's split storing): fillseq;
+- reads from the device (forest's parallel search, SifrDB §4.3): fillrandom of 3x the keys,
+  then readrandom, the benchmark in a memory cgroup of 160 MiB so that most reads miss the
+  page cache (only off, forest and forest with serial search).
 
 For each: ops/s, CPU seconds per million operations, write amplification (bytes the loop
 device wrote over user bytes), space (slots in use) and peak memory, with the engine's own
@@ -29,11 +33,39 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import Loop, parse_size, run_bench  # noqa: E402
 
-CONFIGS = ["off", "triad-mem", "triad-disk", "triad-mem,triad-disk", "size-tiered"]
+CONFIGS = ["off", "triad-mem", "triad-disk", "triad-mem,triad-disk", "size-tiered", "forest", "forest-serial"]
 GROUPS = {
     "skewed": ["fillhot", "ycsb-load", "ycsb-a"],
     "uniform": ["fillrandom", "overwrite", "readrandom"],
+    "sequential": ["fillseq"],
+    "device-reads": ["readrandom"],
 }
+# The configurations each group runs (all when not named).
+GROUP_CONFIGS = {"device-reads": ["off", "forest", "forest-serial"]}
+# The memory cgroup (v1) the device-reads group runs in, and its limit.
+CGROUP = Path("/sys/fs/cgroup/memory/lds-ablation")
+CGROUP_LIMIT = 160 << 20
+
+
+def configs(group):
+    return GROUP_CONFIGS.get(group, CONFIGS)
+
+
+def config_args(config):
+    """The lds bench arguments of a configuration: `forest-serial` is the forest with
+    parallel search off."""
+    if config == "off":
+        return []
+    if config == "forest-serial":
+        return ["--technique", "forest", "--lds-option", "search_threads=1"]
+    return ["--technique", config]
+
+
+def in_cgroup(command):
+    """`command` run in the memory cgroup CGROUP (created with its limit)."""
+    CGROUP.mkdir(exist_ok=True)
+    (CGROUP / "memory.limit_in_bytes").write_text(str(CGROUP_LIMIT))
+    return ["sh", "-c", f'echo $$ > {CGROUP}/cgroup.procs && exec "$@"', "sh", *command]
 # The paper's claims, for each technique and workload family (TRIAD, ATC 2017, §5).
 CLAIMS = {
     ("triad-mem", "skewed"): "TRIAD-MEM alone: 97% of TRIAD's throughput on a highly skewed workload (Fig. 10), "
@@ -44,6 +76,14 @@ CLAIMS = {
     ("size-tiered", "uniform"): "LDS §4.2.5, Fig. 15: size-tiered compaction on LDS inserts faster than on every file "
     "system (its ratio to leveled compaction is not given); size-tiered compaction writes less and reads more runs "
     "than leveled",
+    ("forest", "uniform"): "SifrDB §5.2, Fig. 9a: random writes with the write amplification of size-tiered "
+    "compaction, substantially below leveled (MS-tree) stores; with LDS's aligned storing the highest random-write "
+    "throughput (Fig. 9b)",
+    ("forest", "sequential"): "SifrDB §5.2, Fig. 9a: no write amplification on sequential writes, like LevelDB, "
+    "where size-tiered compaction writes 8x",
+    ("forest", "device-reads"): "SifrDB §4.3, §5.3: parallel search 1.7x faster queries even with everything cached "
+    "(Fig. 8), up to 4x size-tiered at a 400:1 dataset/memory ratio (Fig. 11a), at the cost of extra reads of "
+    "low-priority trees (15% more I/O)",
 }
 
 
@@ -75,6 +115,9 @@ def summarize(documents, workload):
         "level0_merges": engine("level0_merges"),
         "level0_chunks": engine("level0_chunks_merged"),
         "held": engine("hot_entries_held"),
+        "moves": median([(r.get("engine", {}).get("trivial_moves") or 0)
+                         + (r.get("engine", {}).get("forest_moved_chunks") or 0) for r in results]),
+        "parallel": engine("parallel_searches"),
         "runs": len(results),
     }
 
@@ -94,11 +137,11 @@ def main():
     if args.from_runs:
         summaries = {}
         for group, workloads in GROUPS.items():
-            for config in CONFIGS:
+            for config in configs(group):
                 documents = [json.loads(path.read_text())
                              for path in sorted(Path(args.out).glob(f"{group}-{config.replace(',', '+')}-*.json"))]
                 for workload in workloads:
-                    summaries[(config, workload)] = summarize(documents, workload)
+                    summaries[(group, config, workload)] = summarize(documents, workload)
         write_markdown(summaries, Path(args.markdown), args)
         return
     work = Path(args.workdir)
@@ -111,22 +154,26 @@ def main():
         loop = Loop(work / "ablation.img", size_bytes)
         stack.callback(loop.close)
         for group, workloads in GROUPS.items():
-            for config in CONFIGS:
+            for config in configs(group):
                 documents = []
                 for run in range(args.repeat):
                     label = f"{group}-{config.replace(',', '+')}-{run}"
+                    benchmarks = ["fillrandom", *workloads] if group == "device-reads" else workloads
+                    num = {"skewed": args.num * 2, "device-reads": args.num * 3}.get(group, args.num)
                     command = [
-                        args.lds, "bench", "--engine", "lds", "--benchmarks", ",".join(workloads),
-                        "--num", str(args.num * 2 if group == "skewed" else args.num),
-                        "--records", str(args.num), "--ycsb-ops", str(args.num * 2),
+                        args.lds, "bench", "--engine", "lds", "--benchmarks", ",".join(benchmarks),
+                        "--num", str(num), "--records", str(args.num), "--ycsb-ops", str(args.num * 2),
                         "--size", args.size, "--stat-device", loop.name, "--json", "--force", "--seed", str(run + 1),
                     ]
-                    if config != "off":
-                        command += ["--technique", config]
+                    if group == "device-reads":
+                        command += ["--reads", str(args.num // 2)]
+                    command += config_args(config)
                     command.append(loop.device)
+                    if group == "device-reads":
+                        command = in_cgroup(command)
                     documents.append(run_bench(command, "lds", out, label, {"label": label, "config": config}))
                 for workload in workloads:
-                    summaries[(config, workload)] = summarize(documents, workload)
+                    summaries[(group, config, workload)] = summarize(documents, workload)
     write_markdown(summaries, Path(args.markdown), args)
 
 
@@ -141,35 +188,38 @@ def write_markdown(summaries, path: Path, args):
       "million operations; WA: bytes the device wrote over user bytes; space: slots in use after the benchmark; "
       "level-0 merges: merges of level 0 started and the level-0 chunks they took on average; held: hot entries "
       "written again to the backup log at freezes (TRIAD-MEM).\n")
-    w("| workload | techniques | ops/s | CPU s/Mop | WA | space MiB | peak MiB | level-0 merges (chunks each) | held |")
-    w("|---|---|---|---|---|---|---|---|---|")
+    w("| workload | techniques | ops/s | CPU s/Mop | WA | space MiB | peak MiB | level-0 merges (chunks each) | held "
+      "| moved chunks | parallel lookups |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     for group, workloads in GROUPS.items():
         for workload in workloads:
-            for config in CONFIGS:
-                s = summaries.get((config, workload))
+            for config in configs(group):
+                s = summaries.get((group, config, workload))
+                name = f"{workload} ({group})" if group == "device-reads" else workload
                 if not s:
-                    w(f"| {workload} | {config} | failed | | | | | | |")
+                    w(f"| {name} | {config} | failed | | | | | | | | |")
                     continue
                 merges = "-"
                 if s["level0_merges"]:
                     merges = f"{s['level0_merges']:.0f} ({s['level0_chunks'] / s['level0_merges']:.1f})"
-                w(f"| {workload} | {config} | {fmt(s['ops'])} | {fmt(s['cpu'], 2)} | {fmt(s['wa'], 2)} "
+                w(f"| {name} | {config} | {fmt(s['ops'])} | {fmt(s['cpu'], 2)} | {fmt(s['wa'], 2)} "
                   f"| {fmt(s['space'] and s['space'] / 2**20)} | {fmt(s['peak'] and s['peak'] / 2**20)} "
-                  f"| {merges} | {fmt(s['held'])} |")
+                  f"| {merges} | {fmt(s['held'])} | {fmt(s['moves'])} | {fmt(s['parallel'])} |")
     w("")
     w("Each technique over the engine without it (ops/s ratio; write amplification off -> on):\n")
-    w("| technique | " + " | ".join(workload for workloads in GROUPS.values() for workload in workloads) + " |")
-    w("|---|" + "---|" * sum(len(workloads) for workloads in GROUPS.values()))
+    columns = [(group, workload) for group, workloads in GROUPS.items() for workload in workloads]
+    w("| technique | " + " | ".join(f"{workload} ({group})" if group == "device-reads" else workload
+                                   for group, workload in columns) + " |")
+    w("|---|" + "---|" * len(columns))
     for config in CONFIGS[1:]:
         cells = []
-        for workloads in GROUPS.values():
-            for workload in workloads:
-                base, mine = summaries.get(("off", workload)), summaries.get((config, workload))
-                if not (base and mine and base["ops"]):
-                    cells.append("-")
-                    continue
-                wa = f"; {fmt(base['wa'], 2)} -> {fmt(mine['wa'], 2)}" if base["wa"] else ""
-                cells.append(f"{mine['ops'] / base['ops']:.2f}x{wa}")
+        for group, workload in columns:
+            base, mine = summaries.get((group, "off", workload)), summaries.get((group, config, workload))
+            if not (base and mine and base["ops"]):
+                cells.append("-")
+                continue
+            wa = f"; {fmt(base['wa'], 2)} -> {fmt(mine['wa'], 2)}" if base["wa"] else ""
+            cells.append(f"{mine['ops'] / base['ops']:.2f}x{wa}")
         w(f"| {config} | " + " | ".join(cells) + " |")
     w("")
     w("The papers' claims, beside the ratios above:\n")

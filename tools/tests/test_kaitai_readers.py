@@ -342,6 +342,32 @@ def test_engine_written_size_tiered_volume_matches(kaitai_dump, tmp_path):
     assert len(state) > 20000, "the state lost keys"
 
 
+def test_engine_written_forest_volume_matches(kaitai_dump, tmp_path):
+    """A volume the engine wrote with the split forest (SifrDB §4.1): its base versions name
+    all 16 levels, trees of disjoint chunks sit in the stages' levels past the mkfs default of
+    7. Every reader dumps it, reads every chunk and serves the state lds scan serves."""
+    image = tmp_path / "forest.img"
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
+
+    forest = ("--technique", "forest")
+    lds("mkfs", "--size", "64MiB", "--sector-size", "512", "--slot-size", "64KiB",
+        "--version-log-size", "256KiB", "--backup-log-size", "192KiB", image)
+    for round in range(6):
+        keys = (round * 10000 + n if round % 2 == 0 else (n * 7919 + round) % 60000 for n in range(10000))
+        lines = "".join(f"key{key:05}\tvalue-{round}-{'y' * (key % 60)}\n" for key in keys)
+        lds("load", image, *forest, "--format", "tsv", input=lines)
+    for n in range(0, 60000, 97):
+        lds("delete", image, f"key{n:05}", *forest) if n % 5 == 0 else None
+    lds("put", image, "last", "written", *forest, "--sync")
+    volume = compare(image, "forest image")
+    state = compare_state(image, "forest image", volume)
+    chunks = compare_chunks(image, "forest image")
+    assert chunks and max(doc["meta"]["level"] for doc in chunks) >= 7, "no tree past level 6"
+    assert len(state) > 30000, "the state lost keys"
+
+
 def test_engine_written_kv_separated_volume_matches(kaitai_dump, tmp_path):
     """A volume the engine wrote with key-value separation (format 1.4, SPEC.md §8.6): values of
     1 to 20 KiB moved to value chunks at flush, overwrites (some inline again) and deletes that

@@ -76,9 +76,10 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "technique" => *options = options.clone().with_techniques(value)?,
         "pinned_levels" => options.pinned_levels = number()? as u8,
         "tail_cache_bytes" => options.tail_cache_bytes = number()? as usize,
+        "search_threads" => options.search_threads = number()? as usize,
         _ => {
             return Err(format!(
-                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes"
+                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes, search_threads"
             ))
         }
     }
@@ -278,6 +279,8 @@ impl Store for LdsStore {
             ("level0_merges", stats.level0_merges),
             ("level0_chunks_merged", stats.level0_chunks_merged),
             ("hot_entries_held", stats.hot_entries_held),
+            ("forest_moved_chunks", stats.forest_moved_chunks),
+            ("parallel_searches", stats.parallel_searches),
         ])
     }
 

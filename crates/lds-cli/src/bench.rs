@@ -90,12 +90,12 @@ pub struct BenchOptions {
     pub force: bool,
     /// LDS only: set an engine option, NAME=VALUE (repeatable): compaction_journal=on|off,
     /// journal_min_input_slots=N, journal_every_outputs=N, level0_compaction_trigger=N,
-    /// pinned_levels=N, tail_cache_bytes=N.
+    /// pinned_levels=N, tail_cache_bytes=N, search_threads=N (after --technique).
     #[arg(long = "lds-option", value_name = "NAME=VALUE")]
     pub lds_options: Vec<String>,
     /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning, kv-separation (the
     /// volume gets feature value_chunks), triad-disk (feature chunk_sketches), triad-mem,
-    /// size-tiered; see lds_engine::TECHNIQUES.
+    /// size-tiered, forest; see lds_engine::TECHNIQUES.
     #[arg(long, value_name = "NAME[,NAME]")]
     pub technique: Option<String>,
     /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with

@@ -26,7 +26,8 @@ pub struct CrashtestOptions {
     /// log often with many unflushed writes at each wrap; journal and random-journal run merges
     /// large enough to be journaled and clean inputs early; random-level0 fills level 0 with
     /// chunks that share few keys, for --technique triad-disk; random-tiered writes values of
-    /// 500 to 3,000 bytes, for --technique size-tiered). `repair`: crashes during `lds repair -y` on damaged
+    /// 500 to 3,000 bytes, for --technique size-tiered; random-forest writes runs of fresh
+    /// keys among overwrites, for --technique forest). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
     /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
     /// and during `lds device add|remove`; `devices`: the device changes alone. `instances`:
@@ -73,7 +74,7 @@ pub struct CrashtestOptions {
     /// --technique`): level-pinning, kv-separation (the volume gets feature value_chunks;
     /// `--workload random-values` writes values up to 80 KiB), triad-disk (feature
     /// chunk_sketches; `--workload random-level0`), triad-mem, size-tiered (`--workload
-    /// random-tiered`).
+    /// random-tiered`), forest (`--workload random-forest`).
     #[arg(long, value_name = "NAME[,NAME]", default_value = "")]
     pub technique: String,
 }
@@ -107,7 +108,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, random-tiered, repair, resize, devices or instances",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, random-tiered, random-forest, repair, resize, devices or instances",
             options.workload
         );
         return 2;

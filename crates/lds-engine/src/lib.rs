@@ -22,6 +22,7 @@ mod flush;
 mod hot;
 mod memtable;
 mod options;
+mod pool;
 mod read;
 mod retention;
 mod state;

@@ -72,6 +72,18 @@ pub struct Options {
     /// by size in slots, each `threshold` times the one before; Cassandra's 4). 0 (the
     /// default): leveled compaction.
     pub size_tiered_threshold: usize,
+    /// The split forest (SifrDB §4.1, technique `forest`): stages of this many trees, each
+    /// tree a level of disjoint chunks; a full stage drains into the next one, moving the
+    /// chunks that overlap nothing and merging the rest (`compaction::forest`). 0 (the
+    /// default): leveled compaction.
+    pub forest_fanout: usize,
+    /// A forest drain moves a chunk that overlaps nothing only when it fills at least this
+    /// percent of its slot (default 50); smaller ones are merged, so that they get packed.
+    pub forest_move_min_percent: u8,
+    /// Parallel search (SifrDB §4.3): a point lookup with several candidate chunks outside
+    /// the memtables searches them on this many threads at once (the caller's among them),
+    /// taking the newest version found. 0 or 1 (the default): one after the other.
+    pub search_threads: usize,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -119,6 +131,9 @@ impl Default for Options {
             level0_overlap_min: None,
             hot_buffer_percent: 0,
             size_tiered_threshold: 0,
+            forest_fanout: 0,
+            forest_move_min_percent: 50,
+            search_threads: 0,
             level0_defer_max: 6,
             log_buffer_bytes: 64 << 10,
             background: true,
@@ -152,6 +167,10 @@ pub const TECHNIQUES: &[(&str, &str)] = &[
         "size-tiered",
         "size-tiered compaction (LDS 4.2.5): four chunks of a size tier merge into one chunk of several slots in the next tier; not with kv-separation or triad-disk",
     ),
+    (
+        "forest",
+        "the split forest (SifrDB): stages of four trees of disjoint chunks, a full stage drains into the next moving what overlaps nothing; lookups search candidate chunks on two threads; not with size-tiered, kv-separation or triad-disk",
+    ),
 ];
 
 impl Options {
@@ -165,6 +184,10 @@ impl Options {
                 "triad-disk" => self.level0_overlap_min = Some(0.4),
                 "triad-mem" => self.hot_buffer_percent = 25,
                 "size-tiered" => self.size_tiered_threshold = 4,
+                "forest" => {
+                    self.forest_fanout = 4;
+                    self.search_threads = 2;
+                }
                 other => {
                     let known: Vec<&str> = TECHNIQUES.iter().map(|(name, _)| *name).collect();
                     return Err(format!("unknown technique '{other}': known are {}", known.join(", ")));

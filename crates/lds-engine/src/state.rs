@@ -43,6 +43,8 @@ pub(crate) struct Counters {
     pub(crate) level0_merges: AtomicU64,
     pub(crate) hot_entries_held: AtomicU64,
     pub(crate) level0_chunks_merged: AtomicU64,
+    pub(crate) forest_moved_chunks: AtomicU64,
+    pub(crate) parallel_searches: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.
@@ -210,6 +212,8 @@ pub(crate) struct Shared {
     pub(crate) durable_lsn: AtomicU64,
     /// Chunk tails and blocks read so far.
     pub(crate) cache: TableCache,
+    /// The threads of parallel search (`Options::search_threads` above 1).
+    pub(crate) search_pool: Option<crate::pool::SearchPool>,
     /// What the background work did.
     pub(crate) counters: Counters,
     /// The merge in progress between worker steps. Only the worker touches it, never while

@@ -36,6 +36,16 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
         return crate::compaction::tiered::pick(state.version(), threshold, state.manual_compaction.is_some())
             .map_or(Choice::DoNothing, Choice::Merge);
     }
+    // The split forest replaces it too (`compaction::forest`).
+    if shared.options.forest_fanout > 0 {
+        return crate::compaction::forest::choose(
+            state.version(),
+            shared.options.forest_fanout,
+            shared.options.level0_compaction_trigger,
+            shared.geometry.slot_size * u64::from(shared.options.forest_move_min_percent.min(100)) / 100,
+            state.manual_compaction.is_some(),
+        );
+    }
     let mut limits = Limits::new(&shared.options, shared.geometry.slot_size);
     limits.level0_deferred = crate::compaction::defer::level0_deferred(&shared.options, state);
     // Value chunks are collected only where new ones are written (separation on).
@@ -83,7 +93,8 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
         } else if let Some(journal) = resume {
             let version = Arc::clone(shared.lock_state().version());
             let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
-            *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format)?);
+            let forest = (shared.options.forest_fanout > 0).then_some(shared.options.forest_fanout);
+            *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format, forest)?);
             shared.lock_state().merging = true;
         }
     }
@@ -133,7 +144,18 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         return (state, false);
     }
     // A merge in progress, or one to resume, goes on before anything new starts.
-    let choice = if state.merging || state.resume.is_some() { Choice::DoNothing } else { next_choice(shared, &state) };
+    let mut choice =
+        if state.merging || state.resume.is_some() { Choice::DoNothing } else { next_choice(shared, &state) };
+    // The split forest's stages need every level the format has: the version gets them by a
+    // base version before its first compaction (not at open: recovery writes nothing).
+    let forest_levels = crate::compaction::forest::levels_wanted(shared.options.forest_fanout);
+    if shared.options.forest_fanout > 0 && choice != Choice::DoNothing && state.version().num_levels < forest_levels {
+        if let Err(error) = crate::version::commit::grow_levels(shared, &mut state, forest_levels) {
+            shared.poison(&mut state, error);
+            return (state, true);
+        }
+        choice = next_choice(shared, &state);
+    }
     let resume = state.resume.take();
     let working = state.merging || resume.is_some() || choice != Choice::DoNothing;
     if !working {

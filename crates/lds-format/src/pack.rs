@@ -124,6 +124,15 @@ impl ChunkPacker {
         self.group.push((sequence, kind, self.group_values.len()));
     }
 
+    /// Ends the chunk being filled after the entries pushed so far (at a key boundary), so
+    /// that the next entry starts a new chunk; nothing when it is empty.
+    pub fn cut(&mut self) {
+        self.flush_group();
+        if !self.builder.is_empty() {
+            self.seal(true);
+        }
+    }
+
     /// A finished chunk, if any.
     pub fn pop(&mut self) -> Option<Packed> {
         self.finished.pop_front()

@@ -192,6 +192,16 @@ impl LogAppender {
         Ok(writes)
     }
 
+    /// Bytes from the start of the live region to the head, across the wrap (what recovery
+    /// reads, and what an offline switch to a rebuilt base version must keep clear of).
+    pub fn live_len(&self) -> u64 {
+        if self.head.offset >= self.live_start {
+            self.head.offset - self.live_start
+        } else {
+            self.context.len_area - self.live_start + self.head.offset
+        }
+    }
+
     /// True when objects with these payload lengths can all be appended now.
     pub fn fits(&self, payload_lens: &[usize]) -> bool {
         let mut probe = self.clone();

@@ -179,6 +179,8 @@ pub fn options(unbuffered: bool) -> Options {
         // that random workloads journal, clean early and resume too (SPEC.md §12).
         journal_min_input_slots: 2,
         journal_every_outputs: 1,
+        // The simulator's chunks are a few KiB: forest drains move chunks of any size.
+        forest_move_min_percent: 0,
         ..Options::default()
     };
     // `set_techniques` checked the names.
@@ -426,6 +428,7 @@ pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
         "random-values" => Some(random_values(seed, len)),
         "random-level0" => Some(random_level0(seed, len)),
         "random-tiered" => Some(random_tiered(seed, len)),
+        "random-forest" => Some(random_forest(seed, len)),
         _ => None,
     }
 }
@@ -451,6 +454,65 @@ pub fn random_tiered(seed: u64, len: usize) -> Workload {
         ops.push(op);
     }
     Workload { name: format!("random-tiered-{seed}"), ops }
+}
+
+/// A random workload for the split forest (`--technique forest`): runs of fresh keys in
+/// ascending order (each run its own prefix, so that its chunks overlap little and a drain
+/// moves them), overwrites and deletes mostly in the current run, a few in earlier runs
+/// (so that some trees overlap and drains merge too), values of 500 to 2,000 bytes (a flush
+/// every twenty operations or so makes chunks of half a simulator slot and more, which drains
+/// move rather than merge), reopens and a rare manual compaction: stage 1 fills and drains
+/// into stage 2 within a few hundred operations.
+pub fn random_forest(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0x9FB2_1C65_1E98_DF25) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let (mut run, mut next) = (0u64, 0u64);
+    let value = |random: &mut Random| {
+        let fill = b'a' + (random.next_u64() % 26) as u8;
+        vec![fill; 500 + random.below(1500) as usize]
+    };
+    for _ in 0..len {
+        let sync = random.below(10) == 0;
+        let op = match random.below(100) {
+            0..=59 => {
+                next += 1;
+                Op::Put { key: format!("run-{run:03}-{next:04}").into_bytes(), value: value(&mut random), sync }
+            }
+            60..=73 => {
+                let key = format!("run-{run:03}-{:04}", random.below(next + 1)).into_bytes();
+                Op::Put { key, value: value(&mut random), sync }
+            }
+            74 => {
+                let key = format!("run-{:03}-{:04}", random.below(run + 1), random.below(next + 1)).into_bytes();
+                Op::Put { key, value: value(&mut random), sync }
+            }
+            75..=80 => {
+                let old = if random.below(12) == 0 { random.below(run + 1) } else { run };
+                Op::Delete { key: format!("run-{old:03}-{:04}", random.below(next + 1)).into_bytes(), sync }
+            }
+            81..=85 => {
+                if random.below(3) == 0 {
+                    run += 1;
+                    next = 0;
+                }
+                Op::Flush
+            }
+            86..=95 => {
+                let key = format!("run-{run:03}-{:04}", random.below(next + 1)).into_bytes();
+                Op::Put { key, value: value(&mut random), sync }
+            }
+            96..=97 => Op::Reopen,
+            _ => {
+                if random.below(4) == 0 {
+                    Op::Compact
+                } else {
+                    Op::Flush
+                }
+            }
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-forest-{seed}"), ops }
 }
 
 /// A random workload that fills level 0 with chunks sharing few keys: runs of fresh keys

@@ -314,6 +314,14 @@ pub(crate) struct Merger {
     /// A size-tiered merge's outputs written so far, in key order: their slots and the built
     /// sub-chunks (bodies dropped), whose identities are set when the last is written.
     pub(crate) tiered_written: Vec<(u64, lds_format::chunk::BuiltSubChunk)>,
+    /// A forest drain (`compaction::forest`): no odd chunk stays behind.
+    pub(crate) forest: bool,
+    /// Chunks a forest drain moves to the target level as they are (not inputs), at their
+    /// current level: the final delta version moves them.
+    pub(crate) moved: Vec<ChunkMeta>,
+    /// The smallest keys of the moved chunks not passed yet, ascending: the outputs are cut
+    /// before each, so that the target level stays disjoint.
+    cuts: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl Merger {
@@ -354,7 +362,20 @@ impl Merger {
                 .collect();
             merger.tiered = true;
         }
+        if plan.forest {
+            merger.set_forest(plan.moved.clone());
+        }
         merger
+    }
+
+    /// Makes this a forest drain that moves `moved` to its target level.
+    pub(crate) fn set_forest(&mut self, moved: Vec<ChunkMeta>) {
+        self.forest = true;
+        self.pointer = None;
+        let mut cuts: Vec<Vec<u8>> = moved.iter().map(|chunk| chunk.smallest_key.clone()).collect();
+        cuts.sort();
+        self.cuts = cuts.into();
+        self.moved = moved;
     }
 
     /// The merge an unfinished journaled compaction left (SPEC.md §12): the inputs the last
@@ -364,6 +385,7 @@ impl Merger {
         version: &Version,
         smallest_snapshot: u64,
         format: ChunkFormat,
+        forest_fanout: Option<usize>,
     ) -> Result<Self> {
         let mut inputs = Vec::new();
         for id in &journal.inputs {
@@ -389,6 +411,18 @@ impl Merger {
             format,
             pointer,
         );
+        if let Some(fanout) = forest_fanout {
+            let moved = crate::compaction::forest::moved_on_resume(
+                version,
+                fanout,
+                journal.source_level,
+                journal.target_level,
+                &journal.inputs,
+            );
+            if let Some(moved) = moved {
+                merger.set_forest(moved);
+            }
+        }
         merger.persisted = journal.outputs.clone();
         merger.resume_key = Some(journal.resume_key.clone());
         merger.cleaned = journal.cleaned.iter().copied().collect();
@@ -415,17 +449,18 @@ impl Merger {
             .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
             .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
             .collect();
-        // Level-0 victims overlap: a run each. A deeper level's victims are disjoint and
-        // sorted: one run, as are the overlapping chunks of the target level.
+        // Level-0 inputs overlap: a run each. A deeper level's inputs are disjoint and sorted:
+        // one run per level (the victims' level and the target's; a forest drain's several).
         let mut runs: Vec<Vec<&ChunkMeta>> = Vec::new();
-        let (from_source, from_target): (Vec<&ChunkMeta>, Vec<&ChunkMeta>) =
-            inputs.iter().partition(|chunk| chunk.level == source_level || source_level == target_level);
-        if source_level == 0 {
-            runs.extend(from_source.into_iter().map(|chunk| vec![chunk]));
-        } else {
-            runs.push(from_source);
+        let mut by_level: std::collections::BTreeMap<u8, Vec<&ChunkMeta>> = std::collections::BTreeMap::new();
+        for chunk in &inputs {
+            if chunk.level == 0 {
+                runs.push(vec![chunk]);
+            } else {
+                by_level.entry(chunk.level).or_default().push(chunk);
+            }
         }
-        runs.push(from_target);
+        runs.extend(by_level.into_values());
         let runs = runs
             .into_iter()
             .filter(|run| !run.is_empty())
@@ -453,6 +488,9 @@ impl Merger {
             relocation: None,
             tiered: false,
             tiered_written: Vec::new(),
+            forest: false,
+            moved: Vec::new(),
+            cuts: std::collections::VecDeque::new(),
         }
     }
 
@@ -532,6 +570,11 @@ impl Merger {
                 !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
             });
             if keep {
+                // A moved chunk lies between the last output entry and this one: cut.
+                while self.cuts.front().is_some_and(|cut| cut.as_slice() <= key) {
+                    self.cuts.pop_front();
+                    packer.cut();
+                }
                 let value = loaded.slice(entry.value);
                 let relocated = match (&mut self.relocation, entry.kind) {
                     (Some(relocation), EntryKind::Pointer) => relocation.relocate(context, value),
@@ -557,6 +600,7 @@ impl Merger {
         if let Some(packed) = last.last() {
             let chunk = &packed.chunk;
             let odd_fits = !self.manual
+                && !self.forest
                 && self.source_level > 0
                 && self.source_level != self.target_level
                 && outputs_total > 1

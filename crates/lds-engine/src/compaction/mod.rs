@@ -9,6 +9,7 @@
 //! delta version deletes every input and adds every output.
 
 pub(crate) mod defer;
+pub(crate) mod forest;
 pub(crate) mod merge;
 pub(crate) mod pick;
 pub(crate) mod tiered;
@@ -54,7 +55,7 @@ fn commit_move(shared: &Shared, plan: &Plan) -> Result<()> {
         })
         .collect();
     let (_, largest) = pick::key_range(&plan.victims);
-    let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level)
+    let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level && !plan.forest)
         .then_some(lds_format::version::CompactPointer { level: plan.source_level, key: largest });
     let mut state = shared.lock_state();
     let version = Arc::clone(state.version());
@@ -80,7 +81,7 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let inputs: Vec<u64> = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.chunk_id).collect();
     let input_slots: usize = plan.victims.iter().chain(&plan.overlapping).map(|chunk| chunk.sub_chunks.len()).sum();
     // A rewrite for garbage collection (same level, not manual) relocates values: unjournaled.
-    let collecting = plan.source_level == plan.target_level && !plan.manual && !plan.tiered;
+    let collecting = plan.source_level == plan.target_level && !plan.manual && !plan.tiered && !plan.forest;
     // A size-tiered merge makes one chunk, which cannot be committed in parts.
     let mut journaled = !plan.tiered
         && shared.options.compaction_journal
@@ -199,7 +200,8 @@ fn merge_context(shared: &Shared) -> MergeContext<'_> {
 }
 
 /// The final delta version of a merge: its inputs deleted, `outputs` and the value chunks
-/// `value_added` added. A flush may have committed since the merge began; the delta applies
+/// `value_added` added, and a forest drain's moved chunks moved to its target level (their
+/// slots stay theirs). A flush may have committed since the merge began; the delta applies
 /// to the current version, which still holds every input (only the merge deletes chunks).
 fn commit_final(
     shared: &Shared,
@@ -209,19 +211,24 @@ fn commit_final(
 ) -> Result<bool> {
     let mut state = shared.lock_state();
     let current = Arc::clone(state.version());
+    let mut deleted = deleted_of(&merger.inputs);
+    deleted.extend(deleted_of(&merger.moved));
+    let mut added = outputs;
+    added.extend(merger.moved.iter().map(|chunk| ChunkMeta { level: merger.target_level, ..chunk.clone() }));
     let delta = DeltaVersion {
         last_sequence: current.last_sequence,
         ofs_backup_start: current.ofs_backup_start,
         lsn_backup_start: current.lsn_backup_start,
         compaction_id: merger.compaction_id,
-        deleted: deleted_of(&merger.inputs),
+        deleted,
         compact_pointers: merger.pointer.clone().into_iter().collect(),
-        added: outputs,
+        added,
         values: shared
             .value_chunks
             .then(|| lds_format::version::ValueDelta { added: value_added, ..Default::default() }),
     };
     commit_merge(shared, &mut state, &delta, &merger.inputs)?;
+    shared.counters.forest_moved_chunks.fetch_add(merger.moved.len() as u64, Ordering::Relaxed);
     state.merging = false;
     state.merge_delta_reserve = 0;
     Ok(true)
@@ -237,7 +244,7 @@ pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     shared.counters.compaction_device_flushes.fetch_add(flushes, Ordering::Relaxed);
     if matches!(finished, Ok(true)) {
         shared.counters.merges.fetch_add(1, Ordering::Relaxed);
-        if merger.source_level == merger.target_level && !merger.manual && !merger.tiered {
+        if merger.source_level == merger.target_level && !merger.manual && !merger.tiered && !merger.forest {
             shared.counters.value_collections.fetch_add(1, Ordering::Relaxed);
         }
         if merger.journaled() {

@@ -54,6 +54,25 @@ pub(crate) struct Plan {
     pub(crate) manual: bool,
     /// A size-tiered merge (`compaction::tiered`): its outputs form one chunk at level 0.
     pub(crate) tiered: bool,
+    /// A step of the split forest (`compaction::forest`): victims from several levels, no
+    /// odd chunk, no compact pointer.
+    pub(crate) forest: bool,
+    /// Chunks a forest drain moves to the target level unchanged (they overlap no victim).
+    pub(crate) moved: Vec<ChunkMeta>,
+}
+
+impl Plan {
+    /// A forest step from `source_level` (the first level of the drained stage) to
+    /// `target_level`.
+    pub(crate) fn forest(
+        source_level: u8,
+        target_level: u8,
+        victims: Vec<ChunkMeta>,
+        overlapping: Vec<ChunkMeta>,
+        moved: Vec<ChunkMeta>,
+    ) -> Self {
+        Self { source_level, target_level, victims, overlapping, manual: false, tiered: false, forest: true, moved }
+    }
 }
 
 /// Level sizing, from the options and the slot size.
@@ -122,7 +141,16 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
                 .cloned()
                 .collect()
         };
-        return Some(Plan { source_level, target_level, victims, overlapping, manual: true, tiered: false });
+        return Some(Plan {
+            source_level,
+            target_level,
+            victims,
+            overlapping,
+            manual: true,
+            tiered: false,
+            forest: false,
+            moved: Vec::new(),
+        });
     }
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
@@ -165,7 +193,16 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
         .filter(|chunk| overlaps(chunk, &smallest, &largest))
         .cloned()
         .collect();
-    Some(Plan { source_level, target_level: source_level + 1, victims, overlapping, manual: false, tiered: false })
+    Some(Plan {
+        source_level,
+        target_level: source_level + 1,
+        victims,
+        overlapping,
+        manual: false,
+        tiered: false,
+        forest: false,
+        moved: Vec::new(),
+    })
 }
 
 /// The value chunks whose live bytes fell below `percent` of what a slot holds (SPEC.md
@@ -250,6 +287,8 @@ fn pick_gc(version: &Version, percent: u8, slot_size: u64) -> Option<Plan> {
         overlapping: Vec::new(),
         manual: false,
         tiered: false,
+        forest: false,
+        moved: Vec::new(),
     })
 }
 
@@ -305,6 +344,8 @@ mod tests {
             overlapping,
             manual,
             tiered: false,
+            forest: false,
+            moved: Vec::new(),
         };
         let sequential = vec![meta(3, 0, "e", "h", 10, 0), meta(1, 0, "a", "d", 10, 0), meta(2, 0, "i", "k", 10, 0)];
         assert!(trivial_move(&plan(0, sequential.clone(), Vec::new(), false), 20));

@@ -51,7 +51,16 @@ pub(crate) fn pick(version: &Version, threshold: usize, manual: bool) -> Option<
         }
         tiers.into_values().find(|chunks| chunks.len() >= threshold.max(2))?
     };
-    Some(Plan { source_level: 0, target_level: 0, victims, overlapping: Vec::new(), manual, tiered: true })
+    Some(Plan {
+        source_level: 0,
+        target_level: 0,
+        victims,
+        overlapping: Vec::new(),
+        manual,
+        tiered: true,
+        forest: false,
+        moved: Vec::new(),
+    })
 }
 
 #[cfg(test)]

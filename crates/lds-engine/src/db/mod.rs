@@ -102,6 +102,12 @@ pub struct Stats {
     pub level0_merges: u64,
     /// The level-0 chunks those merges took (with `triad-disk`, more per merge).
     pub level0_chunks_merged: u64,
+    /// Chunks forest drains moved to the next stage without rewriting them (SifrDB's split
+    /// merge), since open.
+    pub forest_moved_chunks: u64,
+    /// Point lookups that searched their candidate chunks in parallel (SifrDB's parallel
+    /// search), since open.
+    pub parallel_searches: u64,
 }
 
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
@@ -336,6 +342,8 @@ impl Db {
             level0_merges: get(&counters.level0_merges),
             hot_entries_held: get(&counters.hot_entries_held),
             level0_chunks_merged: get(&counters.level0_chunks_merged),
+            forest_moved_chunks: get(&counters.forest_moved_chunks),
+            parallel_searches: get(&counters.parallel_searches),
         }
     }
 
@@ -348,5 +356,9 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         self.stop_background();
+        // Lookups' searches still queued hold the store: the volume is free once they end.
+        if let Some(pool) = &self.shared.search_pool {
+            pool.wait_idle();
+        }
     }
 }

@@ -278,6 +278,15 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             reason: "technique size-tiered does not go with kv-separation (its collection rewrites disjoint levels) or triad-disk (it defers level-0 merges into level 1)".into(),
         });
     }
+    if options.forest_fanout > 0
+        && (options.size_tiered_threshold > 0
+            || options.value_separation_min.is_some()
+            || options.level0_overlap_min.is_some())
+    {
+        return Err(Error::InvalidArgument {
+            reason: "technique forest does not go with size-tiered (both replace leveled compaction), kv-separation (its collection rewrites levels in place) or triad-disk (it defers level-0 merges into level 1)".into(),
+        });
+    }
     if options.level0_overlap_min.is_some() && !label.has_chunk_sketches() {
         return Err(Error::FeatureMissing {
             path: path_string,
@@ -369,6 +378,11 @@ fn assemble(
     let mut options = options;
     options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
     let cache = TableCache::new(options.block_cache_bytes, options.tail_cache_bytes);
+    let search_pool = if options.search_threads > 1 {
+        Some(crate::pool::SearchPool::new(options.search_threads - 1).map_err(|source| Error::Thread { source })?)
+    } else {
+        None
+    };
     // The cleaned inputs of an unfinished compaction are free on the media (SPEC.md §12), but
     // the version names them until the compaction's final delta: only its own outputs reuse
     // them (a flush adding a chunk there would contradict the version). Another instance
@@ -462,6 +476,7 @@ fn assemble(
         drained_lsn: AtomicU64::new(0),
         durable_lsn: AtomicU64::new(0),
         cache,
+        search_pool,
         merger: Mutex::new(None),
         merge_buffers: Mutex::new(Vec::new()),
         counters: crate::state::Counters::default(),

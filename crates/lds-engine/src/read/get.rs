@@ -10,8 +10,7 @@ use crate::error::Result;
 use crate::read::view;
 use crate::state::Shared;
 
-/// A found version: its sequence number, kind and value (a pointer's value is the pointer).
-type Found = (u64, EntryKind, Vec<u8>);
+use crate::read::parallel::Found;
 
 /// The newest version of `key` at or below `snapshot` in one sub-chunk.
 fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
@@ -73,8 +72,46 @@ fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) 
     Ok(None)
 }
 
+/// What a search of `chunk` for `key` costs: `None` when its filter says it does not hold
+/// the key, else whether it reads the device (its block is not cached). A chunk of several
+/// sub-chunks is counted as a read.
+fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<bool>> {
+    let [sub_chunk] = chunk.sub_chunks.as_slice() else { return Ok(Some(true)) };
+    let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
+    if !tail.filter.may_contain(key) {
+        return Ok(None);
+    }
+    let first = tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt());
+    Ok(Some(tail.index.get(first).is_some_and(|entry| !shared.cache.holds_block(sub_chunk.slot, entry))))
+}
+
+/// The candidate chunks for `key` whose filters may hold it, in search order, how many of
+/// them are level 0's, and how many of them read the device.
+fn filtered_candidates(
+    shared: &Shared,
+    published: &crate::version::published::Published,
+    key: &[u8],
+    snapshot: u64,
+) -> Result<(Vec<ChunkMeta>, usize, usize)> {
+    let (mut chunks, mut level0, mut reads) = (Vec::new(), 0, 0);
+    for level in 0..published.levels.levels.len() {
+        for chunk in published.candidates(level, key) {
+            if level == 0 && chunk.smallest_seq > snapshot {
+                continue;
+            }
+            let Some(read) = search_cost(shared, chunk, key)? else { continue };
+            reads += usize::from(read);
+            chunks.push(chunk.clone());
+        }
+        if level == 0 {
+            level0 = chunks.len();
+        }
+    }
+    Ok((chunks, level0, reads))
+}
+
 /// The value of `key` at `snapshot`.
-pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
+pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) -> Result<Option<Vec<u8>>> {
     let view = view(shared);
     let published = &view.published;
     // A pointer is read through the version of this view: the value chunks it names stay
@@ -84,6 +121,33 @@ pub(crate) fn get(shared: &Shared, key: &[u8], snapshot: u64) -> Result<Option<V
         if let Some(found) = table.get(key, snapshot) {
             return resolve(found);
         }
+    }
+    // Parallel search (SifrDB §4.3) when two or more candidates whose filters may hold the
+    // key would read the device; else one after the other, in the same order.
+    if let Some(pool) = shared.search_pool.as_ref() {
+        let (candidates, level0, reads) = filtered_candidates(shared, published, key, snapshot)?;
+        let found = if reads > 1 {
+            shared.counters.parallel_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::read::parallel::search(shared, pool, find_in_chunk, candidates, level0, key, snapshot)?
+        } else {
+            let mut best: Option<Found> = None;
+            for (index, chunk) in candidates.iter().enumerate() {
+                if index >= level0 && best.is_some() {
+                    break;
+                }
+                if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
+                    if index >= level0 {
+                        best = Some(found);
+                        break;
+                    }
+                    if best.as_ref().is_none_or(|best| found.0 > best.0) {
+                        best = Some(found);
+                    }
+                }
+            }
+            best
+        };
+        return found.map_or(Ok(None), resolve);
     }
     for level in 0..published.levels.levels.len() {
         let candidates = published.candidates(level, key);

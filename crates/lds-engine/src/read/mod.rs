@@ -2,6 +2,7 @@
 
 pub(crate) mod get;
 pub(crate) mod iter;
+pub(crate) mod parallel;
 
 use std::sync::Arc;
 

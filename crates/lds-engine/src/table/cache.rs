@@ -106,6 +106,11 @@ impl<K: std::hash::Hash + Eq + Copy, V: Clone> ClockCache<K, V> {
         Self { budget, bytes: 0, ring: Vec::new(), index: HashMap::new(), hand: 0 }
     }
 
+    /// True when `key` is cached (its mark untouched).
+    fn contains(&self, key: &K) -> bool {
+        self.index.contains_key(key)
+    }
+
     fn get(&mut self, key: &K) -> Option<V> {
         let position = *self.index.get(key)?;
         let entry = &mut self.ring[position];
@@ -359,6 +364,11 @@ impl TableCache {
         let footprint = block.footprint();
         locked(&self.blocks).insert(key, Arc::clone(&block), footprint);
         Ok(block)
+    }
+
+    /// True when the block `entry` names in `slot` is cached: reading it costs no device read.
+    pub(crate) fn holds_block(&self, slot: u64, entry: &IndexEntry) -> bool {
+        locked(&self.blocks).contains(&(slot, entry.ofs_block))
     }
 
     /// Forgets a freed slot's tail and blocks (a later chunk may take the slot).

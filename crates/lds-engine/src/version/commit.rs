@@ -96,6 +96,24 @@ pub(crate) fn raise_sn(shared: &Shared, state: &mut MutexGuard<'_, TreeState>) -
     commit_as(shared, state, &delta, Vec::new(), true)
 }
 
+/// Gives the version `num_levels` levels (a forest uses all 16): levels only grow by a base
+/// version (SPEC.md §6.1), written at once. Nothing when it has as many already, or while a
+/// journaled compaction is unfinished (no base version may come then; the next open grows it).
+pub(crate) fn grow_levels(shared: &Shared, state: &mut MutexGuard<'_, TreeState>, num_levels: u32) -> Result<()> {
+    if state.version().num_levels >= num_levels || state.last_journal.is_some() {
+        return Ok(());
+    }
+    let mut grown = (**state.version()).clone();
+    grown.num_levels = num_levels;
+    let previous = Arc::clone(&state.published);
+    state.published = Arc::new(Published::new(Arc::new(grown), None));
+    let raised = raise_sn(shared, state);
+    if raised.is_err() {
+        state.published = previous;
+    }
+    raised
+}
+
 fn version_log_full(shared: &Shared, error: &AppendError) -> Error {
     match error {
         AppendError::LsnExhausted { .. } => Error::Exhausted { what: "version log sequence numbers" },
@@ -183,7 +201,13 @@ fn commit_as(
     // commit's base is larger by what its delta adds.
     let base_len = published.version.to_base(shared.geometry, shared.instance).encode().len();
     let reserve = base_len + base_len / 4 + delta_payload.len() + shared.geometry.sector_size as usize * 2;
-    let object = if !force_base && state.version_log.fits(&[delta_payload.len(), reserve]) {
+    // Past half the area, a trim too (unless a journaled compaction is unfinished, when none
+    // may come): an offline switch to a rebuilt base version (repair, resize, device changes,
+    // SPEC.md §10.3) needs room outside the live region.
+    let area = state.version_log.context().len_area;
+    let within_half = state.last_journal.is_some()
+        || state.version_log.live_len() + lds_format::log::HEADER_LEN as u64 + delta_payload.len() as u64 <= area / 2;
+    let object = if !force_base && within_half && state.version_log.fits(&[delta_payload.len(), reserve]) {
         (ObjectType::DeltaVersion, state.sn, delta_payload)
     } else {
         // A base version while a journaled compaction is unfinished would end its journal
