@@ -443,10 +443,17 @@ impl Merger {
         pointer: Option<CompactPointer>,
     ) -> Self {
         let (smallest, largest) = key_range(&inputs);
+        // Older chunks outside the merge (a forest drain of the last stage takes victims from
+        // levels past its target).
+        let input_ids: BTreeSet<u64> = inputs.iter().map(|chunk| chunk.chunk_id).collect();
         let deeper = version
             .chunks
             .values()
-            .filter(|chunk| chunk.level > target_level && overlaps(chunk, &smallest, &largest))
+            .filter(|chunk| {
+                chunk.level > target_level
+                    && !input_ids.contains(&chunk.chunk_id)
+                    && overlaps(chunk, &smallest, &largest)
+            })
             .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
             .collect();
         // Level-0 inputs overlap: a run each. A deeper level's inputs are disjoint and sorted:
