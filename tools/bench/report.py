@@ -86,12 +86,45 @@ def best_peer(runs, peer, workload, key="ops_per_sec"):
     return fs, entry
 
 
+def device_bound(directory: Path, w):
+    """The table of a device-bound run: LDS on the raw device against the best peer on its
+    best file system, each workload, with both write amplifications."""
+    runs, limits, machine = load(directory)
+    limit = machine.get("throttle", {})
+    a = machine["args"]
+    w("## Device-bound run\n")
+    w(f"The same comparison with the disk under the loop devices throttled by the root blkio cgroup to "
+      f"{limit.get('mb_per_sec', '?')} MB/s and {limit.get('iops', '?')} IOPS each way "
+      f"(`sudo bash tools/bench/run.sh --throttle {limit.get('mb_per_sec', '?')},{limit.get('iops', '?')} "
+      f"--peers {a['peers']} --filesystems {a['filesystems']}`, results in {directory}): every engine's writes, "
+      "file-system writeback included, pass the limit as I/O of the loop devices. One run per cell.\n")
+    peers = [p for p in a["peers"].split(",") if p]
+    w("| workload | LDS raw ops/s | best peer (fs) ops/s | LDS over it | LDS WA | its WA |")
+    w("|---|---|---|---|---|---|")
+    for workload in WORKLOADS:
+        lds = result(runs, "lds-raw", workload)
+        best = None
+        for peer in peers:
+            fs, entry = best_peer(runs, peer, workload)
+            if entry and (best is None or entry["ops_per_sec"] > best[2]["ops_per_sec"]):
+                best = (peer, fs, entry)
+        if not lds or not best:
+            continue
+        peer, fs, entry = best
+        w(f"| {workload} | {fmt(lds['ops_per_sec'])} | {peer} ({fs}) {fmt(entry['ops_per_sec'])} "
+          f"| {ratio(lds['ops_per_sec'], entry['ops_per_sec'])} | {fmt(lds.get('write_amp'), 2)} "
+          f"| {fmt(entry.get('write_amp'), 2)} |")
+    w("")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", required=True)
     parser.add_argument("--output", default="BENCHMARKS.md")
     parser.add_argument("--charts", default="docs/bench")
     parser.add_argument("--command", default="sudo bash tools/bench/run.sh")
+    parser.add_argument("--throttled-results", default="docs/bench/results-throttled",
+                        help="the results of a device-bound run (run.py --throttle), if any")
     args = parser.parse_args()
     runs, limits, machine = load(Path(args.results))
     charts = Path(args.charts)
@@ -224,6 +257,10 @@ def main():
         w(f"| recovery of a full 64 MiB version log under 0.1 s | {doc['open_seconds']:.3f} s for {doc['version_log_bytes'] / 2**20:.1f} MiB "
           f"({doc['objects']:,} objects, {doc['where']}) | {'yes' if doc['open_seconds'] < 0.1 else 'no'} |")
     w("")
+    # The device-bound run (run.py --throttle), when it was run.
+    throttled = Path(args.throttled_results)
+    if (throttled / "machine.json").exists():
+        device_bound(throttled, w)
     # The technique comparisons (tools/bench/techniques.py), when they were run.
     techniques = Path("docs/bench/techniques.md")
     if techniques.exists():

@@ -4,7 +4,15 @@ ext4, each peer on ext4, xfs and btrfs, every one on its own loop device over an
 of the same size; plus the device limits. Writes one JSON file per run into --out.
 
 Needs root (loop devices, mkfs, mount). Every loop device it attaches is detached and every
-mount unmounted on the way out, also on failure."""
+mount unmounted on the way out, also on failure.
+
+`--throttle MBPS,IOPS` makes the run device-bound: the blkio controller (cgroup v1) of the
+root group throttles reads and writes of the disk holding --workdir to MBPS MB/s and IOPS
+operations per second each, for the whole run, and removes the limits on the way out. The
+loop devices are attached with --direct-io=on, so that every engine's writes, buffered
+writeback of the file systems included, reach that disk as I/O of the loop devices' workers,
+which the root group's limits catch (a limit on the benchmark's own group does not catch
+writeback; a limit on the loop device does not apply to its page cache)."""
 
 import argparse
 import json
@@ -58,6 +66,29 @@ class Mount:
 
     def close(self):
         subprocess.run(["umount", str(self.point)], check=False)
+
+
+class Throttle:
+    """Root blkio limits on the disk holding `path`, removed by close()."""
+
+    FILES = ["read_bps_device", "write_bps_device", "read_iops_device", "write_iops_device"]
+
+    def __init__(self, path: Path, mbps: int, iops: int):
+        source = sh("findmnt", "-no", "SOURCE", "--target", str(path))
+        parent = sh("lsblk", "-no", "PKNAME", source) or Path(source).name
+        self.device = sh("lsblk", "-dno", "MAJ:MIN", f"/dev/{parent}").strip()
+        self.root = Path("/sys/fs/cgroup/blkio")
+        limits = [mbps * 1_000_000, mbps * 1_000_000, iops, iops]
+        for name, value in zip(self.FILES, limits):
+            (self.root / f"blkio.throttle.{name}").write_text(f"{self.device} {value}\n")
+        print(f"== throttled {self.device} ({parent}): {mbps} MB/s and {iops} IOPS each way", flush=True)
+
+    def close(self):
+        for name in self.FILES:
+            try:
+                (self.root / f"blkio.throttle.{name}").write_text(f"{self.device} 0\n")
+            except OSError as error:
+                print(f"could not remove the {name} limit of {self.device}: {error}", file=sys.stderr)
 
 
 def drop_caches():
@@ -138,6 +169,8 @@ def main():
     parser.add_argument("--benchmarks", default="all")
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--filesystems", default=",".join(FILESYSTEMS))
+    parser.add_argument("--throttle", metavar="MBPS,IOPS",
+                        help="device-bound run: limit the disk under --workdir (see the module doc)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run.py needs root: it attaches loop devices and mounts file systems")
@@ -155,7 +188,17 @@ def main():
         "args": vars(args),
     }
     (out / "machine.json").write_text(json.dumps(machine, indent=1))
+    with ExitStack() as throttle:
+        if args.throttle:
+            mbps, iops = (int(part) for part in args.throttle.split(","))
+            limit = Throttle(work, mbps, iops)
+            throttle.callback(limit.close)
+            machine["throttle"] = {"device": limit.device, "mb_per_sec": mbps, "iops": iops}
+            (out / "machine.json").write_text(json.dumps(machine, indent=1))
+        run_all(args, work, out, size_bytes)
 
+
+def run_all(args, work: Path, out: Path, size_bytes: int):
     # LDS on a raw block device: the device limits first, on the same device.
     with ExitStack() as stack:
         loop = Loop(work / "raw.img", size_bytes)

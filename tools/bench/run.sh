@@ -24,7 +24,11 @@ export CC=clang CXX=clang++ CXXFLAGS="-include ctime"
 export CARGO_TARGET_DIR="${LDS_BENCH_TARGET:-$HOME/.cache/lds-bench/target}"
 echo "== cargo build --release -p lds-cli --features peers (into $CARGO_TARGET_DIR)"
 cargo build --release -p lds-cli --features peers
-results="${LDS_BENCH_RESULTS:-docs/bench/results}"
+# A device-bound run (--throttle MBPS,IOPS) keeps its own results; the report shows both.
+main="${LDS_BENCH_RESULTS:-docs/bench/results}"
+throttled="docs/bench/results-throttled"
+results="$main"
+case " $* " in *" --throttle "*) results="$throttled" ;; esac
 rm -rf "$results"
 python3 tools/bench/run.py --lds "$CARGO_TARGET_DIR/release/lds" --out "$results" "$@"
-python3 tools/bench/report.py --results "$results" --output BENCHMARKS.md --charts docs/bench
+python3 tools/bench/report.py --results "$main" --throttled-results "$throttled" --output BENCHMARKS.md --charts docs/bench

@@ -90,6 +90,8 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
         let _ = writeln!(err, "lds crashtest: --technique: {error}");
         return 2;
     }
+    // The random-forest workload's chunks are a few KiB: its drains move chunks of any size.
+    lds_sim::workload::set_small_chunk_moves(options.workload == "random-forest");
     if options.workload == "repair" {
         return run_repair_crashtest(options, out, err);
     }

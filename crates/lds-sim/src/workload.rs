@@ -139,6 +139,17 @@ thread_local! {
     /// --technique`, the fuzz `sim` target); empty for the default engine. Per thread, so
     /// that tests running side by side keep their own.
     static TECHNIQUES: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    /// Forest drains move chunks of any size (`set_small_chunk_moves`).
+    static SMALL_CHUNK_MOVES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// With `on`, forest drains of the stores this thread opens move chunks of any size, not only
+/// those filling half a slot (`Options::forest_move_min_percent` 0): the simulator's chunks
+/// are a few KiB, so that the `random-forest` workload reaches drains that move chunks. Off
+/// for the device and resize cases, whose small version log needs the default packing to
+/// keep room for a rebuilt base version.
+pub fn set_small_chunk_moves(on: bool) {
+    SMALL_CHUNK_MOVES.with(|moves| moves.set(on));
 }
 
 /// The label with what the techniques switched on need: feature `value_chunks` for
@@ -179,8 +190,11 @@ pub fn options(unbuffered: bool) -> Options {
         // that random workloads journal, clean early and resume too (SPEC.md §12).
         journal_min_input_slots: 2,
         journal_every_outputs: 1,
-        // The simulator's chunks are a few KiB: forest drains move chunks of any size.
-        forest_move_min_percent: 0,
+        forest_move_min_percent: if SMALL_CHUNK_MOVES.with(std::cell::Cell::get) {
+            0
+        } else {
+            Options::default().forest_move_min_percent
+        },
         ..Options::default()
     };
     // `set_techniques` checked the names.

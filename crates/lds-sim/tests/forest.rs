@@ -5,11 +5,12 @@
 
 mod common;
 
-use lds_sim::workload::{random_forest, set_techniques};
+use lds_sim::workload::{random_forest, set_small_chunk_moves, set_techniques};
 
 #[test]
 fn crash_states_of_forest_drains() {
     set_techniques("forest").unwrap_or_else(|error| panic!("{error}"));
+    set_small_chunk_moves(true);
     let (mut moved, mut journaled, mut deepest, mut distinct) = (0, 0, 0, 0);
     for seed in 1..=3 {
         let workload = random_forest(seed, 300);
