@@ -86,6 +86,83 @@ def best_peer(runs, peer, workload, key="ops_per_sec"):
     return fs, entry
 
 
+SCALE_ENGINES = [("LDS raw", "lds-raw"), ("RocksDB ext4", "rocksdb-ext4"), ("LevelDB ext4", "leveldb-ext4"),
+                 ("RocksDB xfs", "rocksdb-xfs"), ("LevelDB xfs", "leveldb-xfs")]
+
+
+def scale(runs, directory: Path, charts: Path, w):
+    """The scale section: the same workloads at the larger --num of a second run, beside the
+    main run, for LDS and the peers both ran: ops/s, write amplification and peak memory, a
+    table and a chart."""
+    big, _, machine = load(directory)
+    a = machine["args"]
+    engines = [(name, setup) for name, setup in SCALE_ENGINES if setup in big and setup in runs]
+    workloads = [wl for wl in WORKLOADS if any(result(big, setup, wl) for _, setup in engines)]
+    if not engines or not workloads:
+        return
+    w(f"## Scale: {a['num']:,} keys\n")
+    w(f"The same workloads with --num {a['num']:,} on {a['size']} devices (`python3 tools/bench/run.py --num "
+      f"{a['num']} --size {a['size']} --peers {a['peers']} --filesystems {a['filesystems']}`, results in "
+      f"{directory}), beside the main run. One run per cell.\n")
+    w("| workload | engine | ops/s main | ops/s scale | scale / main | WA main -> scale | peak MiB main -> scale |")
+    w("|---|---|---|---|---|---|---|")
+    for workload in workloads:
+        for name, setup in engines:
+            small, large = result(runs, setup, workload), result(big, setup, workload)
+            if not small or not large:
+                continue
+            wa = f"{fmt(small.get('write_amp'), 2)} -> {fmt(large.get('write_amp'), 2)}" if large.get("write_amp") else "–"
+            peak = lambda e: e.get("peak_memory_bytes") and e["peak_memory_bytes"] / 2**20  # noqa: E731
+            w(f"| {workload} | {name} | {fmt(small['ops_per_sec'])} | {fmt(large['ops_per_sec'])} "
+              f"| {ratio(large['ops_per_sec'], small['ops_per_sec'])} | {wa} | {fmt(peak(small))} -> {fmt(peak(large))} |")
+    w("")
+    w("LDS over the best peer at this scale:\n")
+    w("| workload | LDS raw ops/s | best peer ops/s | LDS over it |")
+    w("|---|---|---|---|")
+    for workload in workloads:
+        lds = result(big, "lds-raw", workload)
+        peers = [(name, result(big, setup, workload)) for name, setup in engines if setup != "lds-raw"]
+        peers = [(name, e) for name, e in peers if e]
+        if lds and peers:
+            name, best = max(peers, key=lambda item: item[1]["ops_per_sec"])
+            w(f"| {workload} | {fmt(lds['ops_per_sec'])} | {name} {fmt(best['ops_per_sec'])} "
+              f"| {ratio(lds['ops_per_sec'], best['ops_per_sec'])} |")
+    w("")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), dpi=100)
+    metrics = [("ops_per_sec", "ops/s"), ("write_amp", "write amplification"), ("peak_memory_bytes", "peak MiB")]
+    width = 0.8 / (2 * len(engines))
+    colors = ["#222222", "#4c72b0", "#55a868", "#8172b2", "#c44e52"]
+    for ax, (key, label) in zip(axes, metrics):
+        for e, (name, setup) in enumerate(engines):
+            for size, (source, hatch) in enumerate([(runs, None), (big, "//")]):
+                values = []
+                for workload in workloads:
+                    entry = result(source, setup, workload)
+                    value = entry.get(key) if entry else None
+                    if value and key == "peak_memory_bytes":
+                        value /= 2**20
+                    values.append(value or 0)
+                x = [i + (2 * e + size) * width - 0.4 for i in range(len(workloads))]
+                ax.bar(x, values, width, color=colors[e % len(colors)], hatch=hatch,
+                       label=f"{name} ({'main' if size == 0 else a['num']})")
+        ax.set_ylabel(label)
+        ax.set_xticks(range(len(workloads)))
+        ax.set_xticklabels(workloads, rotation=30, fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].set_title("main run (solid) and scale run (hatched)")
+    fig.tight_layout()
+    fig.savefig(charts / "scale.png")
+    plt.close(fig)
+    w("![ops/s, write amplification and peak memory at both sizes](docs/bench/scale.png)\n")
+
+
 def device_bound(directory: Path, w):
     """The table of a device-bound run: LDS on the raw device against the best peer on its
     best file system, each workload, with both write amplifications."""
@@ -125,6 +202,8 @@ def main():
     parser.add_argument("--command", default="sudo bash tools/bench/run.sh")
     parser.add_argument("--throttled-results", default="docs/bench/results-throttled",
                         help="the results of a device-bound run (run.py --throttle), if any")
+    parser.add_argument("--scale-results", default="docs/bench/results-scale",
+                        help="the results of a run at a larger --num, if any")
     args = parser.parse_args()
     runs, limits, machine = load(Path(args.results))
     charts = Path(args.charts)
@@ -257,6 +336,10 @@ def main():
         w(f"| recovery of a full 64 MiB version log under 0.1 s | {doc['open_seconds']:.3f} s for {doc['version_log_bytes'] / 2**20:.1f} MiB "
           f"({doc['objects']:,} objects, {doc['where']}) | {'yes' if doc['open_seconds'] < 0.1 else 'no'} |")
     w("")
+    # The scale run (run.py --num 5000000 --out docs/bench/results-scale), when it was run.
+    scaled = Path(args.scale_results)
+    if (scaled / "machine.json").exists():
+        scale(runs, scaled, charts, w)
     # The device-bound run (run.py --throttle), when it was run.
     throttled = Path(args.throttled_results)
     if (throttled / "machine.json").exists():

@@ -16,6 +16,7 @@ writeback; a limit on the loop device does not apply to its page cache)."""
 
 import argparse
 import json
+import signal
 import os
 import subprocess
 import sys
@@ -172,6 +173,9 @@ def main():
     parser.add_argument("--throttle", metavar="MBPS,IOPS",
                         help="device-bound run: limit the disk under --workdir (see the module doc)")
     args = parser.parse_args()
+    # A SIGTERM (a killed run) unwinds like an error, so that loop devices are detached,
+    # mounts unmounted and throttles lifted on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     if os.geteuid() != 0:
         sys.exit("run.py needs root: it attaches loop devices and mounts file systems")
     size_bytes = parse_size(args.size)
