@@ -151,7 +151,9 @@ def scale(runs, directory: Path, charts: Path, w):
                 x = [i + (2 * e + size) * width - 0.4 for i in range(len(workloads))]
                 ax.bar(x, values, width, color=colors[e % len(colors)], hatch=hatch,
                        label=f"{name} ({'main' if size == 0 else a['num']})")
-        ax.set_ylabel(label)
+        ax.set_ylabel(label + (" (log scale)" if key != "peak_memory_bytes" else ""))
+        if key != "peak_memory_bytes":
+            ax.set_yscale("log")
         ax.set_xticks(range(len(workloads)))
         ax.set_xticklabels(workloads, rotation=30, fontsize=7)
         ax.grid(axis="y", alpha=0.3)
