@@ -275,14 +275,14 @@ mod tests {
     #[test]
     fn level0_drains_whole_and_moves_only_when_all_are_disjoint() {
         let overlapping: Vec<ChunkMeta> = (1..=4).map(|id| chunk(id, 0, "a", "z")).collect();
-        let Choice::Merge(plan) = choose(&version(&overlapping), 4, 4, 20, false) else { panic!("a merge") };
+        let Choice::Merge(plan) = choose(&version(&overlapping), 4, 4, 10, false) else { panic!("a merge") };
         assert_eq!((plan.source_level, plan.target_level, ids(&plan.victims)), (0, 1, vec![1, 2, 3, 4]));
         assert!(plan.moved.is_empty());
         // Three chunks wait.
-        assert_eq!(choose(&version(&overlapping[..3]), 4, 4, 20, false), Choice::DoNothing);
+        assert_eq!(choose(&version(&overlapping[..3]), 4, 4, 10, false), Choice::DoNothing);
         let sequential: Vec<ChunkMeta> =
             ["a", "c", "e", "g"].iter().enumerate().map(|(id, key)| chunk(id as u64 + 1, 0, key, key)).collect();
-        let Choice::Move(plan) = choose(&version(&sequential), 4, 4, 20, false) else { panic!("a move") };
+        let Choice::Move(plan) = choose(&version(&sequential), 4, 4, 10, false) else { panic!("a move") };
         assert_eq!((plan.target_level, plan.victims.len()), (1, 4));
     }
 
@@ -290,10 +290,10 @@ mod tests {
     fn the_incoming_tree_goes_before_the_oldest() {
         // Stage 1's oldest position (5) holds a tree: level 1's tree goes to 4.
         let chunks = vec![chunk(1, 1, "a", "b"), chunk(2, 5, "a", "z")];
-        let Choice::Move(plan) = choose(&version(&chunks), 4, 4, 20, false) else { panic!("a move") };
+        let Choice::Move(plan) = choose(&version(&chunks), 4, 4, 10, false) else { panic!("a move") };
         assert_eq!((plan.source_level, plan.target_level), (1, 4));
         // An empty stage: the oldest position.
-        let Choice::Move(plan) = choose(&version(&chunks[..1]), 4, 4, 20, false) else { panic!("a move") };
+        let Choice::Move(plan) = choose(&version(&chunks[..1]), 4, 4, 10, false) else { panic!("a move") };
         assert_eq!(plan.target_level, 5);
     }
 
@@ -308,17 +308,20 @@ mod tests {
             chunk(5, 5, "m", "n"),
             chunk(7, 5, "p", "q"),
         ];
-        let Choice::Merge(plan) = choose(&version(&chunks), 4, 4, 20, false) else { panic!("a merge") };
+        let Choice::Merge(plan) = choose(&version(&chunks), 4, 4, 10, false) else { panic!("a merge") };
         assert_eq!((plan.source_level, plan.target_level), (1, 6));
         assert_eq!((ids(&plan.victims), ids(&plan.moved)), (vec![2, 3], vec![4, 5, 7]));
+        // Chunks under the size a move asks for are merged (packed) instead.
+        let Choice::Merge(plan) = choose(&version(&chunks), 4, 4, 11, false) else { panic!("a merge") };
+        assert_eq!((ids(&plan.victims), ids(&plan.moved)), (vec![2, 3, 4, 5, 7], vec![]));
         // A full stage 2 drains first (into stage 3), before stage 1 can drain into it.
         let mut deeper = chunks.clone();
         deeper.push(chunk(8, 7, "a", "z"));
-        let Choice::Move(plan) = choose(&version(&deeper), 4, 4, 20, false) else { panic!("a move") };
+        let Choice::Move(plan) = choose(&version(&deeper), 4, 4, 10, false) else { panic!("a move") };
         assert_eq!((plan.source_level, plan.target_level, ids(&plan.victims)), (6, 11, vec![8]));
         // A manual compaction takes everything into stage 3's incoming level.
-        let Choice::Merge(plan) = choose(&version(&chunks), 4, 4, 20, true) else { panic!("a merge") };
+        let Choice::Merge(plan) = choose(&version(&chunks), 4, 4, 10, true) else { panic!("a merge") };
         assert_eq!((plan.target_level, plan.victims.len()), (11, 5));
-        assert_eq!(choose(&version(&[chunk(9, 15, "a", "z")]), 4, 4, 20, true), Choice::DoNothing);
+        assert_eq!(choose(&version(&[chunk(9, 15, "a", "z")]), 4, 4, 10, true), Choice::DoNothing);
     }
 }
