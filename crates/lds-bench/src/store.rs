@@ -77,9 +77,10 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "pinned_levels" => options.pinned_levels = number()? as u8,
         "tail_cache_bytes" => options.tail_cache_bytes = number()? as usize,
         "search_threads" => options.search_threads = number()? as usize,
+        "search_always_parallel" => options.search_always_parallel = number()? != 0,
         _ => {
             return Err(format!(
-                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes, search_threads"
+                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
             ))
         }
     }

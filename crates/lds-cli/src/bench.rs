@@ -90,7 +90,8 @@ pub struct BenchOptions {
     pub force: bool,
     /// LDS only: set an engine option, NAME=VALUE (repeatable): compaction_journal=on|off,
     /// journal_min_input_slots=N, journal_every_outputs=N, level0_compaction_trigger=N,
-    /// pinned_levels=N, tail_cache_bytes=N, search_threads=N (after --technique).
+    /// pinned_levels=N, tail_cache_bytes=N, search_threads=N, search_always_parallel=0|1 (after
+    /// --technique).
     #[arg(long = "lds-option", value_name = "NAME=VALUE")]
     pub lds_options: Vec<String>,
     /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning, kv-separation (the

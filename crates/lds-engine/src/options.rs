@@ -84,6 +84,11 @@ pub struct Options {
     /// the memtables searches them on this many threads at once (the caller's among them),
     /// taking the newest version found. 0 or 1 (the default): one after the other.
     pub search_threads: usize,
+    /// With `search_threads`, search in parallel whenever two candidates would read the
+    /// device, however fast it is. False (the default): only while a device read takes
+    /// longer on average than handing a search to another thread (both measured as they
+    /// happen), since a hand-off then costs more than it overlaps.
+    pub search_always_parallel: bool,
     /// Unsynced backup log appends gather in memory up to this many bytes before one write
     /// to the device (default 64 KiB), so that a put costs no system call; an idle store
     /// writes them out within 100 ms. A process crash loses at most these latest unsynced
@@ -134,6 +139,7 @@ impl Default for Options {
             forest_fanout: 0,
             forest_move_min_percent: 50,
             search_threads: 0,
+            search_always_parallel: false,
             level0_defer_max: 6,
             log_buffer_bytes: 64 << 10,
             background: true,

@@ -3,7 +3,7 @@
 //! waits, since a job holds the store). Nothing here knows what a job does.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -23,6 +23,28 @@ struct Inner {
     queued: AtomicUsize,
     /// Threads asleep on `ready` (a submit wakes one only then).
     sleeping: AtomicUsize,
+    /// How long a job waits from its submit to its start.
+    handoff: Latency,
+}
+
+/// A moving average of a latency in nanoseconds (each new sample weighs an eighth).
+pub(crate) struct Latency(AtomicU64);
+
+impl Latency {
+    pub(crate) const fn new(initial_ns: u64) -> Self {
+        Self(AtomicU64::new(initial_ns))
+    }
+
+    pub(crate) fn record(&self, sample: std::time::Duration) {
+        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
+        // Racing updates may lose a sample: an estimate, not a count.
+        let old = self.0.load(Ordering::Relaxed);
+        self.0.store(old - old / 8 + sample / 8, Ordering::Relaxed);
+    }
+
+    pub(crate) fn nanos(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// How long a search thread polls for the next job, and a lookup for its results, before
@@ -60,6 +82,8 @@ impl SearchPool {
             idle: Condvar::new(),
             queued: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
+            // A wake-up of a sleeping thread on this kind of machine, until measured.
+            handoff: Latency::new(20_000),
         });
         for number in 0..threads {
             let inner = Arc::clone(&inner);
@@ -69,6 +93,11 @@ impl SearchPool {
     }
 
     pub(crate) fn submit(&self, job: Job) {
+        let (inner, submitted) = (Arc::clone(&self.inner), std::time::Instant::now());
+        let job: Job = Box::new(move || {
+            inner.handoff.record(submitted.elapsed());
+            job();
+        });
         let mut queue = self.inner.queue.lock().unwrap_or_else(PoisonError::into_inner);
         queue.jobs.push_back(job);
         queue.in_flight += 1;
@@ -78,6 +107,11 @@ impl SearchPool {
         if sleeping {
             self.inner.ready.notify_one();
         }
+    }
+
+    /// The average time from a submit to the job's start, in nanoseconds.
+    pub(crate) fn handoff_ns(&self) -> u64 {
+        self.inner.handoff.nanos()
     }
 
     /// Waits until every job submitted has finished (and let go of the store): a store

@@ -123,8 +123,13 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
         }
     }
     // Parallel search (SifrDB §4.3) when two or more candidates whose filters may hold the
-    // key would read the device; else one after the other, in the same order.
-    if let Some(pool) = shared.search_pool.as_ref() {
+    // key would read the device, and a device read takes longer than handing a search to
+    // another thread (both measured as they happen; `Options::search_always_parallel` skips
+    // the comparison); else one after the other, in the same order.
+    let worth = |pool: &crate::pool::SearchPool| {
+        shared.options.search_always_parallel || shared.cache.miss_ns() > pool.handoff_ns()
+    };
+    if let Some(pool) = shared.search_pool.as_ref().filter(|pool| worth(pool)) {
         let (candidates, level0, reads) = filtered_candidates(shared, published, key, snapshot)?;
         let found = if reads > 1 {
             shared.counters.parallel_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

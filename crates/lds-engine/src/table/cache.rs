@@ -199,6 +199,8 @@ pub(crate) fn footer_not_the_versions(footer_offset: u64, slot: u64) -> lds_form
 pub(crate) struct TableCache {
     tails: Mutex<TailCache>,
     blocks: Mutex<ClockCache<(u64, u32), Arc<Block>>>,
+    /// How long a block read that misses the cache takes (device read and decode).
+    miss: crate::pool::Latency,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -220,7 +222,13 @@ impl TableCache {
                 others: ClockCache::new(tail_bytes),
             }),
             blocks: Mutex::new(ClockCache::new(block_bytes)),
+            miss: crate::pool::Latency::new(0),
         }
+    }
+
+    /// The average time a block read that misses the cache takes, in nanoseconds.
+    pub(crate) fn miss_ns(&self) -> u64 {
+        self.miss.nanos()
     }
 
     /// Bytes of the tails pinned now.
@@ -359,8 +367,10 @@ impl TableCache {
             return Ok(block);
         }
         let offset = geometry.slot_offset(slot) + u64::from(entry.ofs_block);
+        let started = std::time::Instant::now();
         let bytes = device.read_vec(offset, u64::from(entry.len_block))?;
         let block = Arc::new(Block::decode(bytes, offset).map_err(|error| corrupt(device, error))?);
+        self.miss.record(started.elapsed());
         let footprint = block.footprint();
         locked(&self.blocks).insert(key, Arc::clone(&block), footprint);
         Ok(block)
