@@ -47,14 +47,14 @@ fn a_forest_volume_checks_dumps_and_repairs() {
         let code = kv::load(&target(&path), None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     }
-    volumes::settle(&path, "forest");
+    volumes::settle(&path, "forest", false);
     assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
-    let keys = count(&path);
-    let (db, _) = lds_engine::Db::open_read_only(&path, lds_engine::Options::default(), std::time::Duration::ZERO)
-        .unwrap_or_else(|error| panic!("{error}"));
-    let chunks = db.chunks();
-    drop(db);
-    let deepest = chunks.iter().map(|chunk| chunk.level).max().unwrap_or(0);
+    let chunks = || {
+        let (db, _) = lds_engine::Db::open_read_only(&path, lds_engine::Options::default(), std::time::Duration::ZERO)
+            .unwrap_or_else(|error| panic!("{error}"));
+        db.chunks()
+    };
+    let deepest = chunks().iter().map(|chunk| chunk.level).max().unwrap_or(0);
     assert!(deepest >= 7, "no tree beyond the mkfs default of 7 levels: deepest {deepest}");
     let mut out = Vec::new();
     let dump = lds_cli::dump::DumpOptions {
@@ -69,8 +69,13 @@ fn a_forest_volume_checks_dumps_and_repairs() {
     let text = String::from_utf8_lossy(&out);
     assert!(text.contains(&format!("level {deepest}:")), "{text}");
 
-    // A flipped byte in the first block of a chunk of the deepest tree.
-    let victim = chunks.iter().find(|chunk| chunk.level == deepest).unwrap_or_else(|| unreachable!());
+    // One tree (every key once), then a flipped byte in the first block of one of its chunks.
+    volumes::settle(&path, "forest", true);
+    assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
+    let keys = count(&path);
+    let chunks = chunks();
+    assert!(chunks.iter().all(|chunk| chunk.level == 15), "a manual compaction leaves one tree in level 15");
+    let victim = &chunks[chunks.len() / 2];
     let mut image = std::fs::read(&path).unwrap_or_else(|error| panic!("{error}"));
     let label = lds_format::label::Label::decode(&image[..512], 0).unwrap_or_else(|error| panic!("{error}"));
     let offset = label.geometry.slot_offset(victim.sub_chunks[0].slot) as usize;

@@ -44,7 +44,7 @@ fn a_size_tiered_volume_checks_dumps_and_repairs() {
         let code = kv::load(&target(&path), None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     }
-    volumes::settle(&path, "size-tiered");
+    volumes::settle(&path, "size-tiered", true);
     assert_eq!(volumes::fsck_codes(&path), (0, Vec::new()));
     let keys = count(&path);
     let (db, _) = lds_engine::Db::open_read_only(&path, lds_engine::Options::default(), std::time::Duration::ZERO)

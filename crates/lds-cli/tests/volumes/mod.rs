@@ -139,14 +139,19 @@ pub fn fsck_codes(path: &Path) -> (i32, Vec<u64>) {
 
 /// Runs the compactions a volume's technique still wants, to their end (a store closed while
 /// its background thread was behind leaves some): the store opened with `technique` in
-/// inline mode, one flush. Tests that assert a tree's shape settle it first, so that the
-/// shape does not depend on how fast the background thread ran.
-pub fn settle(path: &Path, technique: &str) {
+/// inline mode, one flush, and with `compact` a manual compaction (every key once, in one
+/// tree: a damaged block then surely loses keys, with no other version to fall back to).
+/// Tests that assert a tree's shape settle it first, so that the shape does not depend on how
+/// fast the background thread ran.
+pub fn settle(path: &Path, technique: &str, compact: bool) {
     let options = lds_engine::Options { background: false, ..lds_engine::Options::default() }
         .with_techniques(technique)
         .unwrap_or_else(|error| panic!("{error}"));
     let db = lds_engine::Db::open(path, options).unwrap_or_else(|error| panic!("{error}"));
     db.put(b"~settled", b"", lds_engine::WriteOptions::default()).unwrap_or_else(|error| panic!("{error}"));
     db.flush().unwrap_or_else(|error| panic!("{error}"));
+    if compact {
+        db.compact_range().unwrap_or_else(|error| panic!("{error}"));
+    }
     db.close().unwrap_or_else(|error| panic!("{error}"));
 }
