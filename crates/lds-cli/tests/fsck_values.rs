@@ -34,18 +34,7 @@ fn fsck(path: &Path, deep: bool) -> (i32, serde_json::Value) {
     (code, document)
 }
 
-/// The codes of the errors and warnings.
-fn codes(document: &serde_json::Value) -> Vec<u64> {
-    let problems = document["problems"].as_array().cloned().unwrap_or_default();
-    let mut codes: Vec<u64> = problems
-        .iter()
-        .filter(|problem| problem["severity"] != "info")
-        .filter_map(|problem| problem["code"].as_u64())
-        .collect();
-    codes.sort_unstable();
-    codes.dedup();
-    codes
-}
+use volumes::problem_codes as codes;
 
 fn repair(path: &Path) -> i32 {
     let args = RepairArgs { path: path.to_path_buf(), yes: true, no_undo: true, ..RepairArgs::default() };

@@ -148,13 +148,15 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         if state.merging || state.resume.is_some() { Choice::DoNothing } else { next_choice(shared, &state) };
     // The split forest's stages need every level the format has: the version gets them by a
     // base version before its first compaction (not at open: recovery writes nothing).
-    let forest_levels = crate::compaction::forest::levels_wanted(shared.options.forest_fanout);
-    if shared.options.forest_fanout > 0 && choice != Choice::DoNothing && state.version().num_levels < forest_levels {
-        if let Err(error) = crate::version::commit::grow_levels(shared, &mut state, forest_levels) {
-            shared.poison(&mut state, error);
-            return (state, true);
+    if shared.options.forest_fanout > 0 && choice != Choice::DoNothing {
+        let levels = crate::compaction::forest::levels_wanted(shared.options.forest_fanout);
+        if state.version().num_levels < levels {
+            if let Err(error) = crate::version::commit::grow_levels(shared, &mut state, levels) {
+                shared.poison(&mut state, error);
+                return (state, true);
+            }
+            choice = next_choice(shared, &state);
         }
-        choice = next_choice(shared, &state);
     }
     let resume = state.resume.take();
     let working = state.merging || resume.is_some() || choice != Choice::DoNothing;

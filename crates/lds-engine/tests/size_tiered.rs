@@ -18,14 +18,7 @@ fn options() -> Options {
 }
 
 fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, context: &str) {
-    let all: Vec<(Vec<u8>, Vec<u8>)> = db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{error}"));
-    assert_eq!(all.len(), model.len(), "{context}");
-    assert!(all.iter().zip(model).all(|(a, b)| a.0 == *b.0 && a.1 == *b.1), "{context}: scan differs");
-    for (index, (key, value)) in model.iter().enumerate() {
-        if index % 7 == 0 {
-            assert_eq!(db.get(key).unwrap_or_else(|error| panic!("{error}")).as_ref(), Some(value), "{context}");
-        }
-    }
+    common::assert_matches_model(db, model, 7, context);
 }
 
 /// Tier sizes in slots of the level-0 chunks, and the largest chunk.

@@ -124,6 +124,11 @@ pub fn fsck_codes(path: &Path) -> (i32, Vec<u64>) {
     let code = lds_cli::fsck::run(&options, &mut out, &mut Vec::new());
     let document: serde_json::Value =
         serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&out)));
+    (code, problem_codes(&document))
+}
+
+/// The codes of the errors and warnings of an `lds fsck --json` document, sorted, once each.
+pub fn problem_codes(document: &serde_json::Value) -> Vec<u64> {
     let mut codes: Vec<u64> = document["problems"]
         .as_array()
         .cloned()
@@ -134,7 +139,7 @@ pub fn fsck_codes(path: &Path) -> (i32, Vec<u64>) {
         .collect();
     codes.sort_unstable();
     codes.dedup();
-    (code, codes)
+    codes
 }
 
 /// Runs the compactions a volume's technique still wants, to their end (a store closed while
@@ -154,4 +159,66 @@ pub fn settle(path: &Path, technique: &str, compact: bool) {
         db.compact_range().unwrap_or_else(|error| panic!("{error}"));
     }
     db.close().unwrap_or_else(|error| panic!("{error}"));
+}
+
+/// A small volume for a technique's shapes (64 MiB, 64 KiB slots, a 192 KiB backup log).
+pub fn mkfs_small(path: &Path) {
+    let mkfs = lds_cli::mkfs::MkfsOptions {
+        path: path.to_path_buf(),
+        size: Some(64 << 20),
+        slot_size: Some(64 << 10),
+        backup_log_size: Some(192 << 10),
+        ..Default::default()
+    };
+    assert_eq!(lds_cli::mkfs::run(&mkfs, &mut Vec::new(), &mut Vec::new()), 0);
+}
+
+/// `lds load` of tab-separated `input` with `technique` on.
+pub fn load_with(path: &Path, technique: &str, input: &str) {
+    let target = lds_cli::kv::Target {
+        path: path.to_path_buf(),
+        instance: 0,
+        hex: false,
+        wait: None,
+        technique: technique.into(),
+    };
+    let mut err = Vec::new();
+    let code = lds_cli::kv::load(&target, None, false, &mut input.as_bytes(), &mut Vec::new(), &mut err);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+}
+
+/// The store opened read-only (a writable one would start compacting with the leveled
+/// engine).
+pub fn read_only(path: &Path) -> lds_engine::Db {
+    let (db, _) = lds_engine::Db::open_read_only(path, lds_engine::Options::default(), std::time::Duration::ZERO)
+        .unwrap_or_else(|error| panic!("{error}"));
+    db
+}
+
+/// The keys the volume holds.
+pub fn count_keys(path: &Path) -> usize {
+    let all: Vec<(Vec<u8>, Vec<u8>)> =
+        read_only(path).iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{error}"));
+    all.len()
+}
+
+/// Flips a byte in the first block of `slot`, which fsck finds (405), repairs the volume and
+/// checks it clean, with fewer keys left than `keys`, by at most a block's.
+pub fn damage_block_and_repair(path: &Path, slot: u64, keys: usize) {
+    let mut image = std::fs::read(path).unwrap_or_else(|error| panic!("{error}"));
+    let label = lds_format::label::Label::decode(&image[..512], 0).unwrap_or_else(|error| panic!("{error}"));
+    let offset = label.geometry.slot_offset(slot) as usize;
+    image[offset + 40] ^= 0x10;
+    std::fs::write(path, &image).unwrap_or_else(|error| panic!("{error}"));
+    let (code, codes) = fsck_codes(path);
+    assert_ne!(code, 0);
+    assert!(codes.contains(&405), "{codes:?}");
+    let args = lds_cli::repair::RepairArgs { path: path.to_path_buf(), yes: true, no_undo: true, ..Default::default() };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let repaired = lds_cli::repair::run(&args, &mut out, &mut err);
+    assert!(repaired == 1 || repaired == 0, "repair exit {repaired}: {}", String::from_utf8_lossy(&err));
+    assert_eq!(fsck_codes(path), (0, Vec::new()));
+    // One block lost: fewer keys, most kept.
+    let after = count_keys(path);
+    assert!(after < keys && after > keys - 200, "{keys} keys before, {after} after");
 }

@@ -211,7 +211,6 @@ fn drain(version: &Version, layout: &Layout, stage: u8, move_min: u64) -> Choice
 mod tests {
     use super::*;
     use lds_format::version::SubChunkRef;
-    use std::collections::BTreeMap;
 
     fn chunk(chunk_id: u64, level: u8, smallest: &str, largest: &str) -> ChunkMeta {
         ChunkMeta {
@@ -230,25 +229,7 @@ mod tests {
     }
 
     fn version(chunks: &[ChunkMeta]) -> Version {
-        let mut version = Version {
-            num_levels: 16,
-            last_sequence: 0,
-            label_generation: 1,
-            ofs_backup_start: 0,
-            lsn_backup_start: 1,
-            compact_pointers: BTreeMap::new(),
-            chunks: BTreeMap::new(),
-            slot_owner: BTreeMap::new(),
-            num_slots: 1000,
-            value_chunks: BTreeMap::new(),
-            value_live: BTreeMap::new(),
-            next_value_chunk_id: 1,
-            has_values: false,
-        };
-        for chunk in chunks {
-            version.chunks.insert(chunk.chunk_id, chunk.clone());
-        }
-        version
+        crate::compaction::testing::version(16, chunks)
     }
 
     fn ids(chunks: &[ChunkMeta]) -> Vec<u64> {

@@ -14,6 +14,9 @@ pub(crate) mod merge;
 pub(crate) mod pick;
 pub(crate) mod tiered;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

@@ -317,7 +317,6 @@ fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
 mod tests {
     use super::*;
     use lds_format::version::{SubChunkRef, CHUNK_FLAG_ODD};
-    use std::collections::BTreeMap;
 
     fn meta(chunk_id: u64, level: u8, smallest: &str, largest: &str, len_data: u64, flags: u8) -> ChunkMeta {
         ChunkMeta {
@@ -363,26 +362,7 @@ mod tests {
     }
 
     fn version(chunks: Vec<ChunkMeta>) -> Version {
-        let mut version = Version {
-            num_levels: 7,
-            last_sequence: 0,
-            label_generation: 1,
-            ofs_backup_start: 0,
-            lsn_backup_start: 1,
-            compact_pointers: BTreeMap::new(),
-            chunks: BTreeMap::new(),
-            slot_owner: BTreeMap::new(),
-            num_slots: 100,
-            value_chunks: BTreeMap::new(),
-            value_live: BTreeMap::new(),
-            next_value_chunk_id: 1,
-            has_values: false,
-        };
-        for chunk in chunks {
-            version.slot_owner.insert(chunk.chunk_id, chunk.chunk_id);
-            version.chunks.insert(chunk.chunk_id, chunk);
-        }
-        version
+        crate::compaction::testing::version(7, &chunks)
     }
 
     const LIMITS: Limits = Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10, level0_deferred: false };

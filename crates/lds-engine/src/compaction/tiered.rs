@@ -67,7 +67,6 @@ pub(crate) fn pick(version: &Version, threshold: usize, manual: bool) -> Option<
 mod tests {
     use super::*;
     use lds_format::version::SubChunkRef;
-    use std::collections::BTreeMap;
 
     #[test]
     fn tiers_grow_by_the_threshold() {
@@ -92,25 +91,7 @@ mod tests {
     }
 
     fn version(chunks: &[ChunkMeta]) -> Version {
-        let mut version = Version {
-            num_levels: 7,
-            last_sequence: 0,
-            label_generation: 1,
-            ofs_backup_start: 0,
-            lsn_backup_start: 1,
-            compact_pointers: BTreeMap::new(),
-            chunks: BTreeMap::new(),
-            slot_owner: BTreeMap::new(),
-            num_slots: 1000,
-            value_chunks: BTreeMap::new(),
-            value_live: BTreeMap::new(),
-            next_value_chunk_id: 1,
-            has_values: false,
-        };
-        for chunk in chunks {
-            version.chunks.insert(chunk.chunk_id, chunk.clone());
-        }
-        version
+        crate::compaction::testing::version(7, chunks)
     }
 
     #[test]

@@ -19,8 +19,7 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    let first = tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt());
-    for entry in &tail.index[first..] {
+    for entry in &tail.index[first_block(&tail, key)..] {
         let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, entry)?;
         for index in block.seek(key)..block.entries.len() {
             let found = &block.entries[index];
@@ -81,8 +80,14 @@ fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    let first = tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt());
-    Ok(Some(tail.index.get(first).is_some_and(|entry| !shared.cache.holds_block(sub_chunk.slot, entry))))
+    let first = tail.index.get(first_block(&tail, key));
+    Ok(Some(first.is_some_and(|entry| !shared.cache.holds_block(sub_chunk.slot, entry))))
+}
+
+/// The index of the first block of a sub-chunk that may hold `key`: the first whose last key
+/// is at or past it.
+fn first_block(tail: &crate::table::cache::Tail, key: &[u8]) -> usize {
+    tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt())
 }
 
 /// The candidate chunks for `key` whose filters may hold it, in search order, how many of
@@ -125,34 +130,17 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
     // Parallel search (SifrDB §4.3) when two or more candidates whose filters may hold the
     // key would read the device, and a device read takes longer than handing a search to
     // another thread (both measured as they happen; `Options::search_always_parallel` skips
-    // the comparison); else one after the other, in the same order.
+    // the comparison); else the search below, one candidate after the other.
     let worth = |pool: &crate::pool::SearchPool| {
         shared.options.search_always_parallel || shared.cache.miss_ns() > pool.handoff_ns()
     };
     if let Some(pool) = shared.search_pool.as_ref().filter(|pool| worth(pool)) {
         let (candidates, level0, reads) = filtered_candidates(shared, published, key, snapshot)?;
-        let found = if reads > 1 {
+        if reads > 1 {
             shared.counters.parallel_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            crate::read::parallel::search(shared, pool, find_in_chunk, candidates, level0, key, snapshot)?
-        } else {
-            let mut best: Option<Found> = None;
-            for (index, chunk) in candidates.iter().enumerate() {
-                if index >= level0 && best.is_some() {
-                    break;
-                }
-                if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
-                    if index >= level0 {
-                        best = Some(found);
-                        break;
-                    }
-                    if best.as_ref().is_none_or(|best| found.0 > best.0) {
-                        best = Some(found);
-                    }
-                }
-            }
-            best
-        };
-        return found.map_or(Ok(None), resolve);
+            let found = crate::read::parallel::search(shared, pool, find_in_chunk, candidates, level0, key, snapshot)?;
+            return found.map_or(Ok(None), resolve);
+        }
     }
     for level in 0..published.levels.levels.len() {
         let candidates = published.candidates(level, key);

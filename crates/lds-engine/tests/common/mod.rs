@@ -76,3 +76,19 @@ impl Drop for Image {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Asserts that a full scan of `db` returns exactly `model`, and that every `every`-th key
+/// of it reads back by `get`.
+pub fn assert_matches_model(
+    db: &lds_engine::Db,
+    model: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    every: usize,
+    context: &str,
+) {
+    let all: Vec<(Vec<u8>, Vec<u8>)> = db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(all.len(), model.len(), "{context}");
+    assert!(all.iter().zip(model).all(|(a, b)| a.0 == *b.0 && a.1 == *b.1), "{context}: scan differs");
+    for (key, value) in model.iter().step_by(every.max(1)) {
+        assert_eq!(db.get(key).unwrap_or_else(|error| panic!("{error}")).as_ref(), Some(value), "{context}");
+    }
+}
