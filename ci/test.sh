@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A fresh clone builds once: incremental state would only take disk (GBs of it).
+export CARGO_INCREMENTAL=0
 step() { echo; echo "== $*"; }
 
 step "install: Python packages (tools/requirements.txt)"
