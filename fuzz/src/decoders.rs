@@ -450,6 +450,7 @@ fn sample_version() -> &'static Version {
                 largest_key: largest.as_bytes().to_vec(),
                 sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
                 value_refs: Vec::new(),
+                log_start: None,
             });
         }
         Version::from_base(&base).unwrap_or_else(|error| panic!("delta_version: the sample version: {error}"))

@@ -30,7 +30,8 @@ pub(crate) struct SimInput {
     /// `fault_index`, 3 no fault and the second set of techniques; bit 3: a synced write after
     /// recovery, then a second crash; bits 4 to 7: engine techniques on, bit `4 + i` for
     /// `lds_engine::TECHNIQUES[i]` (the first set), or `TECHNIQUES[4 + i]` (the second:
-    /// size-tiered, forest; size-tiered alone when both bits are set).
+    /// size-tiered, forest, triad-log; size-tiered alone when both of the first two bits are
+    /// set, triad-log only without them).
     pub(crate) flags: u8,
     /// Operation codes and their arguments (see `read_op`).
     pub(crate) ops: Vec<Vec<u8>>,
@@ -101,12 +102,14 @@ fn sector_size() -> u64 {
 }
 
 /// A formatted volume, made once for each set of features the techniques switched on want:
-/// `value_chunks` (what `kv-separation` needs), `chunk_sketches` (`triad-disk`).
+/// `value_chunks` (what `kv-separation` needs), `chunk_sketches` (`triad-disk`), `log_tables`
+/// (`triad-log`).
 fn fresh_image() -> &'static [u8] {
-    static IMAGES: [OnceLock<Vec<u8>>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static IMAGES: [OnceLock<Vec<u8>>; 8] = [const { OnceLock::new() }; 8];
     let options = options(false);
-    let index =
-        usize::from(options.value_separation_min.is_some()) + 2 * usize::from(options.level0_overlap_min.is_some());
+    let index = usize::from(options.value_separation_min.is_some())
+        + 2 * usize::from(options.level0_overlap_min.is_some())
+        + 4 * usize::from(options.log_tables);
     IMAGES[index]
         .get_or_init(|| formatted_image().unwrap_or_else(|error| panic!("sim: cannot format the volume: {error}")))
 }
@@ -300,9 +303,13 @@ pub fn sim(data: &[u8]) {
         .map(|(_, (name, _))| *name)
         .collect();
     // Size-tiered and the forest both replace leveled compaction: with both bits, the first.
+    // TRIAD-LOG goes with leveled compaction only.
     let mut techniques = techniques;
     if techniques.contains(&"size-tiered") {
         techniques.retain(|name| *name != "forest");
+    }
+    if techniques.contains(&"size-tiered") || techniques.contains(&"forest") {
+        techniques.retain(|name| *name != "triad-log");
     }
     if let Err(error) = lds_sim::workload::set_techniques(&techniques.join(",")) {
         panic!("sim: techniques {techniques:?}: {error}");

@@ -96,7 +96,8 @@ pub struct BenchOptions {
     pub lds_options: Vec<String>,
     /// LDS only: switch engine techniques on, NAME[,NAME]: level-pinning, kv-separation (the
     /// volume gets feature value_chunks), triad-disk (feature chunk_sketches), triad-mem,
-    /// size-tiered, forest; see lds_engine::TECHNIQUES.
+    /// triad-log (feature log_tables, a 64 MiB backup log), size-tiered, forest; see
+    /// lds_engine::TECHNIQUES.
     #[arg(long, value_name = "NAME[,NAME]")]
     pub technique: Option<String>,
     /// Measure journaled compactions instead (SPEC.md §12): fill a new image file PATH with
@@ -165,9 +166,15 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         path: options.path.clone(),
         size: (!options.path.exists()).then_some(options.size),
         slot_size: Some(options.slot_size),
-        // The paper's log sizes on volumes of 1 GiB and more; scaled down below.
+        // The paper's log sizes on volumes of 1 GiB and more; scaled down below. TRIAD-LOG
+        // retains the backup log's batches until level 0 merges: a ring of four times the
+        // paper's keeps a level-0 trigger's worth of memtables (SPEC.md §8.9).
         version_log_size: (options.size >= 1 << 30).then_some(64 << 20),
-        backup_log_size: (options.size >= 1 << 30).then_some(16 << 20),
+        backup_log_size: (options.size >= 1 << 30).then_some(if technique_on(options, "triad-log") {
+            64 << 20
+        } else {
+            16 << 20
+        }),
         name: "lds-bench".into(),
         force,
         format_version: options.format_version.clone(),
@@ -175,6 +182,8 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         value_chunks: technique_on(options, "kv-separation"),
         // Deferred level-0 merges read key sketches (SPEC.md §8.7).
         chunk_sketches: technique_on(options, "triad-disk"),
+        // Log chunks (SPEC.md §8.9).
+        log_tables: technique_on(options, "triad-log"),
         ..MkfsOptions::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -55,8 +55,8 @@ pub struct MkfsOptions {
     /// Format version: 1.3 (the default: chunks record an xxh3-128 digest, SPEC.md §8.3, and
     /// write batches a sync watermark, §7.1), 1.1 or 1.2 (a blake3 digest: readable by builds
     /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build); 1.4
-    /// is 1.3 with `--value-chunks`, 1.5 with `--chunk-sketches`.
-    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"])]
+    /// is 1.3 with `--value-chunks`, 1.5 with `--chunk-sketches`, 1.6 with `--log-tables`.
+    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"])]
     pub format_version: String,
     /// Allow value chunks (format 1.4, feature `value_chunks`, SPEC.md §8.6): the engine's
     /// key-value separation (`--technique kv-separation`) keeps large values there, up to 1 GiB
@@ -68,6 +68,12 @@ pub struct MkfsOptions {
     /// with. Builds before 1.5 refuse such a volume. `--format-version 1.5` implies it.
     #[arg(long)]
     pub chunk_sketches: bool,
+    /// Log chunks (format 1.6, feature `log_tables`, SPEC.md §8.9): level-0 chunks whose puts
+    /// name their batches in the backup log instead of holding the values, which the engine's
+    /// `--technique triad-log` writes (a larger `--backup-log-size` lets it keep more). Builds
+    /// before 1.6 refuse such a volume. `--format-version 1.6` implies it.
+    #[arg(long)]
+    pub log_tables: bool,
 }
 
 fn parse_sector_size(text: &str) -> Result<u32, String> {
@@ -232,6 +238,17 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
             ))
         }
         (true, _) => label.with_chunk_sketches(),
+        (false, _) => label,
+    };
+    let label = match (options.log_tables || options.format_version == "1.6", options.format_version.as_str()) {
+        (true, "1.0" | "1.1" | "1.2" | "1.4" | "1.5") => {
+            return Err(format!(
+                "{}: --log-tables needs format 1.6 (it is asked with --format-version {})",
+                path.display(),
+                options.format_version
+            ))
+        }
+        (true, _) => label.with_log_tables(),
         (false, _) => label,
     };
     if options.dry_run {

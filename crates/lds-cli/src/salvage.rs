@@ -139,6 +139,7 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         format_version: if salvaged.has_value_chunks { "1.4" } else { "1.3" }.into(),
         value_chunks: salvaged.has_value_chunks,
         chunk_sketches: false,
+        log_tables: false,
     };
     let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
     if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {

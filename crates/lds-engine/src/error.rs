@@ -78,6 +78,17 @@ pub enum Error {
         /// What did not fit.
         reason: String,
     },
+    /// The backup log has no room for a write: log chunks retain it (TRIAD-LOG, SPEC.md
+    /// §8.9) and no level-0 merge released them in time.
+    #[error("{path}: instance {instance}: the backup log is full: {reason}")]
+    BackupLogFull {
+        /// The device.
+        path: String,
+        /// The instance.
+        instance: u32,
+        /// What holds it.
+        reason: String,
+    },
     /// Sequence numbers or log sequence numbers ran out (SPEC.md §16).
     #[error("{what} exhausted")]
     Exhausted {

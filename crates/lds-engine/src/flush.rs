@@ -1,8 +1,12 @@
 //! Flushing a frozen memtable to level-0 chunks (SPEC.md §10.2): build, write, flush the
-//! device, then commit one delta version that adds them and moves the backup start.
+//! device, then commit one delta version that adds them and moves the backup start. With
+//! TRIAD-LOG the chunks may be log chunks, whose puts name their batches in the backup log
+//! (SPEC.md §8.9, `crate::logs`).
 
 use std::sync::Arc;
 
+use lds_format::batch::EntryKind;
+use lds_format::logref::LOG_REF_LEN;
 use lds_format::value::{BuiltValueChunk, ValueChunkMeta};
 use lds_format::version::{DeltaVersion, ValueDelta};
 
@@ -22,14 +26,20 @@ use crate::version::slots::release;
 /// With key-value separation, its large values go to new value chunks written with them
 /// (SPEC.md §8.6), and the delta version adds those and the pending value chunks its pointers
 /// name; pending value chunks only its dropped entries named are freed.
+/// `log_chunk`: the ring has room to retain the memtable's part of the backup log, so that
+/// its puts may become log references (when most of its part is newest versions).
 pub(crate) fn flush_frozen(
     shared: &Shared,
     table: &MemTable,
     held: &std::collections::HashSet<Vec<u8>>,
     backup_start: (u64, u64),
     last_sequence: u64,
+    log_chunk: bool,
 ) -> Result<()> {
-    let mut retention = Retention::new(shared.smallest_snapshot());
+    let smallest_snapshot = shared.smallest_snapshot();
+    let batches = if log_chunk { log_batches(shared, table, held, smallest_snapshot) } else { None };
+    let mut references = 0u64;
+    let mut retention = Retention::new(smallest_snapshot);
     let mut format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     if shared.sketches {
         format = format.with_sketches();
@@ -43,7 +53,18 @@ pub(crate) fn flush_frozen(
             separator.drop_entry(kind, value);
         } else if retention.keep(key, sequence, kind, |_| false) {
             let (kind, value) = separator.keep(shared, kind, value);
-            packer.push(key, sequence, kind, value);
+            // A put at least as long as its reference stays in the backup log (TRIAD-LOG).
+            let reference = batches
+                .as_deref()
+                .filter(|_| kind == EntryKind::Put && value.len() >= LOG_REF_LEN)
+                .and_then(|batches| crate::table::log::reference_of(batches, sequence, value.len()));
+            match reference {
+                Some(reference) => {
+                    references += 1;
+                    packer.push(key, sequence, EntryKind::LogRef, &reference.encode());
+                }
+                None => packer.push(key, sequence, kind, value),
+            }
         } else {
             separator.drop_entry(kind, value);
         }
@@ -101,5 +122,30 @@ pub(crate) fn flush_frozen(
         state.pending_values.remove(id);
     }
     shared.counters.memtable_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if references > 0 {
+        shared.counters.log_chunk_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared.counters.log_references.fetch_add(references, std::sync::atomic::Ordering::Relaxed);
+    }
     Ok(())
+}
+
+/// The memtable's batches, when its flush may write log references: it records them, and
+/// it keeps enough of the entries its part of the log holds (`crate::logs::mostly_unique`;
+/// counted with the flush's own rule, before the flush).
+fn log_batches(
+    shared: &Shared,
+    table: &MemTable,
+    held: &std::collections::HashSet<Vec<u8>>,
+    smallest_snapshot: u64,
+) -> Option<Vec<crate::memtable::BatchPosition>> {
+    let batches = table.batches()?;
+    let logged: u64 = batches.iter().map(|batch| u64::from(batch.num_entries)).sum();
+    let mut retention = Retention::new(smallest_snapshot);
+    let mut kept = 0u64;
+    table.visit(|key, sequence, kind, _| {
+        if !held.contains(key) && retention.keep(key, sequence, kind, |_| false) {
+            kept += 1;
+        }
+    });
+    crate::logs::mostly_unique(shared, kept, logged).then_some(batches)
 }

@@ -3,11 +3,14 @@
 //! Modules form a graph without cycles, one concept each (a test checks the graph):
 //! - `options`, `error`, `batch`, `memtable`, `retention`: data and rules, no I/O;
 //! - `state`: what the threads share and its locks (a leaf);
-//! - `table`: packing entries into chunks, writing them, the cache of what was read;
+//! - `table`: packing entries into chunks, writing them, the cache of what was read,
+//!   following log references;
 //! - `version`: the levels of a version, the online map of slots, committing a change;
 //! - `read`: point lookups and iterators over a consistent view;
 //! - `compaction`: `pick` (a pure choice over a version) and `merge` (a narrow context);
 //! - `flush`: a frozen memtable to level-0 chunks;
+//! - `logs`: TRIAD-LOG's rules (when a flush writes log chunks, where the writer's ring
+//!   starts, when the retained log calls for a level-0 merge);
 //! - `worker`: scheduling the background work (it decides, `flush` and `compaction` do);
 //! - `db`: the public store, its open (recovery) and write path. Nothing imports `db`.
 #![deny(missing_docs)]
@@ -20,6 +23,7 @@ mod db;
 pub mod error;
 mod flush;
 mod hot;
+mod logs;
 mod memtable;
 mod options;
 mod pool;

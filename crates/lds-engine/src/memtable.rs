@@ -40,6 +40,9 @@ pub struct MemTable {
     /// A Bloom filter of its keys (`with_capacity`): a read of a key it does not hold skips
     /// the skiplist search (a tenth of a random read's time).
     filter: Option<KeyFilter>,
+    /// Where its batches lie in the backup log, in sequence order (TRIAD-LOG,
+    /// `logs`): recorded only when `track_batches` was called.
+    batches: Option<std::sync::Mutex<Vec<BatchPosition>>>,
 }
 
 /// A Bloom filter over user keys that grows no bigger than it was made: bits set before the
@@ -79,6 +82,17 @@ impl KeyFilter {
     }
 }
 
+/// Where a batch of a memtable's entries lies in the backup log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchPosition {
+    /// The sequence number of its first entry.
+    pub(crate) first_sequence: u64,
+    /// Its entries.
+    pub(crate) num_entries: u32,
+    /// The object.
+    pub(crate) position: lds_format::logref::LogPosition,
+}
+
 /// Per-entry bookkeeping counted in `approximate_bytes` (skiplist node and vectors).
 const ENTRY_OVERHEAD_BYTES: usize = 96;
 
@@ -88,6 +102,33 @@ impl MemTable {
     pub fn with_capacity(bytes: usize) -> Self {
         let keys = bytes / (ENTRY_OVERHEAD_BYTES + 16);
         Self { filter: Some(KeyFilter::new(keys)), ..Self::default() }
+    }
+
+    /// This memtable, recording where its batches lie in the backup log (`record_batch`).
+    pub(crate) fn tracking_batches(mut self) -> Self {
+        self.batches = Some(std::sync::Mutex::new(Vec::new()));
+        self
+    }
+
+    /// Records the backup log object holding the entries from `first_sequence` on (their
+    /// inserts follow, under the same writer lock); nothing unless it tracks batches.
+    pub(crate) fn record_batch(
+        &self,
+        first_sequence: u64,
+        num_entries: usize,
+        position: lds_format::logref::LogPosition,
+    ) {
+        if let Some(batches) = &self.batches {
+            let mut batches = batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let num_entries = u32::try_from(num_entries).unwrap_or(u32::MAX);
+            batches.push(BatchPosition { first_sequence, num_entries, position });
+        }
+    }
+
+    /// The batches recorded, in sequence order (`None` unless it tracks them).
+    pub(crate) fn batches(&self) -> Option<Vec<BatchPosition>> {
+        let batches = self.batches.as_ref()?;
+        Some(batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
     }
 
     /// The bytes an entry adds to `approximate_bytes`.

@@ -67,6 +67,16 @@ pub struct Options {
     /// memory instead of going to level 0, within this percent of `write_buffer_size`
     /// (TRIAD's PERC_HOT; at most 90). 0 (the default): none.
     pub hot_buffer_percent: u8,
+    /// TRIAD-LOG (technique `triad-log`, SPEC.md §8.9): a flush writes *log chunks*, whose
+    /// puts of at least 24 bytes are references to the backup log batches that hold them,
+    /// instead of the values, while the backup log has room to retain them (module `logs`).
+    /// Needs a volume with feature `log_tables` (`lds mkfs --log-tables`); a larger backup log
+    /// (`lds mkfs --backup-log-size`) retains more. False (the default): ordinary flushes.
+    pub log_tables: bool,
+    /// With `log_tables`, a flush writes a log chunk only when it keeps at least this percent
+    /// of the entries of its part of the log (TRIAD's condition: the rest are overwritten
+    /// versions the ring would retain for nothing; default 80).
+    pub log_tables_unique_percent: u8,
     /// Size-tiered compaction (LDS §4.2.5, technique `size-tiered`): when this many chunks of
     /// one size tier are in level 0 they are merged into one chunk of several slots (tiers
     /// by size in slots, each `threshold` times the one before; Cassandra's 4). 0 (the
@@ -135,6 +145,8 @@ impl Default for Options {
             value_gc_live_percent: 50,
             level0_overlap_min: None,
             hot_buffer_percent: 0,
+            log_tables: false,
+            log_tables_unique_percent: 80,
             size_tiered_threshold: 0,
             forest_fanout: 0,
             forest_move_min_percent: 50,
@@ -177,6 +189,10 @@ pub const TECHNIQUES: &[(&str, &str)] = &[
         "forest",
         "the split forest (SifrDB): stages of four trees of disjoint chunks, a full stage drains into the next moving what overlaps nothing; lookups search candidate chunks on two threads; not with size-tiered, kv-separation or triad-disk",
     ),
+    (
+        "triad-log",
+        "flushes write level-0 chunks of references into the backup log instead of the values, while the log has room to keep them (TRIAD's CL-SSTables); needs lds mkfs --log-tables; not with size-tiered or forest",
+    ),
 ];
 
 impl Options {
@@ -189,6 +205,7 @@ impl Options {
                 "kv-separation" => self.value_separation_min = Some(1 << 10),
                 "triad-disk" => self.level0_overlap_min = Some(0.4),
                 "triad-mem" => self.hot_buffer_percent = 25,
+                "triad-log" => self.log_tables = true,
                 "size-tiered" => self.size_tiered_threshold = 4,
                 "forest" => {
                     self.forest_fanout = 4;

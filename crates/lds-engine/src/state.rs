@@ -45,6 +45,11 @@ pub(crate) struct Counters {
     pub(crate) level0_chunks_merged: AtomicU64,
     pub(crate) forest_moved_chunks: AtomicU64,
     pub(crate) parallel_searches: AtomicU64,
+    pub(crate) log_chunk_flushes: AtomicU64,
+    pub(crate) log_references: AtomicU64,
+    pub(crate) log_reads: AtomicU64,
+    pub(crate) log_pressure_merges: AtomicU64,
+    pub(crate) log_waits: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.
@@ -141,8 +146,15 @@ pub(crate) struct TreeState {
     /// Version log bytes the final delta version of the unfinished journaled compaction may
     /// take: no other append may use them (a trim cannot happen before it finishes).
     pub(crate) merge_delta_reserve: usize,
-    /// A backup start the writer applies before its next append.
+    /// A start of the backup log's live region the writer applies before its next append
+    /// (`logs::writer_start`: the retention start, SPEC.md §8.9, §10.1).
     pub(crate) backup_start_update: Option<(u64, u64)>,
+    /// The current version's retention start (SPEC.md §8.9): its backup start, or the oldest
+    /// backup log object one of its log chunks names.
+    pub(crate) retention: lds_format::logref::LogPosition,
+    /// Replaced versions that named log chunks a merge has taken since, with the retention
+    /// start each needed: the writer keeps those objects while a reader still holds one.
+    pub(crate) log_holds: Vec<(std::sync::Weak<Published>, lds_format::logref::LogPosition)>,
     /// Live snapshots: sequence number and how many hold it.
     pub(crate) snapshots: BTreeMap<u64, usize>,
     /// Set by a failed write or flush: no more writes (SPEC.md §2.4). The first failure.
@@ -227,6 +239,9 @@ pub(crate) struct Shared {
     /// The label has feature `chunk_sketches` (SPEC.md §8.7): level-0 chunks of flushes carry
     /// a key sketch.
     pub(crate) sketches: bool,
+    /// TRIAD-LOG is on (`Options::log_tables`, on a volume with feature `log_tables`): flushes
+    /// may write log chunks (SPEC.md §8.9).
+    pub(crate) log_tables: bool,
     /// Values of at least this many bytes go to value chunks at flush (`Options::
     /// value_separation_min`, on a volume with the feature), and of at least
     /// `value_direct_min` before their batch.
@@ -281,6 +296,16 @@ impl Shared {
     pub(crate) fn smallest_snapshot(&self) -> u64 {
         let state = self.lock_state();
         state.snapshots.keys().next().copied().unwrap_or_else(|| self.published.load(Ordering::Acquire))
+    }
+
+    /// A new empty memtable for this store (recording its batches' positions with TRIAD-LOG).
+    pub(crate) fn new_memtable(&self) -> MemTable {
+        let table = MemTable::with_capacity(self.options.write_buffer_size);
+        if self.log_tables {
+            table.tracking_batches()
+        } else {
+            table
+        }
     }
 
     pub(crate) fn path_string(&self) -> String {

@@ -99,13 +99,19 @@ impl crate::compaction::merge::ValueStore for Shared {
     }
 }
 
-/// What a found entry reads as: `None` for a tombstone, the value of a put, the value a
-/// pointer names.
-pub(crate) fn resolve(shared: &Shared, version: &Version, kind: EntryKind, value: Vec<u8>) -> Result<Option<Vec<u8>>> {
+/// What the entry (`key`, `sequence`) found reads as: `None` for a tombstone, the value of a
+/// put, the value a pointer names, the value a log reference names (SPEC.md §8.9).
+pub(crate) fn resolve(
+    shared: &Shared,
+    version: &Version,
+    key: &[u8],
+    (sequence, kind, value): (u64, EntryKind, Vec<u8>),
+) -> Result<Option<Vec<u8>>> {
     match kind {
         EntryKind::Delete => Ok(None),
         EntryKind::Put => Ok(Some(value)),
         EntryKind::Pointer => read(shared, version, &value).map(Some),
+        EntryKind::LogRef => crate::logs::read(shared, key, sequence, &value).map(Some),
     }
 }
 

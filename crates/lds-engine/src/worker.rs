@@ -47,7 +47,10 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
         );
     }
     let mut limits = Limits::new(&shared.options, shared.geometry.slot_size);
-    limits.level0_deferred = crate::compaction::defer::level0_deferred(&shared.options, state);
+    // The retained region of the backup log leaves too little room (TRIAD-LOG): level 0
+    // merges now, waiting for nothing (`crate::logs::pressure`).
+    limits.level0_urgent = crate::logs::pressure(shared, state);
+    limits.level0_deferred = !limits.level0_urgent && crate::compaction::defer::level0_deferred(&shared.options, state);
     // Value chunks are collected only where new ones are written (separation on).
     let gc = shared.value_separation_min.map(|_| shared.options.value_gc_live_percent);
     choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size, gc)
@@ -94,7 +97,9 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
             let version = Arc::clone(shared.lock_state().version());
             let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
             let forest = (shared.options.forest_fanout > 0).then_some(shared.options.forest_fanout);
-            *slot = Some(Merger::resume(&journal, &version, shared.smallest_snapshot(), format, forest)?);
+            let mut merger = Merger::resume(&journal, &version, shared.smallest_snapshot(), format, forest)?;
+            crate::compaction::read_log_region(shared, &mut merger, &version)?;
+            *slot = Some(merger);
             shared.lock_state().merging = true;
         }
     }
@@ -124,14 +129,15 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         let table = Arc::clone(&frozen.table);
         let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
         let held = frozen.held.clone();
+        // TRIAD-LOG: a log chunk while the ring has room to retain its part (`crate::logs`).
+        let log_chunk = crate::logs::log_chunk_room(shared, &state, backup_start);
         drop(state);
-        let result = crate::flush::flush_frozen(shared, &table, &held, backup_start, last_sequence);
+        let result = crate::flush::flush_frozen(shared, &table, &held, backup_start, last_sequence, log_chunk);
         state = shared.lock_state();
         match result {
-            Ok(()) => {
-                state.imm = None;
-                state.backup_start_update = Some(backup_start);
-            }
+            // The commit moved the backup start and the writer's live region with it
+            // (`crate::logs::after_commit`).
+            Ok(()) => state.imm = None,
             Err(Error::SpaceFull { .. }) => state.space_full = true,
             Err(error) => {
                 shared.poison(&mut state, error);
@@ -157,6 +163,9 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
             }
             choice = next_choice(shared, &state);
         }
+    }
+    if matches!(&choice, Choice::Merge(plan) if plan.source_level == 0) && crate::logs::pressure(shared, &state) {
+        shared.counters.log_pressure_merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     let resume = state.resume.take();
     let working = state.merging || resume.is_some() || choice != Choice::DoNothing;

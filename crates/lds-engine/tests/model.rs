@@ -110,11 +110,13 @@ fn run_model(case: u64, ops: &[Op], options: &Options) -> Result<(), TestCaseErr
     let name = format!("model-case{case}-{}", std::thread::current().name().unwrap_or("main").replace("::", "-"));
     let layout = small_layout(24 << 20, 64 << 10, 12 << 10);
     // Key-value separation needs a volume with value chunks (SPEC.md §8.6), triad-disk one
-    // with key sketches (§8.7).
+    // with key sketches (§8.7), triad-log one with log chunks (§8.9).
     let (values, sketches) = (options.value_separation_min.is_some(), options.level0_overlap_min.is_some());
+    let logs = options.log_tables;
     let image = Image::with_features(&name, &layout, |label| {
-        let label = if values || sketches { label.with_sync_watermark().with_fast_digest() } else { label };
+        let label = if values || sketches || logs { label.with_sync_watermark().with_fast_digest() } else { label };
         let label = if values { label.with_value_chunks() } else { label };
+        let label = if logs { label.with_log_tables() } else { label };
         if sketches {
             label.with_chunk_sketches()
         } else {
@@ -194,6 +196,10 @@ fn random_operations_match_a_btreemap_with_each_technique() {
             // slots: most go to value chunks at flush, the largest before their batch.
             options.value_separation_min = Some(48);
             options.value_direct_min = 160;
+        }
+        if options.log_tables {
+            // Memtables of a sixth of the 12 KiB backup log, so that it retains a few.
+            options.write_buffer_size = 2 << 10;
         }
         run_model_cases(4, &options);
     }

@@ -20,15 +20,20 @@ pub enum EntryKind {
     /// A value in value chunks: the entry's value is a value pointer (SPEC.md §8.6, format
     /// 1.4, feature `value_chunks`).
     Pointer,
+    /// A put whose value stays in the backup log: the entry's value is a log reference
+    /// (SPEC.md §8.9, format 1.6, feature `log_tables`). Only in blocks of log chunks, never
+    /// in a write batch.
+    LogRef,
 }
 
 impl EntryKind {
-    /// The on-disk code: 1 put, 0 delete, 2 pointer.
+    /// The on-disk code: 1 put, 0 delete, 2 pointer, 3 log reference.
     pub fn code(self) -> u8 {
         match self {
             Self::Delete => 0,
             Self::Put => 1,
             Self::Pointer => 2,
+            Self::LogRef => 3,
         }
     }
 
@@ -38,20 +43,23 @@ impl EntryKind {
             0 => Some(Self::Delete),
             1 => Some(Self::Put),
             2 => Some(Self::Pointer),
+            3 => Some(Self::LogRef),
             _ => None,
         }
     }
 
-    /// `put`, `delete` or `pointer`.
+    /// `put`, `delete`, `pointer` or `log_ref`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Delete => "delete",
             Self::Put => "put",
             Self::Pointer => "pointer",
+            Self::LogRef => "log_ref",
         }
     }
 
-    /// True for a put or a pointer: the key has a value (inline or in value chunks).
+    /// True for a put, a pointer or a log reference: the key has a value (inline, in value
+    /// chunks or in the backup log).
     pub fn has_value(self) -> bool {
         self != Self::Delete
     }
@@ -202,7 +210,9 @@ pub fn decode_entries<'a>(
     for _ in 0..count {
         let entry_offset = reader.offset();
         let code = reader.u8()?;
+        // A log reference lives in log chunks only (SPEC.md §7, §8.9).
         let kind = EntryKind::from_code(code)
+            .filter(|kind| *kind != EntryKind::LogRef)
             .ok_or_else(|| FormatError::invalid(S, "kind", entry_offset, format!("unknown kind {code}")))?;
         let len_key = reader.u16()?;
         let len_value = reader.u32()?;
@@ -278,6 +288,15 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(WriteBatchRecord::decode(&longer, 0).is_err());
+    }
+
+    #[test]
+    fn a_log_reference_is_no_batch_entry() {
+        // Kind 3 lives in log chunks only (SPEC.md §7, §8.9).
+        let mut bytes = batch().encode();
+        assert_eq!(bytes[16], EntryKind::Put.code());
+        bytes[16] = EntryKind::LogRef.code();
+        assert!(matches!(WriteBatchRecord::decode(&bytes, 0), Err(FormatError::InvalidField { field: "kind", .. })));
     }
 
     #[test]

@@ -407,6 +407,14 @@ pub fn visit_block_checked<'a>(
                 "a pointer entry whose value is no pointer",
             ));
         }
+        if kind == EntryKind::LogRef && !crate::logref::is_log_ref_shaped(value) {
+            return Err(FormatError::invalid(
+                S,
+                "len_value",
+                entry_offset,
+                "a log reference entry whose value is no log reference",
+            ));
+        }
         if let Some((previous_key, previous_seq_kind)) = previous.filter(|_| sorted) {
             if compare_internal(previous_key, previous_seq_kind, key, seq_kind) != std::cmp::Ordering::Less {
                 return Err(FormatError::invalid(S, "key", entry_offset, "entries are not sorted"));
@@ -653,6 +661,8 @@ pub struct ChunkBuilder {
     largest_seq: u64,
     /// Bytes the pointer entries hold in each value chunk (SPEC.md §6.4, §8.6).
     value_refs: std::collections::BTreeMap<u64, u64>,
+    /// The oldest backup log object the log references name (SPEC.md §8.9).
+    log_start: Option<crate::logref::LogPosition>,
 }
 
 impl ChunkBuilder {
@@ -673,6 +683,7 @@ impl ChunkBuilder {
             smallest_seq: u64::MAX,
             largest_seq: 0,
             value_refs: std::collections::BTreeMap::new(),
+            log_start: None,
         }
     }
 
@@ -741,6 +752,12 @@ impl ChunkBuilder {
         }
         if kind == EntryKind::Pointer {
             crate::value::pointer_refs(value, &mut self.value_refs);
+        }
+        if kind == EntryKind::LogRef {
+            if let Ok(reference) = crate::logref::LogRef::decode(value, 0) {
+                let position = reference.position();
+                self.log_start = Some(self.log_start.map_or(position, |start| start.min(position)));
+            }
         }
         if self.num_entries == 0 {
             self.first_key = key.to_vec();
@@ -837,6 +854,7 @@ impl ChunkBuilder {
             first_key: self.first_key,
             last_key: self.last_key,
             value_refs: self.value_refs.into_iter().collect(),
+            log_start: self.log_start,
             sketch,
             digest_prefix,
         };
@@ -860,6 +878,8 @@ pub struct BuiltSubChunk {
     pub last_key: Vec<u8>,
     /// Bytes its pointer entries hold in each value chunk, by value chunk id (SPEC.md §6.4).
     pub value_refs: Vec<(u64, u64)>,
+    /// The oldest backup log object its log references name (SPEC.md §8.9), if it has any.
+    pub log_start: Option<crate::logref::LogPosition>,
     /// The encoded key sketch (SPEC.md §8.7), written just before the index; empty for none.
     pub sketch: Vec<u8>,
     /// The digest's hasher after the body and the tail (see `ChunkBuilder::finish`).

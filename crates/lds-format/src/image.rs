@@ -284,6 +284,7 @@ impl ImageBuilder {
             largest_key: built.last_key.clone(),
             sub_chunks: vec![SubChunkRef { slot, digest: built.footer.digest }],
             value_refs: Vec::new(),
+            log_start: None,
         }
     }
 

@@ -269,12 +269,17 @@ pub const FEATURE_INCOMPAT_VALUE_CHUNKS: u64 = 8;
 /// Incompatible feature bit 4 (format 1.5): chunks written by flushes carry a key sketch
 /// (SPEC.md §8.7), named by footer bytes earlier builds require to be zero.
 pub const FEATURE_INCOMPAT_CHUNK_SKETCHES: u64 = 16;
+/// Incompatible feature `log_tables` (format 1.6): level-0 chunks of flushes may hold log
+/// references (entry kind 3) into the backup log, whose retained objects writers keep
+/// (SPEC.md §8.9); a 1.5 reader rejects the entry kind and the chunk metadata flag.
+pub const FEATURE_INCOMPAT_LOG_TABLES: u64 = 32;
 /// Incompatible features this build knows.
 pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK
     | FEATURE_INCOMPAT_MULTI_DEVICE
     | FEATURE_INCOMPAT_FAST_DIGEST
     | FEATURE_INCOMPAT_VALUE_CHUNKS
-    | FEATURE_INCOMPAT_CHUNK_SKETCHES;
+    | FEATURE_INCOMPAT_CHUNK_SKETCHES
+    | FEATURE_INCOMPAT_LOG_TABLES;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -329,6 +334,19 @@ impl Label {
         self
     }
 
+    /// The label of format version 1.6 (SPEC.md §17): this one with feature `log_tables`
+    /// (`lds mkfs --log-tables`).
+    pub fn with_log_tables(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_LOG_TABLES;
+        self.version_minor = self.version_minor.max(6);
+        self
+    }
+
+    /// True when level-0 chunks may hold log references into the backup log (SPEC.md §8.9).
+    pub fn has_log_tables(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_LOG_TABLES != 0
+    }
+
     /// True when flushes write a key sketch with each chunk (SPEC.md §8.7).
     pub fn has_chunk_sketches(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_CHUNK_SKETCHES != 0
@@ -372,6 +390,9 @@ impl Label {
         }
         if self.has_chunk_sketches() {
             self.version_minor = self.version_minor.max(5);
+        }
+        if self.has_log_tables() {
+            self.version_minor = self.version_minor.max(6);
         }
         self.devices = devices;
         self
@@ -677,7 +698,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 32;
+        label.features_incompat = 64;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

@@ -13,6 +13,7 @@ pub mod image;
 pub mod instance;
 pub mod label;
 pub mod log;
+pub mod logref;
 pub mod pack;
 pub mod recovery;
 pub mod salvage;

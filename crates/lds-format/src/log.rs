@@ -275,16 +275,40 @@ pub fn read_object<'a>(area: &'a [u8], offset: u64, context: &AreaContext) -> Re
     let device_offset = context.ofs_area + offset;
     let start =
         usize::try_from(offset).map_err(|_| FormatError::invalid(S, "log_offset", device_offset, "out of range"))?;
+    let bytes = area.get(start..).unwrap_or(&[]);
+    check_object(bytes, offset, area.len() as u64, context)
+}
+
+/// Checks the object at `offset` of its area as [`read_object`] does, from `bytes` read from
+/// the area at that offset (at least the whole object; the rest of the area unread): a
+/// reader following a log reference (SPEC.md §8.9) reads one object, not the area.
+pub fn read_object_at<'a>(bytes: &'a [u8], offset: u64, context: &AreaContext) -> Result<RawObject<'a>, FormatError> {
+    check_object(bytes, offset, context.len_area, context)
+}
+
+/// The checks of SPEC.md §5 on `bytes`, which start at `offset` of an area of `area_len`
+/// bytes.
+fn check_object<'a>(
+    bytes: &'a [u8],
+    offset: u64,
+    area_len: u64,
+    context: &AreaContext,
+) -> Result<RawObject<'a>, FormatError> {
+    const S: &str = "log object";
+    let device_offset = context.ofs_area + offset;
     if offset % 8 != 0 {
         return Err(FormatError::invalid(S, "log_offset", device_offset, "not 8-byte aligned"));
     }
-    let header_end = start.checked_add(HEADER_LEN).filter(|&end| end <= area.len()).ok_or(FormatError::Truncated {
-        structure: S,
-        offset: device_offset,
-        needed: HEADER_LEN as u64,
-        available: area.len().saturating_sub(start) as u64,
-    })?;
-    let header_bytes = &area[start..header_end];
+    let in_area = area_len.saturating_sub(offset);
+    if offset >= area_len || (HEADER_LEN as u64) > in_area || HEADER_LEN > bytes.len() {
+        return Err(FormatError::Truncated {
+            structure: S,
+            offset: device_offset,
+            needed: HEADER_LEN as u64,
+            available: in_area.min(bytes.len() as u64),
+        });
+    }
+    let header_bytes = &bytes[..HEADER_LEN];
     let header = ObjectHeader::parse_raw(header_bytes, device_offset)?;
     let actual = crc32c(&header_bytes[8..]);
     if actual != header.header_crc32c {
@@ -340,11 +364,16 @@ pub fn read_object<'a>(area: &'a [u8], offset: u64, context: &AreaContext) -> Re
             return Err(invalid("log_offset", "wrap object not sector-aligned".to_string()));
         }
     }
-    let payload_end = header_end
-        .checked_add(header.len_payload as usize)
-        .filter(|&end| end <= area.len())
-        .ok_or_else(|| invalid("len_payload", "object extends past the end of the area".to_string()))?;
-    let payload = &area[header_end..payload_end];
+    let payload_end = HEADER_LEN as u64 + u64::from(header.len_payload);
+    if payload_end > in_area {
+        return Err(invalid("len_payload", "object extends past the end of the area".to_string()));
+    }
+    let payload = bytes.get(HEADER_LEN..payload_end as usize).ok_or(FormatError::Truncated {
+        structure: S,
+        offset: device_offset,
+        needed: payload_end,
+        available: bytes.len() as u64,
+    })?;
     let actual = crc32c(payload);
     if actual != header.payload_crc32c && !cfg!(feature = "fault-skip-payload-checksum") {
         return Err(FormatError::ChecksumMismatch {

@@ -8,7 +8,7 @@ use crate::chunk::{
     BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN,
 };
 use crate::label::Geometry;
-use crate::version::{ChunkMeta, SubChunkRef, CHUNK_FLAG_VALUE_REFS};
+use crate::version::{ChunkMeta, SubChunkRef, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS};
 
 /// What every chunk a writer packs shares: its sizes and its identity before placement.
 #[derive(Debug, Clone, Copy)]
@@ -203,12 +203,12 @@ pub fn build_chunks<'a>(
 pub fn place(chunk: &mut BuiltSubChunk, slot: u64, level: u8, flags: u8) -> ChunkMeta {
     chunk.set_level_and_flags(level, flags);
     chunk.set_identity(slot, 0, 1);
-    let flags = (flags & !CHUNK_FLAG_VALUE_REFS) | if chunk.value_refs.is_empty() { 0 } else { CHUNK_FLAG_VALUE_REFS };
     ChunkMeta {
         chunk_id: slot,
         level,
-        flags,
+        flags: meta_flags(flags, !chunk.value_refs.is_empty(), chunk.log_start.is_some()),
         value_refs: chunk.value_refs.clone(),
+        log_start: chunk.log_start,
         num_entries: chunk.footer.num_entries,
         smallest_seq: chunk.footer.smallest_seq,
         largest_seq: chunk.footer.largest_seq,
@@ -233,6 +233,7 @@ pub fn place_group(chunks: &mut [BuiltSubChunk], slots: &[u64], level: u8, flags
         level,
         flags,
         value_refs: Vec::new(),
+        log_start: None,
         num_entries: 0,
         smallest_seq: u64::MAX,
         largest_seq: 0,
@@ -252,8 +253,18 @@ pub fn place_group(chunks: &mut [BuiltSubChunk], slots: &[u64], level: u8, flags
         for &(id, bytes) in &chunk.value_refs {
             *value_refs.entry(id).or_insert(0) += bytes;
         }
+        if let Some(start) = chunk.log_start {
+            meta.log_start = Some(meta.log_start.map_or(start, |earlier| earlier.min(start)));
+        }
     }
     meta.value_refs = value_refs.into_iter().collect();
-    meta.flags = (flags & !CHUNK_FLAG_VALUE_REFS) | if meta.value_refs.is_empty() { 0 } else { CHUNK_FLAG_VALUE_REFS };
+    meta.flags = meta_flags(flags, !meta.value_refs.is_empty(), meta.log_start.is_some());
     Some(meta)
+}
+
+/// The chunk metadata's flags: the caller's (odd), with the value references' and log
+/// references' bits set exactly when the chunk has them (SPEC.md §6.4).
+fn meta_flags(flags: u8, value_refs: bool, log_refs: bool) -> u8 {
+    let flags = flags & !(CHUNK_FLAG_VALUE_REFS | CHUNK_FLAG_LOG_REFS);
+    flags | if value_refs { CHUNK_FLAG_VALUE_REFS } else { 0 } | if log_refs { CHUNK_FLAG_LOG_REFS } else { 0 }
 }

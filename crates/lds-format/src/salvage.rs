@@ -402,9 +402,9 @@ fn leave_out(
             return Some(format!("the deletion of chunk {chunk_id} (not in the version at level {level})"));
         }
         ReplayError::AddedTwice { chunk_id } => added.iter().rposition(|chunk| chunk.chunk_id == *chunk_id)?,
-        ReplayError::LevelOutOfRange { chunk_id, .. } | ReplayError::SlotOutOfRange { chunk_id, .. } => {
-            added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?
-        }
+        ReplayError::LevelOutOfRange { chunk_id, .. }
+        | ReplayError::SlotOutOfRange { chunk_id, .. }
+        | ReplayError::LogChunkLevel { chunk_id, .. } => added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?,
         ReplayError::SlotInUse { slot, .. } => {
             added.iter().rposition(|chunk| chunk.slots().any(|used| used == *slot))?
         }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::codec::{Reader, Writer};
 use crate::error::FormatError;
 use crate::label::Geometry;
+use crate::logref::LogPosition;
 use crate::value::{ValueChunkMeta, VALUE_CHUNK_META_LEN};
 
 /// Most levels a tree may have (SPEC.md §16).
@@ -20,6 +21,12 @@ pub const CHUNK_FLAG_ODD: u8 = 1;
 /// `flags` bit 1 of chunk metadata (not of footers, where bit 1 names the digest): value
 /// references follow the sub-chunks (SPEC.md §6.4, format 1.4).
 pub const CHUNK_FLAG_VALUE_REFS: u8 = 2;
+/// `flags` bit 2 of chunk metadata: the chunk holds log references, and the position of the
+/// oldest backup log object they name follows the value references (SPEC.md §6.4, §8.9,
+/// format 1.6). Only at level 0.
+pub const CHUNK_FLAG_LOG_REFS: u8 = 4;
+/// Bytes of a log chunk's log start in chunk metadata.
+pub const LOG_START_LEN: usize = 16;
 /// Bytes of one value reference in chunk metadata.
 pub const VALUE_REF_LEN: usize = 16;
 /// The owner `Version::slot_owner` records for a slot holding value chunk `id`: the id with
@@ -61,12 +68,20 @@ pub struct ChunkMeta {
     /// Bytes its pointer entries hold in each value chunk: `(value_chunk_id, bytes)` in
     /// increasing id order; empty without flag `CHUNK_FLAG_VALUE_REFS` (SPEC.md §6.4).
     pub value_refs: Vec<(u64, u64)>,
+    /// A log chunk's log start: the oldest backup log object its log references name (flag
+    /// `CHUNK_FLAG_LOG_REFS`, SPEC.md §6.4, §8.9); `None` for other chunks.
+    pub log_start: Option<LogPosition>,
 }
 
 impl ChunkMeta {
     /// True when the odd flag is set.
     pub fn is_odd(&self) -> bool {
         self.flags & CHUNK_FLAG_ODD != 0
+    }
+
+    /// True for a log chunk (flag `CHUNK_FLAG_LOG_REFS`, SPEC.md §8.9).
+    pub fn is_log_chunk(&self) -> bool {
+        self.flags & CHUNK_FLAG_LOG_REFS != 0
     }
 
     /// Encodes the record.
@@ -92,6 +107,10 @@ impl ChunkMeta {
                 writer.u64(id).u64(bytes);
             }
         }
+        if self.flags & CHUNK_FLAG_LOG_REFS != 0 {
+            let start = self.log_start.unwrap_or(LogPosition { offset: 0, lsn: 0 });
+            writer.u64(start.lsn).u64(start.offset);
+        }
     }
 
     /// Decodes and checks the record's invariants.
@@ -101,7 +120,7 @@ impl ChunkMeta {
         let chunk_id = reader.u64()?;
         let level = reader.u8()?;
         let flags = reader.u8()?;
-        if flags & !(CHUNK_FLAG_ODD | CHUNK_FLAG_VALUE_REFS) != 0 {
+        if flags & !(CHUNK_FLAG_ODD | CHUNK_FLAG_VALUE_REFS | CHUNK_FLAG_LOG_REFS) != 0 {
             return Err(invalid("flags", "reserved bits set"));
         }
         let num_sub_chunks = reader.u16()?;
@@ -133,6 +152,15 @@ impl ChunkMeta {
                 value_refs.push((id, bytes));
             }
         }
+        let log_start = if flags & CHUNK_FLAG_LOG_REFS != 0 {
+            let (lsn, offset) = (reader.u64()?, reader.u64()?);
+            if offset % 8 != 0 {
+                return Err(invalid("ofs_log_start", "not a multiple of 8"));
+            }
+            Some(LogPosition { offset, lsn })
+        } else {
+            None
+        };
         if u64::from(level) >= u64::from(LEVELS_COUNT_MAX) {
             return Err(invalid("level", "at or above the level limit 16"));
         }
@@ -168,6 +196,7 @@ impl ChunkMeta {
             largest_key,
             sub_chunks,
             value_refs,
+            log_start,
         })
     }
 
@@ -179,6 +208,7 @@ impl ChunkMeta {
             + self.largest_key.len()
             + SUB_CHUNK_REF_LEN * self.sub_chunks.len()
             + if self.flags & CHUNK_FLAG_VALUE_REFS != 0 { 4 + VALUE_REF_LEN * self.value_refs.len() } else { 0 }
+            + if self.flags & CHUNK_FLAG_LOG_REFS != 0 { LOG_START_LEN } else { 0 }
     }
 
     /// The slots the chunk occupies.
@@ -621,6 +651,13 @@ pub enum ReplayError {
         /// The value chunk.
         value_chunk_id: u64,
     },
+    /// A log chunk (SPEC.md §8.9) at a level other than 0.
+    LogChunkLevel {
+        /// The chunk.
+        chunk_id: u64,
+        /// Its level.
+        level: u8,
+    },
     /// `next_value_chunk_id` went down.
     ValueIdDecreased {
         /// The value before.
@@ -671,6 +708,9 @@ impl std::fmt::Display for ReplayError {
             }
             Self::ValueChunkReferenced { value_chunk_id } => {
                 write!(f, "deletes value chunk {value_chunk_id}, which a remaining chunk still refers to")
+            }
+            Self::LogChunkLevel { chunk_id, level } => {
+                write!(f, "puts log chunk {chunk_id} at level {level}: log chunks stay in level 0")
             }
             Self::ValueIdDecreased { before, after } => {
                 write!(f, "next_value_chunk_id goes from {before} down to {after}")
@@ -783,6 +823,18 @@ impl Version {
         }
     }
 
+    /// The retention start (SPEC.md §8.9): the oldest log start of the version's log chunks,
+    /// or its backup start when it has none. A writer never overwrites a backup log object
+    /// from here on.
+    pub fn retention_start(&self) -> LogPosition {
+        let backup_start = LogPosition { offset: self.ofs_backup_start, lsn: self.lsn_backup_start };
+        self.chunks
+            .values()
+            .filter_map(|chunk| chunk.log_start)
+            .min()
+            .map_or(backup_start, |start| start.min(backup_start))
+    }
+
     /// The live bytes of value chunk `id` (SPEC.md §8.6).
     pub fn live_bytes(&self, id: u64) -> u64 {
         self.value_live.get(&id).copied().unwrap_or(0)
@@ -811,6 +863,9 @@ impl Version {
     fn add(&mut self, chunk: ChunkMeta) -> Result<(), ReplayError> {
         if u32::from(chunk.level) >= self.num_levels {
             return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
+        }
+        if chunk.is_log_chunk() && chunk.level != 0 {
+            return Err(ReplayError::LogChunkLevel { chunk_id: chunk.chunk_id, level: chunk.level });
         }
         if self.chunks.contains_key(&chunk.chunk_id) {
             return Err(ReplayError::AddedTwice { chunk_id: chunk.chunk_id });
@@ -918,6 +973,9 @@ impl Version {
         for (index, chunk) in delta.added.iter().enumerate() {
             if u32::from(chunk.level) >= self.num_levels {
                 return Err(ReplayError::LevelOutOfRange { chunk_id: chunk.chunk_id, level: chunk.level });
+            }
+            if chunk.is_log_chunk() && chunk.level != 0 {
+                return Err(ReplayError::LogChunkLevel { chunk_id: chunk.chunk_id, level: chunk.level });
             }
             let earlier = &delta.added[..index];
             let present = self.chunks.contains_key(&chunk.chunk_id) && !is_deleted(chunk.chunk_id);
@@ -1105,6 +1163,7 @@ pub(crate) mod tests {
             largest_key: largest.to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [chunk_id as u8; 32] }],
             value_refs: Vec::new(),
+            log_start: None,
         }
     }
 
@@ -1408,6 +1467,67 @@ pub(crate) mod tests {
         assert_eq!((next.live_bytes(3), next.live_bytes(4), next.live_bytes(8)), (400, 0, 9));
         assert!(!next.value_chunks.contains_key(&4) && !next.slot_owner.contains_key(&6));
         assert_eq!(next.next_value_chunk_id, 9);
+    }
+
+    fn log_chunk(chunk_id: u64, lsn: u64, offset: u64) -> ChunkMeta {
+        ChunkMeta {
+            flags: CHUNK_FLAG_LOG_REFS,
+            log_start: Some(LogPosition { offset, lsn }),
+            ..meta(chunk_id, 0, b"b", b"d")
+        }
+    }
+
+    #[test]
+    fn log_chunks_round_trip_stay_in_level_0_and_hold_the_retention_start() {
+        let mut base = base();
+        base.chunks.push(log_chunk(9, 10, 2048));
+        let bytes = base.encode();
+        assert_eq!(BaseVersion::decode(&bytes, 0), Ok(base.clone()));
+        let mut version = Version::from_base(&base).unwrap_or_else(|error| panic!("{error}"));
+        // The backup start is lsn 12 at 4096; the log chunk names lsn 10 at 2048.
+        assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
+        let newer = DeltaVersion {
+            last_sequence: 130,
+            ofs_backup_start: 8192,
+            lsn_backup_start: 20,
+            added: vec![log_chunk(11, 12, 4096)],
+            ..DeltaVersion::default()
+        };
+        assert_eq!(DeltaVersion::decode(&newer.encode(), 0), Ok(newer.clone()));
+        version.apply(&newer).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
+        // A merge takes the older log chunk: the retention start moves to the newer one's.
+        let merged = DeltaVersion {
+            last_sequence: 130,
+            ofs_backup_start: 8192,
+            lsn_backup_start: 20,
+            deleted: vec![DeletedChunk { chunk_id: 9, level: 0 }],
+            added: vec![meta(12, 1, b"b", b"d")],
+            ..DeltaVersion::default()
+        };
+        version.apply(&merged).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(version.retention_start(), LogPosition { offset: 4096, lsn: 12 });
+        let last = DeltaVersion { deleted: vec![DeletedChunk { chunk_id: 11, level: 0 }], ..merged.clone() };
+        let last = DeltaVersion { added: Vec::new(), ..last };
+        version.apply(&last).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(version.retention_start(), LogPosition { offset: 8192, lsn: 20 }, "no log chunk: the backup start");
+        // A log chunk never leaves level 0: not by a delta, nor in a base version.
+        let moved = DeltaVersion {
+            added: vec![ChunkMeta { level: 1, ..log_chunk(13, 20, 8192) }],
+            deleted: Vec::new(),
+            ..last
+        };
+        assert_eq!(version.clone().apply(&moved), Err(ReplayError::LogChunkLevel { chunk_id: 13, level: 1 }));
+        let mut deep = base.clone();
+        deep.chunks.push(ChunkMeta { level: 2, ..log_chunk(14, 10, 2048) });
+        assert_eq!(Version::from_base(&deep).err(), Some(ReplayError::LogChunkLevel { chunk_id: 14, level: 2 }));
+        // The log start is encoded after the flag; an unaligned offset is refused.
+        let mut unaligned = log_chunk(9, 10, 2048);
+        unaligned.log_start = Some(LogPosition { offset: 2052, lsn: 10 });
+        let mut writer = Writer::new();
+        unaligned.encode(&mut writer);
+        assert!(ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "chunk metadata", 0)).is_err());
+        assert_eq!(log_chunk(9, 10, 2048).encoded_len(), meta(9, 0, b"b", b"d").encoded_len() + LOG_START_LEN);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use lds_format::codec::Reader;
 use lds_format::image::{area_context, ImageBuilder};
 use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
 use lds_format::log::{read_object, ObjectHeader, WrapLeft};
+use lds_format::logref::{LogBatch, LogRef};
 use lds_format::recovery::{physical_walk, recover_backup_log, recover_version_log};
 use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion};
 
@@ -164,6 +165,7 @@ fn decoders_survive_hostile_bytes() {
         ("index", index_bytes),
         ("filter", filter_bytes),
         ("block", block_bytes),
+        ("log_ref", LogRef { lsn: 3, ofs_object: 64, entry_index: 0, len_value: 1 }.encode().to_vec()),
     ];
     for round in 0..6000 {
         let (name, valid) = &samples[round % samples.len()];
@@ -179,6 +181,7 @@ fn decoders_survive_hostile_bytes() {
             "footer" => drop(Footer::decode(&bytes, 0, geometry.slot_size)),
             "index" => drop(lds_format::chunk::decode_index(&bytes, 0, &valid_footer)),
             "filter" => drop(Filter::decode(&bytes, 0, &valid_footer)),
+            "log_ref" => drop(LogRef::decode(&bytes, 0)),
             _ => drop(decode_block(&bytes, 0)),
         }
         drop(ObjectHeader::parse_raw(&bytes, 0));
@@ -218,6 +221,9 @@ fn decoders_survive_hostile_bytes() {
         drop(recover_backup_log(&backup_area, &backup_context, random.below(9000) as u64, random.next() % 4, 0, 1));
         drop(physical_walk(&version_area, 0, 512));
         drop(read_object(&version_area, (random.below(2000) * 8) as u64, &version_context));
+        // A log reference followed into a damaged backup log (SPEC.md §8.9).
+        let at = random.below(backup_area.len() / 8) * 8;
+        drop(LogBatch::read(&backup_area[at..], at as u64, &backup_context));
         check_allocation(version_area.len(), "log areas");
         if let Ok(view) = SubChunkView::open(&slot_image, 0) {
             drop(view.entries(0));

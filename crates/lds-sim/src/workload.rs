@@ -153,10 +153,12 @@ pub fn set_small_chunk_moves(on: bool) {
 }
 
 /// The label with what the techniques switched on need: feature `value_chunks` for
-/// `kv-separation` (SPEC.md §8.6), `chunk_sketches` for `triad-disk` (§8.7).
+/// `kv-separation` (SPEC.md §8.6), `chunk_sketches` for `triad-disk` (§8.7), `log_tables`
+/// for `triad-log` (§8.9).
 pub fn label_for_techniques(label: Label) -> Label {
     let options = options(false);
     let label = if options.value_separation_min.is_some() { label.with_value_chunks() } else { label };
+    let label = if options.log_tables { label.with_log_tables() } else { label };
     if options.level0_overlap_min.is_some() {
         label.with_chunk_sketches()
     } else {

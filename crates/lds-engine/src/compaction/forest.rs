@@ -186,8 +186,10 @@ fn drain(version: &Version, layout: &Layout, stage: u8, move_min: u64) -> Choice
         version.level(target).into_iter().filter(|chunk| overlaps(chunk, &smallest, &largest)).cloned().collect()
     };
     let alone = alone(&chunks);
+    // A log chunk stays in level 0 until a merge reads its references (SPEC.md §8.9).
     let blocked = |chunk: &ChunkMeta| {
-        chunk.len_data < move_min
+        chunk.is_log_chunk()
+            || chunk.len_data < move_min
             || in_target.iter().any(|other| overlaps(other, &chunk.smallest_key, &chunk.largest_key))
     };
     if alone.iter().all(|&alone| alone) && !chunks.iter().any(blocked) {
@@ -225,6 +227,7 @@ mod tests {
             largest_key: largest.as_bytes().to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [0; 32] }],
             value_refs: Vec::new(),
+            log_start: None,
         }
     }
 

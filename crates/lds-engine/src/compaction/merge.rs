@@ -10,7 +10,9 @@
 //!    merge can make them durable and record its state (a compaction journal record) before it
 //!    goes on; or at the end of the inputs, when the last chunk may stay behind as the source
 //!    level's odd chunk.
-//! 4. A merge resumed from a journal record skips, in every run, the keys at or below the
+//! 4. Log references of log chunk inputs (SPEC.md §8.9) are resolved from the retained region
+//!    of the backup log, read once when the merge starts, and written as puts.
+//! 5. A merge resumed from a journal record skips, in every run, the keys at or below the
 //!    record's resume key, and never reads an input the record lists as cleaned.
 //!
 //! It reads the device and builds chunks in memory; it allocates, writes and commits nothing
@@ -29,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::retention::Retention;
 use crate::table::build::{ChunkFormat, ChunkPacker, Packed};
 use crate::table::cache::footer_not_the_versions;
+use crate::table::log::LogRegion;
 
 /// What a merge reads through: the device holding its inputs and where slots are.
 pub(crate) struct MergeContext<'a> {
@@ -309,6 +312,9 @@ pub(crate) struct Merger {
     deeper: Vec<(Vec<u8>, Vec<u8>)>,
     /// Values being moved out of value chunks with much garbage (unjournaled merges only).
     pub(crate) relocation: Option<Relocation>,
+    /// The retained region of the backup log its log chunk inputs name (TRIAD-LOG, SPEC.md
+    /// §8.9), read when the merge starts.
+    pub(crate) log_region: Option<LogRegion>,
     /// A size-tiered merge (`compaction::tiered`): its outputs form one chunk.
     pub(crate) tiered: bool,
     /// A size-tiered merge's outputs written so far, in key order: their slots and the built
@@ -493,6 +499,7 @@ impl Merger {
             retention: Retention::new(smallest_snapshot),
             deeper,
             relocation: None,
+            log_region: None,
             tiered: false,
             tiered_written: Vec::new(),
             forest: false,
@@ -583,6 +590,18 @@ impl Merger {
                     packer.cut();
                 }
                 let value = loaded.slice(entry.value);
+                // A log chunk's reference: its value, read from the retained region of the
+                // backup log, goes to the output as a put (SPEC.md §8.9).
+                if entry.kind == EntryKind::LogRef {
+                    let Some(region) = self.log_region.as_mut() else {
+                        return Err(Error::Invariant {
+                            what: "a merge met a log reference without its log region".into(),
+                        });
+                    };
+                    let value = region.value(context.device, key, entry.sequence, value)?;
+                    packer.push(key, entry.sequence, EntryKind::Put, value);
+                    continue;
+                }
                 let relocated = match (&mut self.relocation, entry.kind) {
                     (Some(relocation), EntryKind::Pointer) => relocation.relocate(context, value),
                     _ => None,

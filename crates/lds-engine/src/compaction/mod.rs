@@ -115,6 +115,10 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     }
     let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     let mut merger = Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format);
+    if let Err(error) = read_log_region(shared, &mut merger, &version) {
+        shared.lock_state().merging = false;
+        return Err(error);
+    }
     // Unjournaled merges relocate the values of value chunks with much garbage (SPEC.md
     // §8.6: journaled ones move pointers only).
     if let (false, Some(_)) = (journaled, shared.value_separation_min) {
@@ -127,6 +131,21 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
         }
     }
     Ok(merger)
+}
+
+/// Reads the retained region of the backup log that the merge's log chunk inputs name
+/// (SPEC.md §8.9); nothing when it has none. The region stays until the merge's final delta
+/// version: the version names the inputs until then.
+pub(crate) fn read_log_region(
+    shared: &Shared,
+    merger: &mut Merger,
+    version: &lds_format::version::Version,
+) -> Result<()> {
+    let context =
+        lds_format::image::area_context(&shared.geometry, lds_format::label::LogKind::Backup, shared.instance);
+    merger.log_region =
+        crate::table::log::LogRegion::read(shared.device.as_ref(), context, version, merger.inputs.iter())?;
+    Ok(())
 }
 
 /// Outputs a size-tiered merge writes per step (bounding the memory it holds).

@@ -84,6 +84,9 @@ pub(crate) struct Limits {
     /// Level 0 waits (TRIAD-DISK, `compaction::defer`): not over its limit whatever its
     /// chunk count.
     pub(crate) level0_deferred: bool,
+    /// Level 0 merges first whatever its chunk count (TRIAD-LOG: its log chunks hold too much
+    /// of the backup log, `logs::pressure`).
+    pub(crate) level0_urgent: bool,
 }
 
 impl Limits {
@@ -115,6 +118,7 @@ impl Limits {
             level1_bytes,
             multiplier: options.level_size_multiplier.max(2),
             level0_deferred: false,
+            level0_urgent: false,
         }
     }
 }
@@ -155,7 +159,9 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
         let chunks = version.level(level);
-        let score = if level == 0 && limits.level0_deferred {
+        let score = if level == 0 && limits.level0_urgent && !chunks.is_empty() {
+            f64::MAX
+        } else if level == 0 && limits.level0_deferred {
             0.0
         } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
@@ -301,6 +307,10 @@ fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
     if plan.manual || !plan.overlapping.is_empty() || plan.source_level == plan.target_level {
         return false;
     }
+    // A log chunk stays in level 0 until a merge reads its references (SPEC.md §8.9).
+    if plan.victims.iter().any(ChunkMeta::is_log_chunk) {
+        return false;
+    }
     if plan.victims.len() == 1 {
         return true;
     }
@@ -331,6 +341,7 @@ mod tests {
             largest_key: largest.as_bytes().to_vec(),
             sub_chunks: vec![SubChunkRef { slot: chunk_id, digest: [0; 32] }],
             value_refs: Vec::new(),
+            log_start: None,
         }
     }
 
@@ -365,7 +376,8 @@ mod tests {
         crate::compaction::testing::version(7, &chunks)
     }
 
-    const LIMITS: Limits = Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10, level0_deferred: false };
+    const LIMITS: Limits =
+        Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10, level0_deferred: false, level0_urgent: false };
 
     #[test]
     fn nothing_to_do_below_the_limits() {

@@ -87,6 +87,7 @@ mod tests {
             largest_key: b"z".to_vec(),
             sub_chunks: (0..slots).map(|index| SubChunkRef { slot: chunk_id + index, digest: [0; 32] }).collect(),
             value_refs: Vec::new(),
+            log_start: None,
         }
     }
 

@@ -108,6 +108,20 @@ pub struct Stats {
     /// Point lookups that searched their candidate chunks in parallel (SifrDB's parallel
     /// search), since open.
     pub parallel_searches: u64,
+    /// Flushes that wrote log chunks (TRIAD-LOG, SPEC.md §8.9), since open.
+    pub log_chunk_flushes: u64,
+    /// Puts those flushes left in the backup log, written as references, since open.
+    pub log_references: u64,
+    /// Values read through a log reference by lookups and iterators, since open.
+    pub log_reads: u64,
+    /// Level-0 merges started early because the retained backup log left too little room,
+    /// since open.
+    pub log_pressure_merges: u64,
+    /// Writes that waited for a level-0 merge to release the backup log, since open.
+    pub log_waits: u64,
+    /// Bytes of the backup log the current version retains for its log chunks (from its
+    /// retention start to its backup start).
+    pub log_retained_bytes: u64,
 }
 
 /// Rounds of waiting for the background thread `flush` and `compact_range` make at most
@@ -317,10 +331,12 @@ impl Db {
     /// What the background work did since the store opened.
     pub fn stats(&self) -> Stats {
         let counters = &self.shared.counters;
-        let (version, pending_value_chunks) = {
+        let (version, pending_value_chunks, retention) = {
             let state = self.shared.lock_state();
-            (Arc::clone(state.version()), state.pending_values.len() as u64)
+            (Arc::clone(state.version()), state.pending_values.len() as u64, state.retention)
         };
+        let backup_start =
+            lds_format::logref::LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             memtable_flushes: get(&counters.memtable_flushes),
@@ -344,6 +360,16 @@ impl Db {
             level0_chunks_merged: get(&counters.level0_chunks_merged),
             forest_moved_chunks: get(&counters.forest_moved_chunks),
             parallel_searches: get(&counters.parallel_searches),
+            log_chunk_flushes: get(&counters.log_chunk_flushes),
+            log_references: get(&counters.log_references),
+            log_reads: get(&counters.log_reads),
+            log_pressure_merges: get(&counters.log_pressure_merges),
+            log_waits: get(&counters.log_waits),
+            log_retained_bytes: crate::table::log::ring_distance(
+                retention,
+                backup_start,
+                self.shared.geometry.len_backup_log,
+            ),
         }
     }
 

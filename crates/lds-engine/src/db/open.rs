@@ -287,6 +287,19 @@ fn open(device: Arc<dyn BlockDevice>, path: &Path, options: Options, read_only: 
             reason: "technique forest does not go with size-tiered (both replace leveled compaction), kv-separation (its collection rewrites levels in place) or triad-disk (it defers level-0 merges into level 1)".into(),
         });
     }
+    if options.log_tables && !label.has_log_tables() {
+        return Err(Error::FeatureMissing {
+            path: path_string,
+            what: "log chunks (technique triad-log)",
+            feature: "log_tables",
+            hint: "format it with lds mkfs --log-tables",
+        });
+    }
+    if options.log_tables && (options.size_tiered_threshold > 0 || options.forest_fanout > 0) {
+        return Err(Error::InvalidArgument {
+            reason: "technique triad-log does not go with size-tiered or forest (its level-0 merges are the leveled ones, which the retained backup log calls for early)".into(),
+        });
+    }
     if options.level0_overlap_min.is_some() && !label.has_chunk_sketches() {
         return Err(Error::FeatureMissing {
             path: path_string,
@@ -356,7 +369,14 @@ fn assemble(
         return Err(Error::Invariant { what: "a backup log without damage has no state".into() });
     };
     let backup_context = area_context(&geometry, LogKind::Backup, instance);
+    let log_tables = options.log_tables && label.has_log_tables();
     let memtable = MemTable::with_capacity(options.write_buffer_size);
+    let memtable = if log_tables { memtable.tracking_batches() } else { memtable };
+    // Where the replayed batches lie: a flush of their memtable may name them (TRIAD-LOG).
+    for batch in &backup.batches {
+        let position = lds_format::logref::LogPosition { offset: batch.offset, lsn: batch.lsn };
+        memtable.record_batch(batch.first_sequence, batch.num_entries as usize, position);
+    }
     let mut entries_replayed = 0;
     let last_sequence = recovery
         .replay(&backup_area, &backup_context, |sequence, kind, key, value| {
@@ -374,7 +394,10 @@ fn assemble(
         state.base_offset,
         state.base_lsn,
     );
-    let backup_log = LogAppender::new(backup_context, backup.head, version.ofs_backup_start, version.lsn_backup_start);
+    // The live region of the ring starts at the retention start: the objects the version's
+    // log chunks name are kept (SPEC.md §8.9, §10.1).
+    let retention = version.retention_start();
+    let backup_log = LogAppender::new(backup_context, backup.head, retention.offset, retention.lsn);
     let mut options = options;
     options.write_buffer_size = options.write_buffer_size.min(geometry.len_backup_log as usize / 3).max(1);
     let cache = TableCache::new(options.block_cache_bytes, options.tail_cache_bytes);
@@ -455,6 +478,8 @@ fn assemble(
                 .as_ref()
                 .map_or(0, |journal| crate::compaction::merge::delta_estimate(&version, &journal.inputs)),
             backup_start_update: None,
+            retention,
+            log_holds: Vec::new(),
             snapshots: BTreeMap::new(),
             poisoned: None,
             space_full: false,
@@ -482,6 +507,7 @@ fn assemble(
         counters: crate::state::Counters::default(),
         value_chunks: label.has_value_chunks(),
         sketches: label.has_chunk_sketches(),
+        log_tables,
         value_separation_min,
         value_direct_min,
         next_value_id: AtomicU64::new(next_value_id),

@@ -21,6 +21,12 @@ use crate::state::{Frozen, Shared, WriterState};
 /// store stuck (each round ends when the background thread reports progress).
 const ROOM_WAITS_MAX: u64 = 1 << 20;
 
+/// How long a writer waits at most for a level-0 merge to release the backup log's retained
+/// region (TRIAD-LOG), and how often it looks again (readers dropping an old version wake
+/// nobody).
+const LOG_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(300);
+const LOG_WAIT_ROUND: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl Db {
     /// Sets `key` to `value`.
     pub fn put(&self, key: &[u8], value: &[u8], options: WriteOptions) -> Result<()> {
@@ -109,9 +115,15 @@ impl Db {
         }
         self.raise_sn_if_needed(&mut writer)?;
         let mut force_freeze = false;
-        // Two rounds at most: a full log forces a freeze (and its flush moves the backup
-        // start); a log still full after that fails the write.
+        // A full log forces a freeze (and its flush moves the backup start); a log still full
+        // after that is held by log chunks (TRIAD-LOG), and the writer waits for the level-0
+        // merge that releases them (`wait_for_log_room`), which fails the write when it cannot.
+        let mut rounds = 0u64;
         let (pending, mem, first_sequence, last_sequence) = loop {
+            rounds += 1;
+            if rounds > ROOM_WAITS_MAX {
+                return Err(Error::Invariant { what: "a writer found the backup log full too many times".into() });
+            }
             let mem = self.make_room(&mut writer, force_freeze)?;
             // After the room is made: a freeze may have written held entries (TRIAD-MEM).
             let first_sequence = writer.last_sequence + 1;
@@ -131,6 +143,10 @@ impl Db {
                 Ok(pending) => break (pending, mem, first_sequence, last_sequence),
                 // The live region reached the start point: a flush of the memtable moves it.
                 Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
+                Err(AppendError::LogFull { .. }) => {
+                    self.wait_for_log_room(&mut writer, payload.len())?;
+                    force_freeze = false;
+                }
                 Err(AppendError::LsnExhausted { .. }) => {
                     return Err(Error::Exhausted { what: "backup log sequence numbers" });
                 }
@@ -147,6 +163,10 @@ impl Db {
         if let Err(error) = written {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.into()));
+        }
+        if let Some(object) = pending.last() {
+            let position = lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn };
+            mem.record_batch(first_sequence, entries.len(), position);
         }
         for (index, &(kind, key, value)) in entries.iter().enumerate() {
             mem.insert(key, first_sequence + index as u64, kind, value);
@@ -265,6 +285,10 @@ impl Db {
             shared.poison(state, error.into());
             return frozen;
         }
+        if let Some(object) = pending.last() {
+            let position = lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn };
+            state.mem.record_batch(first_sequence, entries.len(), position);
+        }
         for (index, &(kind, key, value)) in entries.iter().enumerate() {
             state.mem.insert(key, first_sequence + index as u64, kind, value);
         }
@@ -273,6 +297,54 @@ impl Db {
         shared.counters.hot_entries_held.fetch_add(entries.len() as u64, Ordering::Relaxed);
         frozen.held = entries.iter().map(|(_, key, _)| key.to_vec()).collect();
         frozen
+    }
+
+    /// Waits until the backup log has room for an append of `payload_len` bytes, when its
+    /// live region is held by log chunks (TRIAD-LOG, SPEC.md §8.9) after a forced freeze: the
+    /// level-0 merge that the retained region calls for (`crate::logs::pressure`) releases it,
+    /// once no reader holds a version naming what it released. Fails when no merge can run,
+    /// or after `LOG_WAIT_MAX`.
+    fn wait_for_log_room(&self, writer: &mut WriterState, payload_len: usize) -> Result<()> {
+        let shared = &self.shared;
+        let started = std::time::Instant::now();
+        let mut state = shared.lock_state();
+        shared.counters.log_waits.fetch_add(1, Ordering::Relaxed);
+        // Bounded by LOG_WAIT_MAX: each round waits at most LOG_WAIT_ROUND.
+        loop {
+            if !shared.options.background {
+                state = crate::worker::run_inline(shared, state);
+            }
+            Shared::check_poisoned(&state)?;
+            crate::version::slots::reclaim(&mut state, &shared.slots, &shared.cache);
+            let start = crate::logs::writer_start(&mut state);
+            state.backup_start_update = None;
+            writer.backup_log.set_live_start(start.offset, start.lsn);
+            if writer.backup_log.fits(&[payload_len]) {
+                return Ok(());
+            }
+            let stuck = !shared.options.background || state.space_full || state.compaction_stalled;
+            if stuck || started.elapsed() > LOG_WAIT_MAX {
+                let held_by_readers = start.lsn < state.retention.lsn;
+                return Err(Error::BackupLogFull {
+                    path: shared.path_string(),
+                    instance: shared.instance,
+                    reason: if held_by_readers {
+                        format!(
+                            "its objects from lsn {} are named by log chunks of a version an open iterator still reads",
+                            start.lsn
+                        )
+                    } else {
+                        format!("log chunks retain it from lsn {} and no level-0 merge released them", start.lsn)
+                    },
+                });
+            }
+            shared.work.notify_all();
+            state = shared
+                .progress
+                .wait_timeout(state, LOG_WAIT_ROUND)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Waits until the memtable has room (LevelDB's MakeRoomForWrite): freezes a full
@@ -314,11 +386,18 @@ impl Db {
                 // Nothing to flush: room is all there is.
                 return Ok(Arc::clone(&state.mem));
             }
+            // The frozen memtable's batches reach the device now, so that the device flush
+            // before its delta version makes them durable: its log chunks name them (TRIAD-LOG,
+            // SPEC.md §8.9).
+            if shared.log_tables {
+                let drained = writer.drain(shared.device.as_ref());
+                shared.drained_lsn.store(writer.drained_lsn, Ordering::Release);
+                if let Err(error) = drained {
+                    return Err(shared.poison(&mut state, error.into()));
+                }
+            }
             let frozen = Frozen {
-                table: std::mem::replace(
-                    &mut state.mem,
-                    Arc::new(MemTable::with_capacity(shared.options.write_buffer_size)),
-                ),
+                table: std::mem::replace(&mut state.mem, Arc::new(shared.new_memtable())),
                 backup_start: writer.backup_log.next_position(),
                 last_sequence: writer.last_sequence,
                 held: std::collections::HashSet::new(),

@@ -121,7 +121,7 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
     let published = &view.published;
     // A pointer is read through the version of this view: the value chunks it names stay
     // until no reader holds it.
-    let resolve = |(_, kind, value): Found| crate::values::resolve(shared, &published.version, kind, value);
+    let resolve = |found: Found| crate::values::resolve(shared, &published.version, key, found);
     for table in std::iter::once(&view.mem).chain(view.imm.as_ref()) {
         if let Some(found) = table.get(key, snapshot) {
             return resolve(found);

@@ -351,6 +351,15 @@ impl Iterator for DbIterator {
                         }
                     };
                 }
+                EntryKind::LogRef => {
+                    return match crate::logs::read(&self.shared, &key, sequence, &value) {
+                        Ok(value) => Some(Ok((key, value))),
+                        Err(error) => {
+                            self.failed = true;
+                            Some(Err(error))
+                        }
+                    };
+                }
                 EntryKind::Delete => {}
             }
         }

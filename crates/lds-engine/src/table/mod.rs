@@ -1,6 +1,8 @@
 //! Chunks (the paper's tables, SPEC.md §8): packing sorted entries into chunks, writing them
-//! into slots, and the cache of what was read from them.
+//! into slots, the cache of what was read from them, and following log references into the
+//! backup log (TRIAD-LOG, SPEC.md §8.9).
 
 pub(crate) mod build;
 pub(crate) mod cache;
+pub(crate) mod log;
 pub(crate) mod write;

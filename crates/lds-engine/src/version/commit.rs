@@ -223,6 +223,7 @@ fn commit_as(
     };
     append(shared, state, &[object])?;
     let previous = std::mem::replace(&mut state.published, Arc::new(published));
+    crate::logs::after_commit(state, &previous);
     release_after(state, previous, freed, Release::Free);
     state.compaction_stalled = false;
     state.commits += 1;
