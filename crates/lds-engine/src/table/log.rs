@@ -30,9 +30,12 @@ pub(crate) fn reference_of(batches: &[BatchPosition], sequence: u64, len_value: 
     })
 }
 
-/// Bytes from `from` to `to` along the ring of `len_area` bytes (0 when `to` is not later).
+/// Bytes from `from` to `to` along the ring of `len_area` bytes (0 when `to` is not later;
+/// the whole ring when either lies outside it, as only damage places one there).
 pub(crate) fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
+    if from.offset >= len_area || to.offset > len_area {
+        len_area
+    } else if to.lsn <= from.lsn {
         0
     } else if to.offset > from.offset {
         to.offset - from.offset
@@ -110,6 +113,17 @@ impl LogRegion {
         inputs: impl Iterator<Item = &'a lds_format::version::ChunkMeta>,
     ) -> Result<Option<Self>> {
         let Some(start) = inputs.filter_map(|chunk| chunk.log_start).min() else { return Ok(None) };
+        if start.offset >= context.len_area {
+            return Err(corrupt(
+                device,
+                lds_format::FormatError::invalid(
+                    "chunk metadata",
+                    "ofs_log_start",
+                    context.ofs_area,
+                    format!("{} lies past the backup log area ({} bytes)", start.offset, context.len_area),
+                ),
+            ));
+        }
         let end = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
         let len = ring_distance(start, end, context.len_area);
         let mut bytes = vec![0u8; len as usize];
@@ -175,5 +189,6 @@ mod tests {
         assert_eq!(ring_distance(position(800, 5), position(100, 9), 1000), 300, "across the wrap");
         assert_eq!(ring_distance(position(100, 5), position(100, 5), 1000), 0);
         assert_eq!(ring_distance(position(300, 9), position(100, 5), 1000), 0, "not later");
+        assert_eq!(ring_distance(position(1200, 5), position(100, 9), 1000), 1000, "outside the ring: all of it");
     }
 }
