@@ -109,10 +109,11 @@ pub fn chunk_problems(
 /// 802 and 803 as [`chunk_problems`] does, and 802 for a log chunk on a volume without
 /// feature `log_tables` (`log.log_tables` false).
 ///
-/// Repair calls it for every chunk of a volume with feature `log_tables` (or whose version
-/// holds log chunks), with the backup log area read once per instance: a chunk with any of
-/// 801 to 803 is rewritten as an ordinary chunk, its references that resolve written as
-/// puts, the entries of the others reported as dropped.
+/// For repair: call it for every chunk of a volume with feature `log_tables` (or whose
+/// version holds log chunks), with the backup log area read once per instance, so that it
+/// rewrites what fsck reports; the problem table's fixes for 801 to 803 rewrite such a chunk
+/// as an ordinary chunk, its references that resolve written as puts and the entries of the
+/// others reported as dropped.
 pub fn chunk_problems_with_log(
     images: &[Vec<u8>],
     geometry: &Geometry,
