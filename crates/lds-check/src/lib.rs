@@ -10,11 +10,14 @@
 //! 4. chunks: every chunk the trees reference, every block checksum (`deep`: digests and
 //!    filters), key order and ranges, level rules; on volumes with value chunks, every value
 //!    chunk's footer (`deep`: digest), every value pointer of the chunks and the replayed
-//!    batches (`deep`: every value's crc32c) and every chunk's value references;
+//!    batches (`deep`: every value's crc32c) and every chunk's value references; on volumes
+//!    with log chunks, every log reference against the backup log recovery read, and each
+//!    log chunk's flag, level and log start;
 //! 5. slots: the online map over all instances, and free slots holding chunks;
 //! 6. compaction journal: each unfinished compaction's inputs and outputs.
 //!
-//! Memory is bounded by the log areas, the chunk metadata and a few slots at a time.
+//! Memory is bounded by the log areas, the chunk metadata and a few slots at a time (an
+//! instance's backup log area is kept past pass 3 only when its log chunks need it).
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
@@ -22,6 +25,7 @@
 mod pass_chunks;
 mod pass_journal;
 mod pass_labels;
+mod pass_logrefs;
 mod pass_logs;
 mod pass_slots;
 mod pass_values;
@@ -31,6 +35,7 @@ use lds_format::instance::InstanceRecovery;
 use lds_format::label::Geometry;
 use lds_volume::{DeviceError, ReadAt};
 
+pub use pass_logrefs::LogCheck;
 pub use problem::{Code, Problem, ProblemKind, Repair, Report, Severity, Summary, PROBLEMS};
 
 /// Why a check could not run at all (fsck exit code 8).
@@ -69,11 +74,20 @@ pub(crate) struct Tree {
     pub(crate) recovery: InstanceRecovery,
     /// The value pointers of the batches recovery replays.
     pub(crate) replayed_pointers: Vec<pass_values::Pointed>,
+    /// The backup log area, kept for the log references of its chunks (SPEC.md §8.9) on a
+    /// volume with feature `log_tables` or a version with log chunks; `None` otherwise.
+    pub(crate) backup_area: Option<Vec<u8>>,
 }
 
 /// The problems of one chunk of `instance`'s tree, as the checker reports them: `images` are
 /// the whole slots of its sub-chunks, in order; `last_sequence` is the version's. Repair runs
 /// it to decide which chunks to rewrite, so that it rewrites what fsck reports.
+///
+/// Without the backup log area the chunk's log references (SPEC.md §8.9) are not resolved:
+/// of the log chunk problems it reports 802 (kind-3 entries without flag `log_refs`, the
+/// flag without a reference, a log chunk outside level 0) and 803 (a log start that is not
+/// the oldest reference's), never 801, nor 802 for a volume without feature `log_tables`.
+/// [`chunk_problems_with_log`] checks everything.
 pub fn chunk_problems(
     images: &[Vec<u8>],
     geometry: &Geometry,
@@ -83,7 +97,34 @@ pub fn chunk_problems(
     options: CheckOptions,
 ) -> Vec<Problem> {
     let mut report = Report::default();
-    pass_chunks::check_chunk(images, geometry, instance, chunk, last_sequence, options, &mut report);
+    pass_chunks::check_chunk(images, geometry, instance, chunk, last_sequence, options, None, &mut report);
+    report.problems
+}
+
+/// As [`chunk_problems`], also checking the chunk's log references (SPEC.md §8.9) against
+/// `log.backup_area`, the whole backup log area of the chunk's instance, as fsck's pass 4
+/// does: 801 for each reference that does not resolve (the object at its offset is not
+/// valid, not a write batch, has another lsn, or its entry differs in kind, key, sequence or
+/// value length; the first eight of a chunk one by one, then one line counting the rest),
+/// 802 and 803 as [`chunk_problems`] does, and 802 for a log chunk on a volume without
+/// feature `log_tables` (`log.log_tables` false).
+///
+/// For repair: call it for every chunk of a volume with feature `log_tables` (or whose
+/// version holds log chunks), with the backup log area read once per instance, so that it
+/// rewrites what fsck reports; the problem table's fixes for 801 to 803 rewrite such a chunk
+/// as an ordinary chunk, its references that resolve written as puts and the entries of the
+/// others reported as dropped.
+pub fn chunk_problems_with_log(
+    images: &[Vec<u8>],
+    geometry: &Geometry,
+    instance: u32,
+    chunk: &lds_format::version::ChunkMeta,
+    last_sequence: u64,
+    options: CheckOptions,
+    log: LogCheck<'_>,
+) -> Vec<Problem> {
+    let mut report = Report::default();
+    pass_chunks::check_chunk(images, geometry, instance, chunk, last_sequence, options, Some(log), &mut report);
     report.problems
 }
 
@@ -97,15 +138,20 @@ pub fn check(
     let Some(label) = pass_labels::check_labels(device, &mut report)? else { return Ok(report) };
     let geometry: Geometry = label.geometry;
     report.summary.slots = (0..geometry.num_slots).filter(|&slot| label.slot_present(slot)).count() as u64;
-    let recovered = pass_logs::recover_all(device, &geometry, &mut report)?;
+    let recovered = pass_logs::recover_all(device, &geometry, label.has_log_tables(), &mut report)?;
     for instance in &recovered {
         pass_logs::check_version_log(&geometry, &label, instance, &mut report);
     }
     let trees: Vec<Tree> = recovered
         .into_iter()
         .filter_map(|instance| {
-            let replayed_pointers = instance.replayed_pointers;
-            Some(Tree { instance: instance.instance, recovery: instance.recovery.ok()?, replayed_pointers })
+            let (replayed_pointers, backup_area) = (instance.replayed_pointers, instance.backup_area);
+            Some(Tree {
+                instance: instance.instance,
+                recovery: instance.recovery.ok()?,
+                replayed_pointers,
+                backup_area,
+            })
         })
         .collect();
     for tree in &trees {

@@ -1,7 +1,7 @@
 //! Pass 4: every chunk the trees reference (SPEC.md §8): footers against the version,
 //! indexes, filters and every block's checksum, key order and ranges, sequence numbers, the
 //! level rules (disjoint levels, one odd chunk each); with `deep`, each sub-chunk's digest and
-//! every key against its filter.
+//! every key against its filter; every log reference (`pass_logrefs`).
 
 use lds_format::batch::SEQUENCE_MAX;
 use lds_format::chunk::{decode_block, decode_index, sub_chunk_digest, Filter, Footer, FOOTER_LEN};
@@ -12,6 +12,7 @@ use lds_format::FormatError;
 use lds_volume::volume::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 
+use crate::pass_logrefs::{ChunkLogRefs, LogCheck};
 use crate::pass_values::{ChunkValues, ValueChunks};
 use crate::problem::{Code, Report};
 use crate::{CheckError, CheckOptions, Tree};
@@ -68,8 +69,15 @@ fn check_tree(
         checked.check_pointers(device, &tree.replayed_pointers, &structure, options.deep, report)?;
         value_chunks = Some(checked);
     }
+    // Log chunks (SPEC.md §8.9): the references resolve against the area recovery read.
+    let log =
+        tree.backup_area.as_deref().map(|backup_area| LogCheck { backup_area, log_tables: label.has_log_tables() });
+    if let Some(log) = &log {
+        let retained = crate::pass_logrefs::retained_bytes(version, log.backup_area.len() as u64);
+        report.summary.log_retained.push((instance, retained));
+    }
     let mut check_one = |images: &[Vec<u8>], chunk: &ChunkMeta, report: &mut Report| -> Result<(), CheckError> {
-        let values = check_chunk(images, geometry, instance, chunk, version.last_sequence, options, report);
+        let values = check_chunk(images, geometry, instance, chunk, version.last_sequence, options, log, report);
         if let Some(checked) = value_chunks.as_mut() {
             let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
             checked.check_pointers(device, &values.pointers, &structure, options.deep, report)?;
@@ -188,7 +196,9 @@ type SlotRead = Result<(Vec<u8>, Vec<u64>), DeviceError>;
 const INLINE_CHUNKS_MAX: usize = 16;
 
 /// Checks one chunk: every sub-chunk's footer, index, filter and blocks, its key order and
-/// range, and with `deep` its digest and filter.
+/// range, its log references (resolved when `log` gives the backup log area), and with
+/// `deep` its digest and filter.
+#[expect(clippy::too_many_arguments, reason = "the chunk, its context and the report, as both entry points pass them")]
 pub(crate) fn check_chunk(
     images: &[Vec<u8>],
     geometry: &Geometry,
@@ -196,9 +206,11 @@ pub(crate) fn check_chunk(
     chunk: &ChunkMeta,
     last_sequence: u64,
     options: CheckOptions,
+    log: Option<LogCheck<'_>>,
     report: &mut Report,
 ) -> ChunkValues {
     let mut values = ChunkValues::default();
+    let mut log_refs = ChunkLogRefs::new(geometry, instance, log);
     let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
     report.summary.chunks += 1;
     let problems_before = report.problems.len();
@@ -373,6 +385,7 @@ pub(crate) fn check_chunk(
                     }
                 }
                 values.entry(found.kind, found.key, found.sequence, found.value, (block_offset, &structure), report);
+                log_refs.entry(found.kind, found.key, found.sequence, found.value, (block_offset, &structure));
                 smallest_seq = smallest_seq.min(found.sequence);
                 largest_seq = largest_seq.max(found.sequence);
                 previous = Some((found.key.to_vec(), found.sequence));
@@ -404,7 +417,9 @@ pub(crate) fn check_chunk(
             );
         }
     }
-    if report.problems.len() > problems_before {
+    let blocks_read = report.problems.len() == problems_before;
+    log_refs.finish(chunk, blocks_read, (geometry.slot_offset(chunk.chunk_id), &structure), report);
+    if !blocks_read {
         return values;
     }
     values.compare(chunk, &structure, geometry.slot_offset(chunk.chunk_id), report);

@@ -18,12 +18,17 @@ pub(crate) struct Recovered {
     pub(crate) recovery: Result<InstanceRecovery, VersionLogError>,
     /// The pointers of the batches recovery replays (SPEC.md §8.6).
     pub(crate) replayed_pointers: Vec<crate::pass_values::Pointed>,
+    /// The backup log area, kept for pass 4 to resolve log references (SPEC.md §8.9) when
+    /// the volume has feature `log_tables` or the recovered version holds log chunks.
+    pub(crate) backup_area: Option<Vec<u8>>,
 }
 
-/// Reads and recovers every instance; counts the objects of the physical walks.
+/// Reads and recovers every instance; counts the objects of the physical walks. The backup
+/// log area is kept when `log_tables` (the volume's feature) or the version holds log chunks.
 pub(crate) fn recover_all(
     device: &(impl ReadAt + ?Sized),
     geometry: &Geometry,
+    log_tables: bool,
     report: &mut Report,
 ) -> Result<Vec<Recovered>, CheckError> {
     let mut recovered = Vec::new();
@@ -54,7 +59,11 @@ pub(crate) fn recover_all(
             Ok(recovery) => replayed_pointers(geometry, instance, recovery, &backup_area, report),
             Err(_) => Vec::new(),
         };
-        recovered.push(Recovered { instance, recovery, replayed_pointers });
+        let keep = recovery
+            .as_ref()
+            .is_ok_and(|recovery| log_tables || crate::pass_logrefs::has_log_chunks(&recovery.version_log));
+        let backup_area = keep.then_some(backup_area);
+        recovered.push(Recovered { instance, recovery, replayed_pointers, backup_area });
     }
     Ok(recovered)
 }
@@ -64,6 +73,7 @@ fn replay_code(error: &ReplayError) -> Code {
         ReplayError::SlotInUse { .. } => Code::SlotReferencedTwice,
         ReplayError::SlotOutOfRange { .. } => Code::SlotOutOfRange,
         ReplayError::LevelOutOfRange { .. } => Code::LevelOutOfRange,
+        ReplayError::LogChunkLevel { .. } => Code::LogChunkInvalid,
         _ => Code::VersionLogReplay,
     }
 }

@@ -246,6 +246,15 @@ problems! {
     /// 706.
     ValuePendingMissing = 706, Error, "a batch of the backup log points to a value chunk the version does not list, and the slot its pointer gives does not hold it: the value, written before the batch and flushed, is lost",
         Fix("rebuild the tree: entries whose values cannot be read and checked are left out, each reported");
+    /// 801.
+    LogRefUnresolved = 801, Error, "a log reference (entry kind 3, SPEC.md §8.9) does not resolve: the object at its offset of the backup log is not valid, not a write batch, has another lsn, or its entry differs in kind, key, sequence number or value length",
+        Fix("rewrite the chunk with the references that resolve as puts; the entries of the others are reported as dropped");
+    /// 802.
+    LogChunkInvalid = 802, Error, "a chunk breaks the rules of log chunks (SPEC.md §8.9): kind-3 entries without flag log_refs, the flag without a reference, a log chunk outside level 0, or log chunks on a volume without feature log_tables",
+        Fix("rewrite the chunk as an ordinary chunk, its references resolved as puts (entries of references that do not resolve are reported as dropped); when recovery refused a delta version for it, rebuild the version as for 205");
+    /// 803.
+    LogStartMismatch = 803, Error, "a log chunk's recorded log start is not the lsn and offset of its oldest reference: a later start lets the writer overwrite a referenced batch, an earlier one holds the backup log for nothing",
+        Fix("rewrite the chunk as an ordinary chunk, its references resolved as puts");
 }
 
 impl Code {
@@ -348,6 +357,22 @@ pub struct Summary {
     pub values_verified: u64,
     /// Key sketches of sub-chunks checked (SPEC.md §8.7).
     pub key_sketches: u64,
+    /// Log chunks checked (metadata flag `log_refs`, SPEC.md §8.9).
+    pub log_chunks: u64,
+    /// Log references (entries of kind 3) read, each resolved against the backup log.
+    pub log_references: u64,
+    /// The bytes of its backup log each instance retains for its log chunks, from its
+    /// version's retention start to its backup start along the ring (SPEC.md §8.9):
+    /// `(instance, bytes)` in instance order, for every recovered instance of a volume with
+    /// feature `log_tables` or whose version holds log chunks; empty otherwise.
+    pub log_retained: Vec<(u32, u64)>,
+}
+
+impl Summary {
+    /// The bytes of backup log all instances retain for their log chunks.
+    pub fn log_retained_bytes(&self) -> u64 {
+        self.log_retained.iter().map(|&(_, bytes)| bytes).sum()
+    }
 }
 
 /// The outcome of a check.

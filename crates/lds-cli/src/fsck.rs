@@ -72,6 +72,17 @@ fn summary_lines(report: &Report, seconds: f64) -> Vec<String> {
     if summary.key_sketches > 0 {
         lines.push(format!("key sketches: {} checked", summary.key_sketches));
     }
+    if summary.log_chunks > 0 || summary.log_references > 0 || !summary.log_retained.is_empty() {
+        let instances: Vec<String> =
+            summary.log_retained.iter().map(|(instance, bytes)| format!("instance {instance}: {bytes}")).collect();
+        lines.push(format!(
+            "log chunks: {} holding {} log references; backup log retained: {} bytes{}",
+            summary.log_chunks,
+            summary.log_references,
+            summary.log_retained_bytes(),
+            if instances.is_empty() { String::new() } else { format!(" ({})", instances.join(", ")) }
+        ));
+    }
     lines.push(format!(
         "problems: {}, {}, {} info",
         plural(report.count(Severity::Error), "error"),
@@ -167,6 +178,13 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 "value_bytes": summary.value_bytes,
                 "values_verified": summary.values_verified,
                 "key_sketches": summary.key_sketches,
+                "log_chunks": summary.log_chunks,
+                "log_references": summary.log_references,
+                "log_retained_bytes": summary.log_retained_bytes(),
+                "log_retained": summary.log_retained.iter().map(|&(instance, bytes)| json!({
+                    "instance": instance,
+                    "bytes": bytes,
+                })).collect::<Vec<_>>(),
                 "seconds": seconds,
             },
             "counts": {

@@ -577,7 +577,29 @@ pub fn all() -> Vec<FsckCase> {
         EXIT_UNCORRECTED,
     ));
 
+    cases.push(log_ref_unresolved());
+
     cases
+}
+
+/// A log chunk whose references into one batch of the backup log do not resolve: a byte of
+/// a value in that batch flipped (its checksum fails), as damage in the retained region of
+/// the ring leaves.
+fn log_ref_unresolved() -> FsckCase {
+    let volume = crate::log_chunks_image();
+    let mut bytes = volume.image.bytes.clone();
+    let geometry = volume.image.label.geometry;
+    let second = geometry.ofs_backup_log + volume.batches[1].offset;
+    let batch = log_object(&bytes, second).field("payload").read_as(&WRITE_BATCH);
+    let first_entry = batch.field("entries").entry(&bytes, &BATCH_ENTRY, 0);
+    flip(&mut bytes, &first_entry.field("value").byte(3), 0x20);
+    case(
+        "f_log_ref_unresolved",
+        "a flipped byte in a write batch a log chunk references (format 1.6): its references do not resolve",
+        bytes,
+        Code::LogRefUnresolved,
+        EXIT_UNCORRECTED,
+    )
 }
 
 /// Appends a delta version without applying it to the builder's version (it may contradict).

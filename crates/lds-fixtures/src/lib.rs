@@ -27,7 +27,10 @@ use std::path::{Path, PathBuf};
 use lds_format::batch::{BatchEntry, EntryKind};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest};
-use lds_format::version::{ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
+use lds_format::logref::{LogPosition, LogRef};
+use lds_format::version::{
+    ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD,
+};
 
 /// One fixture: folder name, one-line description, raw image bytes.
 pub struct Fixture {
@@ -265,6 +268,73 @@ pub(crate) fn two_instances_image() -> ImageBuilder {
         expect(image.append_batch(instance, puts(&[&format!("instance-{instance}")])));
     }
     image
+}
+
+/// A format 1.6 volume with feature `log_tables` (SPEC.md §8.9) and one log chunk, and where
+/// the batches its references name stand in the backup log.
+pub struct LogChunksImage {
+    /// The volume.
+    pub image: ImageBuilder,
+    /// The log chunk's metadata, as the version holds it.
+    pub chunk: ChunkMeta,
+    /// Each referenced batch's position in the backup log area, oldest first.
+    pub batches: Vec<LogPosition>,
+}
+
+/// Referenced write batches of [`log_chunks_image`].
+const LOG_BATCHES: u32 = 3;
+/// Puts per referenced batch.
+const LOG_PUTS_PER_BATCH: u32 = 4;
+
+/// A small 1.6 volume whose last flush wrote a log chunk, as technique triad-log does: three
+/// batches of four puts, then a level-0 chunk in slot 3 whose puts of 24 bytes or more are
+/// log references to those batches and whose other put (shorter than a reference) stands as
+/// itself; its delta version moves the backup start past the batches, which the chunk's log
+/// start retains. A batch written after the flush is replayed.
+pub fn log_chunks_image() -> LogChunksImage {
+    let mut image = ImageBuilder::format(new_label(small(4096), 0x77, "log chunks").with_log_tables());
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut batches = Vec::new();
+    for batch in 0..LOG_BATCHES {
+        let puts: Vec<BatchEntry> = (0..LOG_PUTS_PER_BATCH)
+            .map(|index| {
+                let key = format!("log{batch}-{index}").into_bytes();
+                // One short value per batch: stored as itself, not as a reference.
+                let value =
+                    if index == 2 { format!("short-{batch}") } else { format!("logged-value-{batch}-{index:-<28}") };
+                BatchEntry { kind: EntryKind::Put, key, value: value.into_bytes() }
+            })
+            .collect();
+        let (offset, lsn) = image.instances[0].backup_log.next_position();
+        let first_sequence = expect(image.append_batch(0, puts.clone()));
+        batches.push(LogPosition { offset, lsn });
+        for (index, put) in puts.into_iter().enumerate() {
+            let sequence = first_sequence + index as u64;
+            let len_value = put.value.len() as u32;
+            if put.value.len() < lds_format::logref::LOG_REF_LEN {
+                entries.push((put.key, sequence, EntryKind::Put, put.value));
+                continue;
+            }
+            let reference = LogRef { lsn, ofs_object: offset, entry_index: index as u32, len_value };
+            entries.push((put.key, sequence, EntryKind::LogRef, reference.encode().to_vec()));
+        }
+    }
+    // The memtable's keys are sorted; each is written once.
+    entries.sort();
+    let mut chunk = image.write_chunk(0, 3, 0, 0, &entries);
+    chunk.flags |= CHUNK_FLAG_LOG_REFS;
+    chunk.log_start = batches.first().copied();
+    let (ofs, lsn) = image.instances[0].backup_log.next_position();
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            ..added(&image, 0, vec![chunk.clone()], image.last_sequence(0))
+        },
+    ));
+    expect(image.append_batch(0, puts(&["after-the-flush"])));
+    LogChunksImage { image, chunk, batches }
 }
 
 /// Every fixture.
