@@ -5,6 +5,7 @@ meta:
   endian: le
   imports:
     - lds_value_pointer
+    - lds_log_ref
 doc: |
   One block of a chunk body: a run of entries followed by an 8-byte trailer.
   The block's length is not stored in the block: it comes from the block
@@ -15,7 +16,10 @@ doc: |
   with the write batch (lds_write_batch.ksy). An entry of kind `pointer`
   (format 1.4, feature `value_chunks`) holds a value pointer as its value
   (`pointer`, parsed when first used: lds checks only that its length
-  matches its extent count when it reads a block, SPEC.md §8.6).
+  matches its extent count when it reads a block, SPEC.md §8.6). An entry of
+  kind `log_ref` (format 1.6, feature `log_tables`), only in the blocks of a
+  log chunk (lds_chunk_meta flag `log_refs`), holds a log reference as its
+  value (`log_ref`): the put's value is in the backup log (SPEC.md §8.9).
 doc-ref: SPEC.md §8.2
 seq:
   - id: entries
@@ -64,6 +68,14 @@ types:
         type: lds_value_pointer
         if: kind == kind::pointer
         doc: The value of a `pointer` entry, decoded (the same bytes as `value`).
+      log_ref:
+        pos: ofs_entry + 14 + len_key
+        size: len_value
+        type: lds_log_ref
+        if: kind == kind::log_ref
+        doc: |
+          The value of a `log_ref` entry, decoded (the same bytes as `value`):
+          where the put's value is in the backup log (SPEC.md §8.9).
 enums:
   kind:
     0: delete
@@ -71,3 +83,9 @@ enums:
     2:
       id: pointer
       doc: The value is a value pointer (lds_value_pointer, format 1.4).
+    3:
+      id: log_ref
+      doc: |
+        A put whose value is in the backup log: the value is a log reference
+        (lds_log_ref, format 1.6). Only in blocks of log chunks, never in a
+        write batch.

@@ -49,3 +49,6 @@ enums:
     2:
       id: pointer
       doc: A value pointer (format 1.4), as lds_block::kind.
+    3:
+      id: log_ref
+      doc: A log reference (format 1.6, SPEC.md §8.9), as lds_block::kind.

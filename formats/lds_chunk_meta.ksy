@@ -13,9 +13,11 @@ doc: |
   `num_entries >= 1`, `smallest_seq <= largest_seq`, `smallest_key <=
   largest_key` (bytewise), `sub_chunks[0].slot == chunk_id`, and with flag
   `value_refs` (format 1.4) at least one value reference, ids strictly
-  increasing, each of at least one byte. Those that need the volume (slots
-  below `num_slots`, all distinct; value chunks in the version) are not
-  checked.
+  increasing, each of at least one byte, and with flag `log_refs` (format
+  1.6) a log start at an offset that is a multiple of 8. Those that need the
+  volume (slots below `num_slots`, all distinct; value chunks in the
+  version) are not checked, nor that a log chunk is at level 0 (SPEC.md
+  §6.2: a version that holds one elsewhere is invalid, not the record).
 doc-ref: SPEC.md §6.4
 seq:
   - id: chunk_id
@@ -29,10 +31,12 @@ seq:
   - id: flags
     type: u1
     valid:
-      expr: (_ & 0xfc) == 0
+      expr: (_ & 0xf8) == 0
     doc: |
       Bit 0 `odd` (SPEC.md §11); bit 1 `value_refs` (format 1.4): the value
-      references follow the sub-chunks; the other bits are reserved.
+      references follow the sub-chunks; bit 2 `log_refs` (format 1.6): the
+      chunk is a log chunk and its log start follows (SPEC.md §8.9); the
+      other bits are reserved.
   - id: num_sub_chunks
     type: u2
     valid:
@@ -85,12 +89,33 @@ seq:
       For each value chunk the chunk's pointer entries reach, in strictly
       increasing id order, the bytes of their extents in it.
     doc-ref: SPEC.md §8.6
+  - id: lsn_log_start
+    type: u8
+    if: has_log_refs
+    doc: |
+      The lsn of the backup log object with the smallest lsn that the
+      chunk's log references name (its log start).
+    doc-ref: SPEC.md §8.9
+  - id: ofs_log_start
+    type: u8
+    valid:
+      expr: _ % 8 == 0
+    if: has_log_refs
+    doc: That object's offset in the backup log area; a multiple of 8.
+    doc-ref: SPEC.md §8.9
 instances:
   odd:
     value: (flags & 1) != 0
   has_value_refs:
     value: (flags & 2) != 0
     doc: Flag `value_refs` (format 1.4), set on chunks holding pointer entries.
+  has_log_refs:
+    value: (flags & 4) != 0
+    doc: |
+      Flag `log_refs` (format 1.6), set exactly on log chunks: level-0
+      chunks holding log reference entries (lds_log_ref). The version's
+      retention start is the smallest (by lsn) of its backup start and its
+      log chunks' log starts (SPEC.md §8.9).
 types:
   sub_chunk:
     doc-ref: SPEC.md §6.4

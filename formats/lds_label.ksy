@@ -50,7 +50,9 @@ seq:
       `value_chunks`, large values live in value chunks (lds_value_footer) and
       the tree holds value pointers (lds_value_pointer). Bit 4 (1.5):
       `chunk_sketches`, level-0 chunks carry a key sketch (lds_key_sketch,
-      lds_chunk_footer::len_sketch).
+      lds_chunk_footer::len_sketch). Bit 5 (1.6): `log_tables`, level-0
+      chunks may hold log references into the backup log (lds_log_ref,
+      lds_chunk_meta::has_log_refs), whose objects writers retain.
   - id: geometry
     type: geometry
   - id: generation
@@ -91,15 +93,21 @@ instances:
     doc: |
       Feature `chunk_sketches` (1.5): key sketches in chunk tails (SPEC.md
       §8.7).
+  has_log_tables:
+    value: (features_incompat & 32) != 0
+    doc: |
+      Feature `log_tables` (1.6): log chunks, whose entries of kind 3 name
+      puts in the backup log (SPEC.md §8.9).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 31
+      version_major == 1 and len_label == 512 and features_incompat <= 63
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
-      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3, 1.5 bit 4), zero reserved bytes or a
+      (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3, 1.5 bit 4,
+      1.6 bit 5), zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

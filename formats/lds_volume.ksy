@@ -36,6 +36,12 @@ doc: |
   `64 + len_payload` does not fit in the rest of the area. Each walk list
   therefore ends with one step whose `is_object` is false. Payloads are
   decoded lazily (see lds_log_object.ksy).
+
+  On volumes with feature `log_tables` (format 1.6), the blocks of log
+  chunks hold log references (lds_log_ref) into the backup log of the
+  chunk's instance: a reader resolves one at `ofs_object` of
+  `instance_areas[i].backup_log` (the walk lists the object there when it
+  is one), checking it as a valid object of that area (SPEC.md §5, §8.9).
 doc-ref:
   - SPEC.md §3
   - SPEC.md §4.2

@@ -9,7 +9,9 @@ meta:
 doc: |
   Payload of a `write_batch` log object: one atomic batch of the write-ahead
   log. Entry `i` has sequence number `first_sequence + i`. The `kind` enum
-  (1 put, 0 delete, 2 pointer) is the one of the chunk blocks (lds_block.ksy).
+  (1 put, 0 delete, 2 pointer) is the one of the chunk blocks (lds_block.ksy),
+  whose kind 3 (`log_ref`, format 1.6) lives in log chunks only and makes a
+  batch invalid (SPEC.md §7, §8.9).
   A `pointer` entry (format 1.4, feature `value_chunks`) holds a value
   pointer as its value, which must decode (`pointer`).
 doc-ref: SPEC.md §7

@@ -10,8 +10,10 @@ usage: python3 tools/kaitai/lds_reader.py volume IMAGE[.gz] [DEVICE[.gz]...]
 line, the `lds dump IMAGE chunk ID --instance I --entries --json` document of every live chunk
 of every instance, with an `instance` key added. `state` reconstructs what
 the engine serves (SPEC.md §15.1) and prints it as NDJSON: per instance, one line naming its
-live version, then one line per live key in key order; the value of a pointer entry (format
-1.4, SPEC.md §8.6) is read from its value chunks. A volume of several devices (SPEC.md
+live version (with its retention start, SPEC.md §8.9), then one line per live key in key
+order; the value of a pointer entry (format 1.4, SPEC.md §8.6) is read from its value chunks,
+the value of a log reference (format 1.6, SPEC.md §8.9) from the write batch it names in the
+backup log. A volume of several devices (SPEC.md
 §4.3) is read with IMAGE its first device and every other device after it, in any order.
 
 This reader and its JavaScript and Java twins (tools/kaitai/js, tools/kaitai/java) use only
@@ -300,7 +302,7 @@ def crc32c(data):
 VERSION_LOG, BACKUP_LOG = 1, 2
 ALLOWED = {VERSION_LOG: {1, 2, 3, 5, 6}, BACKUP_LOG: {4, 5, 6}}
 BV, DV, CJ, WB, WOL, WOR = 1, 2, 3, 4, 5, 6
-DELETE, PUT, POINTER = 0, 1, 2
+DELETE, PUT, POINTER, LOG_REF = 0, 1, 2, 3
 
 
 class Area:
@@ -314,10 +316,16 @@ class Area:
             start, self.size = g.ofs_backup_log + instance * g.len_backup_log, g.len_backup_log
         image.seek(start)
         self.data = image.read(self.size)
-        self.kind, self.instance, self.sector = kind, instance, g.sector_size
+        self.start, self.kind, self.instance, self.sector = start, kind, instance, g.sector_size
         self.uuid = bytes(g.volume_uuid)
+        self.checked = {}  # offset -> what valid_at found there (log references reread batches)
 
     def valid_at(self, ofs):
+        if ofs not in self.checked:
+            self.checked[ofs] = self._check(ofs)
+        return self.checked[ofs]
+
+    def _check(self, ofs):
         from kaitaistruct import KaitaiStream
         import lds_log_object
 
@@ -446,6 +454,8 @@ def live_tree(image, vol, instance):
         return None
     bv, changes = found
     chunks = {c.chunk_id: c for c in bv.chunks}
+    if any(c.has_log_refs and c.level != 0 for c in chunks.values()):
+        return None  # log chunks stay in level 0 (SPEC.md §6.2, §8.9)
     # The value section (format 1.4), absent from the parsed object when the payload has none.
     listed = bv.values.value_chunks if getattr(bv, "values", None) is not None else []
     values = {m.value_chunk_id: m for m in listed}
@@ -479,6 +489,8 @@ def live_tree(image, vol, instance):
             used |= {m.slot for m in values.values()}
             if c.chunk_id in chunks or c.level >= bv.num_levels or any(sub.slot in used for sub in c.sub_chunks):
                 return None
+            if c.has_log_refs and c.level != 0:
+                return None  # log chunks stay in level 0 (SPEC.md §6.2, §8.9)
             chunks[c.chunk_id] = c
         if delta is not None and (delta.value_deleted or any(_refs(c) for c in p.added)):
             if any(i not in values for c in chunks.values() for i in _refs(c)):
@@ -522,6 +534,49 @@ def read_pointer(image, vol, instance, values, pointer, key):
         raise ValueError(f"key {key.hex()}: the value read through its pointer (value chunk {first.value_chunk_id}"
                          f" offset {first.offset}) does not match its value_crc32c")
     return bytes(value)
+
+
+def read_log_ref(blog, reference, key, sequence):
+    """The value a log reference names (SPEC.md §8.9): the object at `ofs_object` of the
+    instance's backup log area `blog`, valid (SPEC.md §5) with the reference's lsn, is a write
+    batch whose entry `entry_index` is a put of `key` with sequence number `sequence` and
+    `len_value` bytes of value. Raises naming the key, the instance and the object's offset."""
+    where = (f"key {key.hex()}: log reference to the backup log object at offset "
+             f"{blog.start + reference.ofs_object} (instance {blog.instance})")
+    found = blog.valid_at(reference.ofs_object)
+    if found is None:
+        raise ValueError(f"{where}: no valid log object there")
+    _, kind, o = found
+    if kind != WB:
+        raise ValueError(f"{where}: object type {kind}, not a write batch")
+    if o.lsn != reference.lsn:
+        raise ValueError(f"{where}: the object has lsn {o.lsn}, the reference names {reference.lsn}")
+    batch = o.payload
+    if reference.entry_index >= len(batch.entries):
+        raise ValueError(f"{where}: entry {reference.entry_index} of a batch of {len(batch.entries)}")
+    entry = batch.entries[reference.entry_index]
+    entry_kind, value = _value(entry)
+    if (entry_kind != PUT or bytes(entry.key) != key
+            or batch.first_sequence + reference.entry_index != sequence):
+        raise ValueError(f"{where}: entry {reference.entry_index} is not the put of this key at sequence {sequence}")
+    if len(value) != reference.len_value:
+        raise ValueError(f"{where}: the put has {len(value)} bytes of value, the reference {reference.len_value}")
+    return value
+
+
+def retention(chunks, ofs_start, lsn_start, len_area):
+    """(ofs, lsn, bytes) of the retention start of a version (SPEC.md §8.9): the smallest by
+    lsn of its backup start and its log chunks' log starts, and the bytes of the ring from it
+    to the backup start."""
+    starts = [(c.lsn_log_start, c.ofs_log_start) for c in chunks.values() if c.has_log_refs]
+    lsn, ofs = min(starts + [(lsn_start, ofs_start)])
+    if lsn_start <= lsn:
+        retained = 0
+    elif ofs_start > ofs:
+        retained = ofs_start - ofs
+    else:
+        retained = len_area - ofs + ofs_start
+    return ofs, lsn, retained
 
 
 def instance_state(image, vol, instance):
@@ -579,11 +634,15 @@ def instance_state(image, vol, instance):
                         apply(key, e.sequence, *_value(e))
     for entry in replayed:
         apply(*entry)
+    ofs_retention, lsn_retention, retained = retention(chunks, ofs_start, lsn_start, label.geometry.len_backup_log)
     summary = {
         "instance": instance,
         "last_sequence": last_sequence,
         "chunks": sorted(c.chunk_id for c, _ in sources),
         "replayed_batches": batches,
+        "ofs_retention_start": ofs_retention,
+        "lsn_retention_start": lsn_retention,
+        "retained_bytes": retained,
     }
     state = {}
     for key, (seq, kind, value) in newest.items():
@@ -591,14 +650,21 @@ def instance_state(image, vol, instance):
             state[key] = (seq, value)
         elif kind == POINTER:
             state[key] = (seq, read_pointer(image, vol, instance, values, value, key))
+        elif kind == LOG_REF:
+            state[key] = (seq, read_log_ref(blog, value, key, seq))
     return summary, state
 
 
 def _value(entry):
     """(kind, value) of an entry: kind 0 delete, 1 put (the value's bytes), 2 pointer (its
-    decoded lds_value_pointer) (SPEC.md §7, §8.2)."""
+    decoded lds_value_pointer), 3 log reference (its decoded lds_log_ref, in blocks only)
+    (SPEC.md §7, §8.2)."""
     kind = int(getattr(entry.kind, "value", entry.kind))
-    return kind, entry.pointer if kind == POINTER else bytes(entry.value)
+    if kind == POINTER:
+        return kind, entry.pointer
+    if kind == LOG_REF:
+        return kind, entry.log_ref
+    return kind, bytes(entry.value)
 
 
 def chunk_docs(image, device=None):

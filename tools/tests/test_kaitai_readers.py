@@ -7,13 +7,14 @@ frozen `fixtures/v*/`, whose volumes of several devices keep their other devices
 device-N.gz), for an engine-written volume with levels, wrapped logs and batches to replay, for
 an engine-written volume of several devices with a gap of slots, for an engine-written volume
 with key-value separation (format 1.4: value chunks, pointers, values written directly before
-their batch), for a 3 GiB sparse volume past 2^24 sequence numbers, and for damaged copies of
-the fixtures (DAMAGE below):
+their batch), for an engine-written volume with log chunks (format 1.6, TRIAD-LOG: log
+references into a backup log that wrapped), for a 3 GiB sparse volume past 2^24 sequence
+numbers, and for damaged copies of the fixtures (DAMAGE below):
 - `READER volume IMAGE` equals `lds dump IMAGE volume --json` field by field (keys named
   `status` and `device` are ignored);
 - `READER state IMAGE` is the same in every language (sequence numbers included), its key/value
   lines equal `lds scan --hex` of every instance, and its per-instance line names the live
-  chunks and last sequence that `lds dump tree --json` shows.
+  chunks, last sequence and retention start (SPEC.md §8.9) that `lds dump tree --json` shows.
 Where lds refuses a volume (REFUSED below), the fixture is listed with the reason.
 
 The lds binary is env LDS_BIN (default target/release/lds; a relative path is taken from the
@@ -182,6 +183,12 @@ def compare_state(image, what, volume, devices=()):
             chunks = (chunks - set(unfinished["cleaned"])) | set(unfinished["outputs"])
         assert summary["chunks"] == sorted(chunks), f"{what}: instance {instance}: live chunks differ from lds dump tree"
         assert summary["last_sequence"] == tree["last_sequence"], f"{what}: instance {instance}: last_sequence differs"
+        # The retention start (SPEC.md §8.9): lds dump tree shows it on volumes with feature
+        # log_tables; elsewhere the version has no log chunk and it is the backup start.
+        retention = (tree["ofs_retention_start"], tree["lsn_retention_start"], tree["retained_bytes"]) \
+            if "retained_bytes" in tree else (tree["ofs_backup_start"], tree["lsn_backup_start"], 0)
+        assert (summary["ofs_retention_start"], summary["lsn_retention_start"], summary["retained_bytes"]) == \
+            retention, f"{what}: instance {instance}: the retention start differs from lds dump tree ({retention})"
     return python
 
 
@@ -473,6 +480,100 @@ def test_engine_written_kv_separated_volume_matches(kaitai_dump, tmp_path):
     listed = json.loads(lds("dump", damaged, "value-chunks", "--json").stdout)["instances"][0]
     failed = [c["value_chunk_id"] for c in listed["value_chunks"] if c["status"]["digest"] != "ok"]
     assert failed == [victim["value_chunk_id"]], failed
+
+
+def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
+    """A volume the engine wrote with TRIAD-LOG (format 1.6, SPEC.md §8.9): flushes wrote log
+    chunks whose puts are log references into the backup log, level-0 merges turned the older
+    ones into ordinary chunks, the backup log wrapped with the region the log chunks retain
+    across the wrap, and the last writes wait in the backup log. `lds dump` shows the log
+    chunks, their references and the retention start; every reader dumps the volume as lds
+    does, reads every chunk, and follows every reference to the state lds scan serves. Then one
+    byte of a batch that a served reference names is damaged: every reader and lds scan refuse
+    the volume, and `lds dump chunk --resolve` names the references that no longer resolve."""
+    image = tmp_path / "triad-log.img"
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
+
+    triad = ("--technique", "triad-log")
+    # 4 MiB slots: a flush of a 4 MiB memtable is one chunk. A 16 MiB backup log retains up to
+    # 8 MiB for log chunks (the rest is room for the next two memtables) and wraps before the end.
+    lds("mkfs", "--log-tables", "--size", "256MiB", "--sector-size", "512", "--slot-size", "4MiB",
+        "--version-log-size", "1MiB", "--backup-log-size", "16MiB", image)
+    lds("load", image, *triad, "--format", "tsv",
+        input="".join(f"key{n * 7919 % 120000:06}\tvalue-{n}-{'x' * (20 + n * 37 % 90)}\n" for n in range(150000)))
+    lds("load", image, *triad, "--format", "tsv",
+        input="".join(f"key{(n * 104729 + 13) % 150000:06}\tround2-{n}-{'y' * (20 + n * 53 % 90)}\n" for n in range(30000)))
+    for n in (5, 77, 1234):
+        lds("delete", image, f"key{n:06}", *triad)
+    lds("load", image, *triad, "--format", "tsv",
+        input="".join(f"key{(n * 7 + 3) % 200000:06}\tround3-{n}-{'z' * (20 + n * 29 % 90)}\n" for n in range(40000)))
+    lds("put", image, "last", "written", *triad, "--sync")
+
+    # lds dump: the version holds log chunks (level 0, flag log_refs) whose entries are log
+    # references, the retained region spans the backup log's wrap, and batches wait to replay.
+    tree = json.loads(lds("dump", image, "tree", "--json").stdout)
+    metas = [c for level in tree["levels"] for c in level["chunks"]]
+    log_chunks = [c for c in metas if c["flags"] & 4]
+    assert len(log_chunks) >= 2, f"the volume holds {len(log_chunks)} log chunks"
+    assert all(c["level"] == 0 and "lsn_log_start" in c for c in log_chunks), log_chunks
+    assert any(not c["flags"] & 4 for c in metas), "no ordinary chunk: no level-0 merge resolved references"
+    assert tree["num_log_chunks"] == len(log_chunks)
+    assert tree["lsn_retention_start"] == min(c["lsn_log_start"] for c in log_chunks) < tree["lsn_backup_start"]
+    assert tree["ofs_retention_start"] > tree["ofs_backup_start"], "the retained region does not span the wrap"
+    assert tree["retained_bytes"] == (16 << 20) - tree["ofs_retention_start"] + tree["ofs_backup_start"]
+    backup = json.loads(lds("dump", image, "backup-log", "--json").stdout)
+    assert backup["replayed_batches"] >= 1 and backup["retained_bytes"] == tree["retained_bytes"], backup
+    retained = [o for o in backup["objects"] if o["status"]["retained"]]
+    assert any(o["object_type"] == "wrap_left" for o in retained), "the WOL is not in the retained region"
+    assert all(tree["lsn_retention_start"] <= o["lsn"] < tree["lsn_backup_start"] for o in retained)
+
+    volume = compare(image, "triad-log volume")
+    label = volume["labels"]["primary"]
+    assert label["features_incompat"] & 32 and label["version_minor"] == 6, label
+    assert volume["instances"][0]["status"]["retained_bytes"] == tree["retained_bytes"]
+    state = compare_state(image, "triad-log volume", volume)
+    assert state is not None, "the readers cannot read the triad-log volume"
+    served = {line["key"]: line for line in state if "key" in line}
+    assert len(served) > 130000 and bytes.fromhex(served["last".encode().hex()]["value"]) == b"written"
+    assert "key000005".encode().hex() not in served, "a deleted key is served"
+    chunks = compare_chunks(image, "triad-log volume")
+    references = [(e, c["chunk_id"]) for c in chunks for s in c["sub_chunks"] for e in s["entries"]
+                  if e["kind"] == "log_ref"]
+    assert len(references) > 30000, f"{len(references)} log references"
+    assert {chunk_id for _, chunk_id in references} == {c["chunk_id"] for c in log_chunks}
+    # The newest versions of most keys are references: the readers followed them.
+    newest = [e for e, _ in references if served.get(e["key"], {}).get("sequence") == e["seq"]]
+    assert len(newest) > 20000, f"{len(newest)} served values come through log references"
+
+    # lds dump chunk --resolve: every reference of a log chunk resolves to the value served.
+    chunk_id = log_chunks[-1]["chunk_id"]
+    resolved = json.loads(lds("dump", image, "chunk", chunk_id, "--resolve", "--json").stdout)
+    entries = [e for s in resolved["sub_chunks"] for e in s["entries"] if e["kind"] == "log_ref"]
+    assert entries and all(e["status"]["log_ref"] == "ok" for e in entries)
+    for e in entries:
+        assert len(e["resolved"]) == 2 * e["log_ref"]["len_value"], e
+        if served.get(e["key"], {}).get("sequence") == e["seq"]:
+            assert served[e["key"]]["value"] == e["resolved"], e
+
+    # Damage one payload byte of a batch that a served reference names: its checksum fails,
+    # so no reader may serve the values it holds, and lds refuses too.
+    victim = newest[0]["log_ref"]
+    g = label["geometry"]
+    data = bytearray(image.read_bytes())
+    data[g["ofs_backup_log"] + victim["ofs_object"] + 64 + 20] ^= 0x55
+    damaged = tmp_path / "triad-log-damaged.img"
+    damaged.write_bytes(bytes(data))
+    assert compare_state(damaged, "triad-log volume with a damaged batch", volume) is None, \
+        "a reader served a value from a batch whose checksum does not hold"
+    owner = next(chunk_id for e, chunk_id in references if e["log_ref"]["ofs_object"] == victim["ofs_object"])
+    resolved = json.loads(lds("dump", damaged, "chunk", owner, "--resolve", "--json").stdout)
+    statuses = {e["log_ref"]["ofs_object"] == victim["ofs_object"]: e["status"]["log_ref"]
+                for s in resolved["sub_chunks"] for e in s["entries"] if e["kind"] == "log_ref"}
+    at = str(g["ofs_backup_log"] + victim["ofs_object"])
+    assert "checksum" in statuses[True] and at in statuses[True], statuses
+    assert statuses.get(False, "ok") == "ok", statuses
 
 
 def test_large_volume_past_2_to_24_sequences(kaitai_dump, tmp_path):

@@ -163,6 +163,7 @@ pub enum Command {
     ///   lds dump volume.img label
     ///   lds dump volume.img version-log --json
     ///   lds dump volume.img chunk 12 --entries
+    ///   lds dump volume.img chunk 12 --resolve
     ///   lds dump volume.img value-chunks
     #[command(verbatim_doc_comment)]
     Dump {
@@ -179,6 +180,11 @@ pub enum Command {
         /// Print the chunk's entries (keys and values).
         #[arg(long)]
         entries: bool,
+        /// With `chunk`: print the entries, and follow each log reference (entry kind 3 of a
+        /// log chunk, format 1.6) into the backup log to print the value it names, or why it
+        /// does not resolve (SPEC.md §8.9).
+        #[arg(long)]
+        resolve: bool,
         /// Print JSON (schema lds-dump/1).
         #[arg(long)]
         json: bool,
@@ -319,7 +325,11 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         }
         Command::Recover { target, json, undo } => crate::kv::recover(&target, json, &undo, out, err),
         Command::Compaction(command) => crate::compaction::run(&command, out, err),
-        Command::Dump { path, what, id, instance, entries, json, wait } => {
+        Command::Dump { path, what, id, instance, entries, resolve, json, wait } => {
+            if resolve && what != "chunk" {
+                let _ = writeln!(err, "lds dump: --resolve goes with `chunk ID`, not with '{what}'");
+                return 16;
+            }
             let what = match (what.as_str(), id) {
                 ("label", None) => DumpWhat::Label,
                 ("volume", None) => DumpWhat::Volume,
@@ -328,6 +338,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 ("slots", None) => DumpWhat::Slots,
                 ("tree", None) => DumpWhat::Tree,
                 ("value-chunks", None) => DumpWhat::ValueChunks,
+                ("chunk", Some(id)) if resolve => DumpWhat::ChunkResolved(id),
                 ("chunk", Some(id)) => DumpWhat::Chunk(id),
                 ("chunk", None) => {
                     let _ = writeln!(err, "lds dump: `chunk` needs a chunk id, e.g. lds dump volume.img chunk 12");

@@ -1,7 +1,7 @@
 //! `lds dump`: print any structure of a volume, human-readable or as JSON (schema
 //! `lds-dump/1`, docs/dump-json.md). Dump opens the volume read-only and never writes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,6 +12,8 @@ use lds_format::error::hex;
 use lds_format::image::area_context;
 use lds_format::instance::{BackupRecovery, InstanceRecovery};
 use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind, FEATURE_INCOMPAT_VALUE_CHUNKS};
+use lds_format::log::AreaContext;
+use lds_format::logref::{LogBatch, LogPosition, LogRef};
 use lds_format::recovery::VersionLogError;
 use lds_format::value::{ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_format::version::Version;
@@ -36,6 +38,10 @@ pub enum DumpWhat {
     Slots,
     /// One chunk.
     Chunk(u64),
+    /// One chunk with its entries, each log reference (entry kind 3, format 1.6) followed into
+    /// the backup log of the chunk's instance and shown with the value it names, or why it does
+    /// not resolve (SPEC.md §8.9): `lds dump IMAGE chunk ID --resolve`.
+    ChunkResolved(u64),
     /// The recovered levels and chunks.
     Tree,
     /// The value chunks of every instance (SPEC.md §8.6), with their footers checked.
@@ -132,7 +138,8 @@ fn dump(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result
         DumpWhat::VersionLog => dump_version_log(volume, options, out),
         DumpWhat::BackupLog => dump_backup_log(volume, options, out),
         DumpWhat::Slots => dump_slots(volume, options, out),
-        DumpWhat::Chunk(chunk_id) => dump_chunk(volume, options, *chunk_id, out),
+        DumpWhat::Chunk(chunk_id) => dump_chunk(volume, options, *chunk_id, false, out),
+        DumpWhat::ChunkResolved(chunk_id) => dump_chunk(volume, options, *chunk_id, true, out),
         DumpWhat::Tree => dump_tree(volume, options, out),
         DumpWhat::ValueChunks => dump_value_chunks(volume, options, out),
     }
@@ -200,7 +207,10 @@ fn dump_label(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
     Ok(())
 }
 
-fn object_json(object: &WalkedObject, kind: LogKind) -> Value {
+/// An object of a walk as JSON. `retention` is the backup log region the live version retains
+/// for its log chunks (format 1.6, only on volumes with feature `log_tables`): in the backup
+/// log, `status` then says of each object whether it is `retained` (SPEC.md §8.9).
+fn object_json(object: &WalkedObject, kind: LogKind, retention: Option<&Retention>) -> Value {
     let mut map = json::object_header(&object.header);
     map.insert("log_offset".into(), json!(object.offset));
     let payload =
@@ -208,14 +218,30 @@ fn object_json(object: &WalkedObject, kind: LogKind) -> Value {
     map.insert("payload".into(), payload);
     let valid = !matches!(object.liveness, Liveness::Invalid(_));
     let live = object.liveness == Liveness::Live;
-    let reason = object.liveness.reason(kind, object.header.lsn);
-    map.insert("status".into(), json!({"valid": valid, "live": live, "reason": reason}));
+    // Recovery does not replay a retained object (its entries are in chunks), but log
+    // references read it: it is not garbage.
+    let retained = match (retention, kind) {
+        (Some(retention), LogKind::Backup) => Some(valid && !live && retention.holds(object.header.lsn)),
+        _ => None,
+    };
+    let reason = match (retained, retention) {
+        (Some(true), Some(retention)) => format!(
+            "retained for log chunks (from the retention start, lsn {}, to the backup start, lsn {})",
+            retention.start.lsn, retention.backup_start.lsn
+        ),
+        _ => object.liveness.reason(kind, object.header.lsn),
+    };
+    let mut status = json!({"valid": valid, "live": live, "reason": reason});
+    if let (Some(retained), Value::Object(status)) = (retained, &mut status) {
+        status.insert("retained".into(), json!(retained));
+    }
+    map.insert("status".into(), status);
     Value::Object(map)
 }
 
 /// Both walks of one log area of an instance, as JSON: `(left, right)`.
-fn walk_json(walk: &inspect::LogWalk, kind: LogKind) -> (Vec<Value>, Vec<Value>) {
-    let json = |objects: &[WalkedObject]| objects.iter().map(|object| object_json(object, kind)).collect();
+fn walk_json(walk: &inspect::LogWalk, kind: LogKind, retention: Option<&Retention>) -> (Vec<Value>, Vec<Value>) {
+    let json = |objects: &[WalkedObject]| objects.iter().map(|object| object_json(object, kind, retention)).collect();
     (json(&walk.left), json(&walk.right))
 }
 
@@ -226,20 +252,99 @@ fn recover(
     inspect::recover(volume.device, volume.geometry(), instance).map_err(|error| error.to_string())
 }
 
+/// The backup log region a version retains for its log chunks (SPEC.md §8.9, format 1.6):
+/// from the retention start (the oldest log start of its log chunks, or the backup start) to
+/// the backup start. Recovery does not replay these objects; log references read them, and
+/// writers do not overwrite them.
+struct Retention {
+    /// The retention start.
+    start: LogPosition,
+    /// The backup start.
+    backup_start: LogPosition,
+    /// Bytes of the ring from the retention start to the backup start.
+    bytes: u64,
+    /// The version's log chunks.
+    log_chunks: usize,
+}
+
+impl Retention {
+    /// The retention of `version`, in a backup log area of `len_backup_log` bytes.
+    fn of(version: &Version, len_backup_log: u64) -> Self {
+        let start = version.retention_start();
+        let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
+        Self {
+            start,
+            backup_start,
+            bytes: ring_distance(start, backup_start, len_backup_log),
+            log_chunks: version.chunks.values().filter(|chunk| chunk.is_log_chunk()).count(),
+        }
+    }
+
+    /// The retention of a recovered instance on a volume with feature `log_tables`; `None`
+    /// on other volumes (whose documents stay what lds-dump/1 always gave) or when the
+    /// version log cannot be recovered.
+    fn of_recovery(volume: &View<'_>, recovery: &Result<InstanceRecovery, VersionLogError>) -> Option<Self> {
+        let recovery = recovery.as_ref().ok().filter(|_| volume.label.has_log_tables())?;
+        Some(Self::of(&recovery.version_log.version, volume.geometry().len_backup_log))
+    }
+
+    /// True when the backup log object with `lsn` lies in the retained region.
+    fn holds(&self, lsn: u64) -> bool {
+        self.start.lsn <= lsn && lsn < self.backup_start.lsn
+    }
+
+    /// `ofs_retention_start`, `lsn_retention_start`, `retained_bytes` and `num_log_chunks`,
+    /// added to `map`.
+    fn insert_into(&self, map: &mut Map<String, Value>) {
+        map.insert("ofs_retention_start".into(), json!(self.start.offset));
+        map.insert("lsn_retention_start".into(), json!(self.start.lsn));
+        map.insert("retained_bytes".into(), json!(self.bytes));
+        map.insert("num_log_chunks".into(), json!(self.log_chunks));
+    }
+
+    /// One line for people.
+    fn describe(&self) -> String {
+        format!(
+            "retention start {} (lsn {}): {} bytes of the backup log retained for {} log chunks",
+            self.start.offset, self.start.lsn, self.bytes, self.log_chunks
+        )
+    }
+}
+
+/// Bytes from `from` to `to` along a ring of `len_area` bytes (0 when `to` is not later), as the
+/// engine counts the retained bytes of its backup log. Saturating: a damaged version may name
+/// an offset past the area.
+fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
+    if to.lsn <= from.lsn {
+        0
+    } else if to.offset > from.offset {
+        to.offset - from.offset
+    } else {
+        len_area.saturating_sub(from.offset).saturating_add(to.offset)
+    }
+}
+
 fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
     let mut instances = Vec::new();
     for instance in 0..geometry.instance_count {
         let (areas, recovery) = recover(volume, instance)?;
+        let retention = Retention::of_recovery(volume, &recovery);
         let version = inspect::walk_log(&areas.version, &geometry, LogKind::Version, instance, &recovery);
         let backup = inspect::walk_log(&areas.backup, &geometry, LogKind::Backup, instance, &recovery);
-        let (version_left, version_right) = walk_json(&version, LogKind::Version);
-        let (backup_left, backup_right) = walk_json(&backup, LogKind::Backup);
-        instances.push(json!({
+        let (version_left, version_right) = walk_json(&version, LogKind::Version, retention.as_ref());
+        let (backup_left, backup_right) = walk_json(&backup, LogKind::Backup, retention.as_ref());
+        let mut entry = json!({
             "instance": instance,
             "version_log": {"left": version_left, "right": version_right},
             "backup_log": {"left": backup_left, "right": backup_right},
-        }));
+        });
+        // What recovery says of the backup log, on a volume with feature `log_tables` only:
+        // an annotation (a `status` key), like the liveness of each object.
+        if let (true, Value::Object(map)) = (volume.label.has_log_tables(), &mut entry) {
+            map.insert("status".into(), instance_status(&recovery, retention.as_ref()));
+        }
+        instances.push(entry);
     }
     let mut slots = Vec::new();
     for slot in 0..geometry.num_slots {
@@ -290,6 +395,28 @@ fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) ->
     Ok(())
 }
 
+/// The `status` of an instance of the volume view on a volume with feature `log_tables`:
+/// `recovery` (`"ok"` or why the version log cannot be recovered), the backup start, and the
+/// retention of §8.9.
+fn instance_status(recovery: &Result<InstanceRecovery, VersionLogError>, retention: Option<&Retention>) -> Value {
+    let mut status = Map::new();
+    match (recovery, retention) {
+        (Ok(_), Some(retention)) => {
+            status.insert("recovery".into(), json!("ok"));
+            status.insert("ofs_backup_start".into(), json!(retention.backup_start.offset));
+            status.insert("lsn_backup_start".into(), json!(retention.backup_start.lsn));
+            retention.insert_into(&mut status);
+        }
+        (Ok(_), None) => {
+            status.insert("recovery".into(), json!("ok"));
+        }
+        (Err(error), _) => {
+            status.insert("recovery".into(), json!(error.to_string()));
+        }
+    }
+    Value::Object(status)
+}
+
 /// The footer at the end of `slot`, read whatever its checksum says (SPEC.md §15): a chunk
 /// footer (magic "LDSCHUNK"), or the fields of a value chunk footer (magic "LDSVALUE").
 fn slot_footers(volume: &View<'_>, slot: u64) -> Result<(Option<Footer>, Option<Value>), String> {
@@ -337,15 +464,17 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
     let value_number = |name: &str| values.and_then(|values| values.get(name)).and_then(Value::as_u64).unwrap_or(0);
     match object_type {
         "base_version" => format!(
-            "{} chunks{}, last_sequence {}",
+            "{} chunks{}{}, last_sequence {}",
             number("num_chunks"),
+            log_chunks_note(payload.get("chunks")),
             values.map_or(String::new(), |_| format!(", {} value chunks", value_number("num_value_chunks"))),
             number("last_sequence")
         ),
         "delta_version" => format!(
-            "-{} +{} chunks{}, last_sequence {}, backup start {}",
+            "-{} +{} chunks{}{}, last_sequence {}, backup start {}",
             number("num_deleted"),
             number("num_added"),
+            log_chunks_note(payload.get("added")),
             values.map_or(String::new(), |_| format!(
                 ", -{} +{} value chunks",
                 value_number("num_value_deleted"),
@@ -367,14 +496,27 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
     }
 }
 
-fn merged_json(walk: &inspect::LogWalk, kind: LogKind) -> Vec<Value> {
-    walk.merged().into_iter().map(|object| object_json(object, kind)).collect()
+/// `" (N log chunks)"` when `N` of the chunk metadata records of `chunks` (JSON) have flag
+/// `log_refs` (SPEC.md §6.4), else nothing.
+fn log_chunks_note(chunks: Option<&Value>) -> String {
+    let flag = u64::from(lds_format::version::CHUNK_FLAG_LOG_REFS);
+    let count = chunks
+        .and_then(Value::as_array)
+        .map_or(0, |chunks| chunks.iter().filter(|chunk| chunk["flags"].as_u64().unwrap_or(0) & flag != 0).count());
+    match count {
+        0 => String::new(),
+        count => format!(" ({count} log chunks)"),
+    }
+}
+
+fn merged_json(walk: &inspect::LogWalk, kind: LogKind, retention: Option<&Retention>) -> Vec<Value> {
+    walk.merged().into_iter().map(|object| object_json(object, kind, retention)).collect()
 }
 
 fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let (areas, recovery) = recover(volume, options.instance)?;
     let walk = inspect::walk_log(&areas.version, volume.geometry(), LogKind::Version, options.instance, &recovery);
-    let objects = merged_json(&walk, LogKind::Version);
+    let objects = merged_json(&walk, LogKind::Version, None);
     let mut document = json::document("version-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
     match &recovery {
@@ -417,8 +559,9 @@ fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Writ
 
 fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let (areas, recovery) = recover(volume, options.instance)?;
+    let retention = Retention::of_recovery(volume, &recovery);
     let walk = inspect::walk_log(&areas.backup, volume.geometry(), LogKind::Backup, options.instance, &recovery);
-    let objects = merged_json(&walk, LogKind::Backup);
+    let objects = merged_json(&walk, LogKind::Backup, retention.as_ref());
     let mut document = json::document("backup-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
     let failure = match &recovery {
@@ -426,6 +569,9 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
             let version = &recovery.version_log.version;
             document.insert("ofs_backup_start".into(), json!(version.ofs_backup_start));
             document.insert("lsn_backup_start".into(), json!(version.lsn_backup_start));
+            if let Some(retention) = &retention {
+                retention.insert_into(&mut document);
+            }
             match &recovery.backup {
                 BackupRecovery::Recovered { state, .. } => {
                     document.insert("head".into(), json!(state.head.offset));
@@ -449,6 +595,9 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
     }
     let title = format!("backup log of instance {} ({} objects by the physical walk)", options.instance, objects.len());
     print_objects(out, &title, &objects)?;
+    if let Some(retention) = &retention {
+        writeln!(out, "{}", retention.describe()).map_err(io)?;
+    }
     match (recovery.as_ref().ok().and_then(InstanceRecovery::backup_state), failure) {
         (Some(state), _) if state.start_found => writeln!(
             out,
@@ -569,9 +718,17 @@ fn dump_slots(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
     Ok(())
 }
 
-fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut dyn Write) -> Result<(), String> {
+/// Dumps chunk `chunk_id`; with `resolve`, its entries with each log reference followed
+/// (SPEC.md §8.9).
+fn dump_chunk(
+    volume: &View<'_>,
+    options: &DumpOptions,
+    chunk_id: u64,
+    resolve: bool,
+    out: &mut dyn Write,
+) -> Result<(), String> {
     let geometry = *volume.geometry();
-    let chunk = match inspect::chunk(volume.device, &geometry, chunk_id, options.entries) {
+    let chunk = match inspect::chunk(volume.device, &geometry, chunk_id, options.entries || resolve) {
         Ok(chunk) => chunk,
         Err(error) => {
             // A value chunk's slot is not a chunk: say where to look.
@@ -585,6 +742,14 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
         }
     };
     let meta = chunk.meta;
+    // The instance whose backup log the references name: the one whose version lists the
+    // chunk, else (a stale slot) the one its footer names.
+    let owner =
+        meta.as_ref().map(|(instance, _)| *instance).or(chunk.sub_chunks.first().map(|sub| sub.footer.instance));
+    let mut resolver = match (resolve, owner) {
+        (true, Some(instance)) => Some(LogResolver::new(volume, instance)),
+        _ => None,
+    };
     let mut sub_chunks = Vec::new();
     let mut text = Vec::new();
     for sub_chunk in chunk.sub_chunks {
@@ -639,11 +804,25 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
         if let Some(entries) = &sub_chunk.entries {
             let mut listed = Vec::new();
             for entry in entries {
-                listed.push(json::block_entry(&entry.key, entry.sequence, entry.kind, &entry.value));
-                let value = match entry.kind {
+                let mut listed_entry = json::block_entry(&entry.key, entry.sequence, entry.kind, &entry.value);
+                let mut value = match entry.kind {
                     EntryKind::Pointer => describe_pointer(&entry.value),
+                    EntryKind::LogRef => describe_log_ref(&entry.value),
                     _ => printable(&entry.value),
                 };
+                if let (Some(resolver), EntryKind::LogRef, Value::Object(map)) =
+                    (resolver.as_mut(), entry.kind, &mut listed_entry)
+                {
+                    let resolved = resolver.resolve(&entry.key, entry.sequence, &entry.value);
+                    value.push_str(&match &resolved {
+                        Ok(found) => format!(" = {}", printable(found)),
+                        Err(error) => format!(": does not resolve: {error}"),
+                    });
+                    map.insert("resolved".into(), resolved.as_ref().map_or(Value::Null, |found| json!(hex(found))));
+                    let status = resolved.as_ref().map_or_else(|error| error.clone(), |_| "ok".to_string());
+                    map.insert("status".into(), json!({ "log_ref": status }));
+                }
+                listed.push(listed_entry);
                 text.push(format!("  {} @{} {} {value}", printable(&entry.key), entry.sequence, entry.kind.name()));
             }
             sub.insert("entries".into(), Value::Array(listed));
@@ -660,13 +839,14 @@ fn dump_chunk(volume: &View<'_>, options: &DumpOptions, chunk_id: u64, out: &mut
     match &meta {
         Some((instance, meta)) => writeln!(
             out,
-            "chunk {chunk_id}: instance {instance}, level {}{}, keys {}..{}, {} entries, {} bytes",
+            "chunk {chunk_id}: instance {instance}, level {}{}, keys {}..{}, {} entries, {} bytes{}",
             meta.level,
             if meta.is_odd() { " (odd)" } else { "" },
             printable(&meta.smallest_key),
             printable(&meta.largest_key),
             meta.num_entries,
-            meta.len_data
+            meta.len_data,
+            describe_log_start(meta)
         ),
         None => writeln!(out, "chunk {chunk_id}: not referenced by any live version (stale slot)"),
     }
@@ -700,6 +880,83 @@ fn describe_pointer(value: &[u8]) -> String {
     }
 }
 
+/// A log reference entry's value for people: where the put it names is in the backup log.
+fn describe_log_ref(value: &[u8]) -> String {
+    match LogRef::decode(value, 0) {
+        Ok(reference) => format!(
+            "-> {} bytes: entry {} of the write batch at offset {} of the backup log (lsn {})",
+            reference.len_value, reference.entry_index, reference.ofs_object, reference.lsn
+        ),
+        Err(error) => format!("-> a log reference that does not decode ({error})"),
+    }
+}
+
+/// `", log chunk (flag log_refs), log start ..."` for a log chunk (SPEC.md §6.4, §8.9), else
+/// nothing.
+fn describe_log_start(meta: &lds_format::version::ChunkMeta) -> String {
+    match (meta.is_log_chunk(), meta.log_start) {
+        (true, Some(start)) => format!(
+            ", log chunk (flag log_refs): log start at offset {} of the backup log (lsn {})",
+            start.offset, start.lsn
+        ),
+        (true, None) => ", log chunk (flag log_refs)".to_string(),
+        (false, _) => String::new(),
+    }
+}
+
+/// Follows the log references of one instance's chunks (SPEC.md §8.9): reads the backup log
+/// area once, and checks and decodes each write batch once however many references name it.
+struct LogResolver {
+    /// The area of the instance's backup log.
+    context: AreaContext,
+    /// Its bytes, or why they cannot be read.
+    area: Result<Vec<u8>, String>,
+    /// The batches read so far, by offset, or why the object there is not one.
+    batches: HashMap<u64, Result<LogBatch, String>>,
+}
+
+impl LogResolver {
+    /// A resolver for the references of `instance`'s chunks.
+    fn new(volume: &View<'_>, instance: u32) -> Self {
+        let geometry = volume.geometry();
+        // A stale slot's footer may name any instance: where the area of one the volume does
+        // not have would be is not computed (it may not fit in 64 bits).
+        let context = area_context(geometry, LogKind::Backup, instance.min(geometry.instance_count.saturating_sub(1)));
+        let area = if instance >= geometry.instance_count {
+            Err(format!("the chunk names instance {instance}, which the volume does not have"))
+        } else {
+            volume.device.read_vec(context.ofs_area, context.len_area).map_err(|error| error.to_string())
+        };
+        Self { context, area, batches: HashMap::new() }
+    }
+
+    /// The value the log reference `value` of the entry (`key`, `sequence`) names, checked by
+    /// SPEC.md §8.9; `Err` says why it does not resolve, naming the object's offset in the
+    /// area and on the device.
+    fn resolve(&mut self, key: &[u8], sequence: u64, value: &[u8]) -> Result<Vec<u8>, String> {
+        let reference = LogRef::decode(value, 0).map_err(|error| error.to_string())?;
+        let area = self.area.as_ref().map_err(Clone::clone)?;
+        let context = &self.context;
+        let at = format!(
+            "the backup log object at offset {} of instance {} (device offset {})",
+            reference.ofs_object,
+            context.instance,
+            context.ofs_area.saturating_add(reference.ofs_object)
+        );
+        // The object's bytes: the area from the reference's offset on (empty past its end,
+        // which the reader reports as a truncated object at that offset).
+        let object = usize::try_from(reference.ofs_object).ok().and_then(|start| area.get(start..)).unwrap_or(&[]);
+        let batch = self.batches.entry(reference.ofs_object).or_insert_with(|| {
+            LogBatch::read(object, reference.ofs_object, context).map_err(|error| error.to_string())
+        });
+        let batch = batch.as_ref().map_err(|error| format!("{at}: {error}"))?;
+        batch
+            .value(object, &reference, context, key, sequence)
+            .map(<[u8]>::to_vec)
+            .map_err(|error| format!("{at}: {error}"))
+    }
+}
+
 /// Bytes as text when printable ASCII, else hex with a `0x` prefix.
 fn printable(bytes: &[u8]) -> String {
     if !bytes.is_empty() && bytes.iter().all(|&byte| (0x20..0x7f).contains(&byte)) {
@@ -715,6 +972,9 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
         recovery.map_err(|error| format!("{}: instance {}: {error}", device_name(options), options.instance))?;
     let state = &recovery.version_log;
     let version = &state.version;
+    // Only on a volume with feature `log_tables` (format 1.6), so that the documents of other
+    // volumes stay what lds-dump/1 always gave.
+    let retention = volume.label.has_log_tables().then(|| Retention::of(version, volume.geometry().len_backup_log));
     let levels: Vec<Value> = (0..version.num_levels as u8)
         .map(|level| {
             let chunks = version.level(level);
@@ -742,6 +1002,9 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
         document.insert("last_sequence".into(), json!(version.last_sequence));
         document.insert("ofs_backup_start".into(), json!(version.ofs_backup_start));
         document.insert("lsn_backup_start".into(), json!(version.lsn_backup_start));
+        if let Some(retention) = &retention {
+            retention.insert_into(&mut document);
+        }
         document.insert("levels".into(), Value::Array(levels));
         document.insert("unfinished_compaction".into(), unfinished);
         // Only with a value section (feature `value_chunks`, format 1.4).
@@ -761,6 +1024,9 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
         version.chunks.len()
     )
     .map_err(io)?;
+    if let Some(retention) = &retention {
+        writeln!(out, "  {}", retention.describe()).map_err(io)?;
+    }
     for level in 0..version.num_levels as u8 {
         let chunks = version.level(level);
         if chunks.is_empty() {
@@ -771,14 +1037,18 @@ fn dump_tree(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> R
         for chunk in chunks {
             writeln!(
                 out,
-                "    chunk {:>6}{}  {} .. {}  {} entries  seq {}..{}",
+                "    chunk {:>6}{}  {} .. {}  {} entries  seq {}..{}{}",
                 chunk.chunk_id,
                 if chunk.is_odd() { " odd" } else { "    " },
                 printable(&chunk.smallest_key),
                 printable(&chunk.largest_key),
                 chunk.num_entries,
                 chunk.smallest_seq,
-                chunk.largest_seq
+                chunk.largest_seq,
+                chunk.log_start.filter(|_| chunk.is_log_chunk()).map_or(String::new(), |start| format!(
+                    "  log chunk, log start {} (lsn {})",
+                    start.offset, start.lsn
+                ))
             )
             .map_err(io)?;
         }

@@ -6,10 +6,11 @@ use lds_format::chunk::Footer;
 use lds_format::error::hex;
 use lds_format::label::{Geometry, Label};
 use lds_format::log::{ObjectHeader, ObjectType, WrapLeft};
+use lds_format::logref::{LogPosition, LogRef};
 use lds_format::value::{ValueChunkMeta, ValuePointer, VALUE_FOOTER_LEN, VALUE_MAGIC};
 use lds_format::version::{
     BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, DeltaVersion, ValueDelta, ValueSection,
-    CHUNK_FLAG_VALUE_REFS,
+    CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS,
 };
 use serde_json::{json, Map, Value};
 
@@ -117,7 +118,8 @@ fn pointers(pointers: &[CompactPointer]) -> Value {
 }
 
 /// Chunk metadata fields; `num_value_refs` and `value_refs` only with flag `value_refs`
-/// (format 1.4, SPEC.md §6.4), so that the JSON of other chunks stays what lds-dump/1 gave.
+/// (format 1.4, SPEC.md §6.4), `lsn_log_start` and `ofs_log_start` only with flag `log_refs`
+/// (format 1.6, §8.9), so that the JSON of other chunks stays what lds-dump/1 gave.
 pub fn chunk_meta(meta: &ChunkMeta) -> Value {
     let mut value = json!({
         "chunk_id": meta.chunk_id,
@@ -143,6 +145,12 @@ pub fn chunk_meta(meta: &ChunkMeta) -> Value {
                     .collect(),
             ),
         );
+    }
+    if let (true, Value::Object(map)) = (meta.flags & CHUNK_FLAG_LOG_REFS != 0, &mut value) {
+        // As the encoder writes it: a record with the flag always carries a log start.
+        let start = meta.log_start.unwrap_or(LogPosition { offset: 0, lsn: 0 });
+        map.insert("lsn_log_start".into(), json!(start.lsn));
+        map.insert("ofs_log_start".into(), json!(start.offset));
     }
     value
 }
@@ -198,8 +206,19 @@ fn decoded_pointer(value: &[u8]) -> Value {
     ValuePointer::decode(value, 0).map_or(Value::Null, |pointer| value_pointer(&pointer))
 }
 
-/// An entry of a chunk's block: `key`, `seq`, `kind`, `value` (hex), and for a pointer entry
-/// `pointer`, its value decoded.
+/// A log reference's fields (SPEC.md §8.9).
+pub fn log_ref(reference: &LogRef) -> Value {
+    json!({
+        "lsn": reference.lsn,
+        "ofs_object": reference.ofs_object,
+        "entry_index": reference.entry_index,
+        "len_value": reference.len_value,
+    })
+}
+
+/// An entry of a chunk's block: `key`, `seq`, `kind`, `value` (hex), for a pointer entry
+/// `pointer`, its value decoded, and for a log reference entry (format 1.6) `log_ref`, its
+/// value decoded (null when it does not decode).
 pub fn block_entry(key: &[u8], seq: u64, kind: EntryKind, value: &[u8]) -> Value {
     let mut map = Map::new();
     map.insert("key".into(), json!(hex(key)));
@@ -208,6 +227,9 @@ pub fn block_entry(key: &[u8], seq: u64, kind: EntryKind, value: &[u8]) -> Value
     map.insert("value".into(), json!(hex(value)));
     if kind == EntryKind::Pointer {
         map.insert("pointer".into(), decoded_pointer(value));
+    }
+    if kind == EntryKind::LogRef {
+        map.insert("log_ref".into(), LogRef::decode(value, 0).map_or(Value::Null, |reference| log_ref(&reference)));
     }
     Value::Object(map)
 }

@@ -8,7 +8,8 @@
 // `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
 // chunk as `lds dump IMAGE chunk ID --entries --json` prints it, `state` the
 // key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1 (the value of a
-// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6).
+// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6; the value of a log
+// reference, format 1.6, from the write batch it names in the backup log by SPEC.md §8.9).
 //
 // Java specifics: a raw image is read through RandomAccessFileKaitaiStream (a memory-mapped
 // stream stops at 2 GiB), left at offset 0 between reads (see readAt); u8 fields are signed longs, printed unsigned; an enum value the .ksy
@@ -30,6 +31,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -293,12 +295,14 @@ public class LdsReader {
     static class Area {
         final byte[] data;
         final int size, kind;
-        final long instance, sector;
+        final long start, instance, sector;
         final String uuid;
+        /** What validAt found at each offset asked (log references reread batches). */
+        final Map<Long, Obj> checked = new HashMap<>();
 
         Area(KaitaiStream image, LdsLabel label, long instance, int kind) {
             LdsLabel.Geometry g = label.geometry();
-            long start = kind == VERSION_LOG ? g.ofsVersionLog() + instance * g.lenVersionLog()
+            this.start = kind == VERSION_LOG ? g.ofsVersionLog() + instance * g.lenVersionLog()
                     : g.ofsBackupLog() + instance * g.lenBackupLog();
             this.size = (int) (kind == VERSION_LOG ? g.lenVersionLog() : g.lenBackupLog());
             this.data = readAt(image, start, size);
@@ -310,7 +314,15 @@ public class LdsReader {
 
         /** The object valid at `ofs` (SPEC.md §5), or null. */
         Obj validAt(long at) {
-            if (at + 64 > size) {
+            if (!checked.containsKey(at)) {
+                checked.put(at, check(at));
+            }
+            return checked.get(at);
+        }
+
+        Obj check(long at) {
+            // A u8 offset past 2^63 reads as a negative long.
+            if (at < 0 || at + 64 > size) {
                 return null;
             }
             int ofs = (int) at;
@@ -422,10 +434,11 @@ public class LdsReader {
         return live;
     }
 
-    /** The newest entry of a key: its kind, and its value's hex (a put) or its pointer. */
-    record Newest(long seq, int kind, String value, LdsValuePointer pointer) {}
+    /** The newest entry of a key: its kind, and its value's hex (a put) or its decoded value
+     *  (the LdsValuePointer of a pointer, the LdsLogRef of a log reference). */
+    record Newest(long seq, int kind, String value, Object decoded) {}
 
-    static final int DELETE = 0, PUT = 1, POINTER = 2;
+    static final int DELETE = 0, PUT = 1, POINTER = 2, LOG_REF = 3;
 
     /** The kind code of an entry's kind (null: a kind the .ksy does not name, read as a delete). */
     static int kindCode(LdsBlock.Kind kind) {
@@ -434,14 +447,75 @@ public class LdsReader {
 
     record Source(LdsChunkMeta chunk, byte[] skipAtOrBelow) {}
 
-    /** Keeps the entry when it is the newest of its key so far; a pointer is followed only for the newest. */
+    /** Keeps the entry when it is the newest of its key so far; a pointer or a log reference
+     *  is followed only for the newest. */
     static void apply(Map<String, Newest> newest, long visible, byte[] key, long seq, int kind, byte[] value,
-            LdsValuePointer pointer) {
+            Object decoded) {
         String k = hex(key);
         Newest had = newest.get(k);
         if (Long.compareUnsigned(seq, visible) <= 0 && (had == null || Long.compareUnsigned(had.seq, seq) < 0)) {
-            newest.put(k, new Newest(seq, kind, kind == PUT ? hex(value) : null, kind == POINTER ? pointer : null));
+            newest.put(k, new Newest(seq, kind, kind == PUT ? hex(value) : null, kind == PUT ? null : decoded));
         }
+    }
+
+    /** The decoded value of a block entry: its pointer (kind 2), its log reference (kind 3), or null. */
+    static Object decoded(LdsBlock.Entry e, int kind) {
+        return kind == POINTER ? e.pointer() : kind == LOG_REF ? e.logRef() : null;
+    }
+
+    /**
+     * The value a log reference names (SPEC.md §8.9; see read_log_ref of lds_reader.py): the
+     * object at `ofsObject` of the instance's backup log area, valid with the reference's lsn,
+     * a write batch whose entry `entryIndex` is a put of the key (hex `key`) at `sequence` with
+     * `lenValue` bytes. Throws naming the key, the instance and the object's offset.
+     */
+    static byte[] readLogRef(Area blog, LdsLogRef ref, String key, long sequence) {
+        String where = "key " + key + ": log reference to the backup log object at offset "
+                + Long.toUnsignedString(blog.start + ref.ofsObject()) + " (instance " + blog.instance + ")";
+        Obj found = blog.validAt(ref.ofsObject());
+        if (found == null) {
+            throw new IllegalStateException(where + ": no valid log object there");
+        }
+        if (found.type != WB) {
+            throw new IllegalStateException(where + ": object type " + found.type + ", not a write batch");
+        }
+        if (found.o.lsn() != ref.lsn()) {
+            throw new IllegalStateException(where + ": the object has lsn " + Long.toUnsignedString(found.o.lsn())
+                    + ", the reference names " + Long.toUnsignedString(ref.lsn()));
+        }
+        LdsWriteBatch batch = (LdsWriteBatch) found.o.payload();
+        if (ref.entryIndex() >= batch.entries().size()) {
+            throw new IllegalStateException(where + ": entry " + ref.entryIndex() + " of a batch of " + batch.entries().size());
+        }
+        LdsWriteBatch.Entry entry = batch.entries().get((int) ref.entryIndex());
+        if (kindCode(entry.kind()) != PUT || !hex(entry.key()).equals(key) || batch.firstSequence() + ref.entryIndex() != sequence) {
+            throw new IllegalStateException(where + ": entry " + ref.entryIndex() + " is not the put of this key at sequence "
+                    + Long.toUnsignedString(sequence));
+        }
+        if (entry.value().length != ref.lenValue()) {
+            throw new IllegalStateException(where + ": the put has " + entry.value().length + " bytes of value, the reference "
+                    + ref.lenValue());
+        }
+        return entry.value();
+    }
+
+    /**
+     * {ofs, lsn, bytes} of the retention start of a version (SPEC.md §8.9): the smallest by lsn
+     * of its backup start and its log chunks' log starts, and the bytes of the ring from it to
+     * the backup start.
+     */
+    static long[] retention(Map<Long, LdsChunkMeta> chunks, long ofsStart, long lsnStart, long lenArea) {
+        long lsn = lsnStart, ofs = ofsStart;
+        for (LdsChunkMeta c : chunks.values()) {
+            if (c.hasLogRefs() && (Long.compareUnsigned(c.lsnLogStart(), lsn) < 0
+                    || (c.lsnLogStart() == lsn && Long.compareUnsigned(c.ofsLogStart(), ofs) < 0))) {
+                lsn = c.lsnLogStart();
+                ofs = c.ofsLogStart();
+            }
+        }
+        long retained = Long.compareUnsigned(lsnStart, lsn) <= 0 ? 0
+                : Long.compareUnsigned(ofsStart, ofs) > 0 ? ofsStart - ofs : lenArea - ofs + ofsStart;
+        return new long[] {ofs, lsn, retained};
     }
 
     /** The value chunk ids a chunk's value references name (format 1.4, SPEC.md §6.4). */
@@ -572,6 +646,9 @@ public class LdsReader {
         LdsBaseVersion bv = (LdsBaseVersion) live.get(0).o.payload();
         Map<Long, LdsChunkMeta> chunks = new LinkedHashMap<>();
         bv.chunks().forEach(c -> chunks.put(c.chunkId(), c));
+        if (bv.chunks().stream().anyMatch(c -> c.hasLogRefs() && c.level() != 0)) {
+            return null; // log chunks stay in level 0 (SPEC.md §6.2, §8.9)
+        }
         // The value chunks (format 1.4); every value reference names one (SPEC.md §6.2).
         Map<Long, LdsBaseVersion.ValueChunkMeta> values = new LinkedHashMap<>();
         List<LdsBaseVersion.ValueChunkMeta> listed = bv.values() != null ? bv.values().valueChunks() : List.of();
@@ -616,6 +693,9 @@ public class LdsReader {
                 if (chunks.containsKey(a.chunkId()) || a.level() >= bv.numLevels()
                         || a.subChunks().stream().anyMatch(sub -> used.contains(sub.slot()))) {
                     return null;
+                }
+                if (a.hasLogRefs() && a.level() != 0) {
+                    return null; // log chunks stay in level 0 (SPEC.md §6.2, §8.9)
                 }
                 chunks.put(a.chunkId(), a);
             }
@@ -704,14 +784,14 @@ public class LdsReader {
                     for (LdsBlock.Entry e : b.block().entries()) {
                         if (s.skipAtOrBelow == null || Arrays.compareUnsigned(e.key(), s.skipAtOrBelow) > 0) {
                             int kind = kindCode(e.kind());
-                            apply(newest, visible, e.key(), e.sequence(), kind, e.value(), kind == POINTER ? e.pointer() : null);
+                            apply(newest, visible, e.key(), e.sequence(), kind, e.value(), decoded(e, kind));
                         }
                     }
                 }
             }
         }
         for (Object[] r : replayed) {
-            apply(newest, visible, (byte[]) r[0], (Long) r[1], (Integer) r[2], (byte[]) r[3], (LdsValuePointer) r[4]);
+            apply(newest, visible, (byte[]) r[0], (Long) r[1], (Integer) r[2], (byte[]) r[3], r[4]);
         }
         Map<String, Object> summary = new LinkedHashMap<>();
         summary.put("instance", instance);
@@ -720,14 +800,20 @@ public class LdsReader {
         sources.stream().map(s -> s.chunk.chunkId()).sorted(Long::compareUnsigned).forEach(id -> ids.add(new Unsigned(id)));
         summary.put("chunks", ids);
         summary.put("replayed_batches", batches);
+        long[] kept = retention(chunks, ofsStart, lsnStart, label.geometry().lenBackupLog());
+        summary.put("ofs_retention_start", new Unsigned(kept[0]));
+        summary.put("lsn_retention_start", new Unsigned(kept[1]));
+        summary.put("retained_bytes", new Unsigned(kept[2]));
         lines.add(summary);
         Map<Long, LdsBaseVersion.ValueChunkMeta> values = tree.values;
         newest.forEach((k, v) -> {
-            if (v.kind == PUT || v.kind == POINTER) {
+            if (v.kind == PUT || v.kind == POINTER || v.kind == LOG_REF) {
                 Map<String, Object> line = new LinkedHashMap<>();
                 line.put("instance", instance);
                 line.put("key", k);
-                line.put("value", v.kind == PUT ? v.value : hex(readPointer(image, vol, instance, values, v.pointer, k)));
+                line.put("value", v.kind == PUT ? v.value
+                        : v.kind == POINTER ? hex(readPointer(image, vol, instance, values, (LdsValuePointer) v.decoded, k))
+                        : hex(readLogRef(blog, (LdsLogRef) v.decoded, k, v.seq)));
                 line.put("sequence", new Unsigned(v.seq));
                 lines.add(line);
             }

@@ -10,7 +10,8 @@
 // `lds dump IMAGE volume --json` document through tools/kaitai/view.json, `chunks` every live
 // chunk as `lds dump IMAGE chunk ID --entries --json` prints it, `state` the
 // key/value state of every instance as NDJSON, by the rules of SPEC.md §15.1 (the value of a
-// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6).
+// pointer entry, format 1.4, read from its value chunks by SPEC.md §8.6; the value of a log
+// reference, format 1.6, from the write batch it names in the backup log by SPEC.md §8.9).
 //
 // JavaScript specifics: a u8 field is a Number, exact up to 2^53 (the generated code
 // has no BigInt); `sequence` is computed with a division, not a 32-bit shift. An image
@@ -287,7 +288,7 @@ function crc32c(bytes) {
 
 const VERSION_LOG = 1, BACKUP_LOG = 2;
 const BV = 1, DV = 2, CJ = 3, WB = 4, WOL = 5, WOR = 6;
-const PUT = 1, POINTER = 2;
+const PUT = 1, POINTER = 2, LOG_REF = 3;
 const ALLOWED = { [VERSION_LOG]: [BV, DV, CJ, WOL, WOR], [BACKUP_LOG]: [WB, WOL, WOR] };
 const u32 = (d, at) => d[at] | (d[at + 1] << 8) | (d[at + 2] << 16) | ((d[at + 3] << 24) >>> 0);
 const alignUp = (x, a) => Math.ceil(x / a) * a;
@@ -299,11 +300,17 @@ class Area {
       ? [g.ofsVersionLog + instance * g.lenVersionLog, g.lenVersionLog]
       : [g.ofsBackupLog + instance * g.lenBackupLog, g.lenBackupLog];
     this.data = image.slice(start, size);
-    Object.assign(this, { size, kind, instance, sector: g.sectorSize, uuid: hex(g.volumeUuid) });
+    Object.assign(this, { start, size, kind, instance, sector: g.sectorSize, uuid: hex(g.volumeUuid) });
+    this.checked = new Map(); // offset -> what validAt found there (log references reread batches)
   }
 
   /** The object valid at `ofs` (SPEC.md §5) as {ofs, type, o}, or null. */
   validAt(ofs) {
+    if (!this.checked.has(ofs)) this.checked.set(ofs, this.check(ofs));
+    return this.checked.get(ofs);
+  }
+
+  check(ofs) {
     const d = this.data;
     if (ofs + 64 > this.size || hex(d.subarray(ofs, ofs + 4)) !== "4c44534f") return null;
     const len = u32(d, ofs + 40) >>> 0;
@@ -431,6 +438,8 @@ function liveTree(image, vol, instance) {
   if (!found) return null;
   const { bv, changes } = found;
   const chunks = new Map(bv.chunks.map((c) => [c.chunkId, c]));
+  // Log chunks stay in level 0 (SPEC.md §6.2, §8.9).
+  if (bv.chunks.some((c) => c.hasLogRefs && c.level !== 0)) return null;
   const listed = bv.values ? bv.values.valueChunks : [];
   const values = new Map(listed.map((m) => [m.valueChunkId, m]));
   // Every value reference names a value chunk of the version (SPEC.md §6.2).
@@ -463,6 +472,7 @@ function liveTree(image, vol, instance) {
       const used = new Set([...chunks.values()].flatMap((o) => o.subChunks.map((sub) => sub.slot)));
       for (const m of values.values()) used.add(m.slot);
       if (chunks.has(c.chunkId) || c.level >= bv.numLevels || c.subChunks.some((sub) => used.has(sub.slot))) return null;
+      if (c.hasLogRefs && c.level !== 0) return null; // log chunks stay in level 0
       chunks.set(c.chunkId, c);
     }
     if (p.values && (p.values.valueDeleted.length > 0 || p.added.some((c) => refs(c).length > 0)) && dangling()) {
@@ -517,8 +527,52 @@ function readPointer(image, vol, instance, values, pointer, key) {
   return value;
 }
 
-/** [kind, value] of an entry: 0 delete, 1 put (its bytes), 2 pointer (the decoded pointer). */
-const entryValue = (e) => [e.kind, e.kind === POINTER ? e.pointer : e.value];
+/**
+ * The value a log reference names (SPEC.md §8.9; see read_log_ref of lds_reader.py): the
+ * object at `ofsObject` of the instance's backup log area, valid with the reference's lsn, a
+ * write batch whose entry `entryIndex` is a put of `key` at `sequence` with `lenValue` bytes.
+ * Throws naming the key, the instance and the object's offset.
+ */
+function readLogRef(blog, ref, key, sequence) {
+  const where = `key ${hex(key)}: log reference to the backup log object at offset ${blog.start + ref.ofsObject} (instance ${blog.instance})`;
+  const found = blog.validAt(ref.ofsObject);
+  if (!found) throw new Error(`${where}: no valid log object there`);
+  if (found.type !== WB) throw new Error(`${where}: object type ${found.type}, not a write batch`);
+  if (found.o.lsn !== ref.lsn) throw new Error(`${where}: the object has lsn ${found.o.lsn}, the reference names ${ref.lsn}`);
+  const batch = found.o.payload;
+  if (ref.entryIndex >= batch.entries.length) {
+    throw new Error(`${where}: entry ${ref.entryIndex} of a batch of ${batch.entries.length}`);
+  }
+  const entry = batch.entries[ref.entryIndex];
+  if (entry.kind !== PUT || cmp(entry.key, key) !== 0 || batch.firstSequence + ref.entryIndex !== sequence) {
+    throw new Error(`${where}: entry ${ref.entryIndex} is not the put of this key at sequence ${sequence}`);
+  }
+  if (entry.value.length !== ref.lenValue) {
+    throw new Error(`${where}: the put has ${entry.value.length} bytes of value, the reference ${ref.lenValue}`);
+  }
+  return entry.value;
+}
+
+/**
+ * The retention start of a version (SPEC.md §8.9): the smallest by lsn of its backup start and
+ * its log chunks' log starts, and the bytes of the ring from it to the backup start.
+ */
+function retention(chunks, ofsStart, lsnStart, lenArea) {
+  let [lsn, ofs] = [lsnStart, ofsStart];
+  for (const c of chunks.values()) {
+    if (c.hasLogRefs && (c.lsnLogStart < lsn || (c.lsnLogStart === lsn && c.ofsLogStart < ofs))) {
+      [lsn, ofs] = [c.lsnLogStart, c.ofsLogStart];
+    }
+  }
+  const retained = lsnStart <= lsn ? 0 : ofsStart > ofs ? ofsStart - ofs : lenArea - ofs + ofsStart;
+  return { ofs, lsn, retained };
+}
+
+/**
+ * [kind, value] of an entry: 0 delete, 1 put (its bytes), 2 pointer (the decoded pointer), 3 log
+ * reference (the decoded reference, in blocks only).
+ */
+const entryValue = (e) => [e.kind, e.kind === POINTER ? e.pointer : e.kind === LOG_REF ? e.logRef : e.value];
 
 function instanceState(image, vol, instance) {
   const label = vol.label;
@@ -573,17 +627,24 @@ function instanceState(image, vol, instance) {
     }
   }
   for (const r of replayed) apply(...r);
+  const kept = retention(chunks, ofsStart, lsnStart, g.lenBackupLog);
   const lines = [{
     instance,
     last_sequence: lastSequence,
     chunks: sources.map((s) => s.c.chunkId).sort((a, b) => a - b),
     replayed_batches: batches,
+    ofs_retention_start: kept.ofs,
+    lsn_retention_start: kept.lsn,
+    retained_bytes: kept.retained,
   }];
   for (const k of [...newest.keys()].sort()) {
     const v = newest.get(k);
     if (v.kind === PUT) lines.push({ instance, key: k, value: v.value, sequence: v.seq });
     if (v.kind === POINTER) {
       lines.push({ instance, key: k, value: hex(readPointer(image, vol, instance, values, v.value, v.key)), sequence: v.seq });
+    }
+    if (v.kind === LOG_REF) {
+      lines.push({ instance, key: k, value: hex(readLogRef(blog, v.value, v.key, v.seq)), sequence: v.seq });
     }
   }
   return lines;
