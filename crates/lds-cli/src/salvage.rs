@@ -224,6 +224,7 @@ fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f
             "value_chunks": salvaged.value_chunks,
             "value_chunks_listed": salvaged.value_chunks_listed,
             "values_read": salvaged.values_read,
+            "log_values_read": salvaged.log_values_read,
             "lost_values": salvaged.lost_values.iter().map(|lost| {
                 let mut entry = pair_json(&lost.key, &[]);
                 if let Some(map) = entry.as_object_mut() {
@@ -261,6 +262,13 @@ fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f
             salvaged.value_chunks_listed,
             salvaged.values_read,
             salvaged.lost_values.len()
+        );
+    }
+    if salvaged.log_values_read > 0 {
+        let _ = writeln!(
+            out,
+            "read {} values through log references from the backup log (SPEC.md §8.9)",
+            salvaged.log_values_read
         );
     }
     for damaged in salvaged.damaged.iter().take(20) {

@@ -27,7 +27,9 @@ use crate::error::FormatError;
 use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 use crate::recovery::{chain, read_valid_object, ChainEnd, ChainObject, Payload};
 use crate::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-use crate::version::{BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version};
+use crate::version::{
+    BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version, CHUNK_FLAG_LOG_REFS,
+};
 
 /// One entry read from a block whose checksum holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +357,8 @@ pub struct GoodVersion {
     pub stopped: Option<String>,
     /// Parts of the base version and of delta versions left out because they contradict the
     /// version (a chunk on a slot beyond the slot area or already in use, at a level beyond
-    /// the tree, added twice; a deletion of a chunk not there).
+    /// the tree, added twice; a deletion of a chunk not there; the flag `log_refs` of a chunk
+    /// outside level 0, which keeps the chunk).
     pub left_out: Vec<String>,
     /// The area ranges `(offset, len)` of the objects read: the base version and those after it.
     pub objects: Vec<(u64, u64)>,
@@ -402,9 +405,19 @@ fn leave_out(
             return Some(format!("the deletion of chunk {chunk_id} (not in the version at level {level})"));
         }
         ReplayError::AddedTwice { chunk_id } => added.iter().rposition(|chunk| chunk.chunk_id == *chunk_id)?,
-        ReplayError::LevelOutOfRange { chunk_id, .. }
-        | ReplayError::SlotOutOfRange { chunk_id, .. }
-        | ReplayError::LogChunkLevel { chunk_id, .. } => added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?,
+        ReplayError::LogChunkLevel { chunk_id, level } => {
+            // A log chunk outside level 0 (SPEC.md §8.9) keeps its entries and its level: its
+            // metadata loses the flag, so that the version builds and a reader of it (repair)
+            // finds log references in a chunk without the flag and rewrites it with them read
+            // into puts. Dropping the chunk would drop data nothing else holds.
+            let chunk = added.iter_mut().find(|chunk| chunk.chunk_id == *chunk_id && chunk.is_log_chunk())?;
+            chunk.flags &= !CHUNK_FLAG_LOG_REFS;
+            chunk.log_start = None;
+            return Some(format!("the flag log_refs of chunk {chunk_id} at level {level} ({error}): its log references are to be read into puts"));
+        }
+        ReplayError::LevelOutOfRange { chunk_id, .. } | ReplayError::SlotOutOfRange { chunk_id, .. } => {
+            added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?
+        }
         ReplayError::SlotInUse { slot, .. } => {
             added.iter().rposition(|chunk| chunk.slots().any(|used| used == *slot))?
         }
@@ -723,6 +736,45 @@ mod tests {
         assert_eq!(not_a_pointer, vec![1u8; 20]);
         assert_eq!(crc32c_of_zeros(0), crc32c(&[]));
         assert_eq!(crc32c_of_zeros(10_000), crc32c(&[0; 10_000]));
+    }
+
+    #[test]
+    fn a_log_chunk_outside_level_0_stays_at_its_level_without_the_flag() {
+        use crate::logref::LogPosition;
+        use crate::version::tests::{geometry, meta};
+        let log_chunk = |chunk_id, level| ChunkMeta {
+            flags: CHUNK_FLAG_LOG_REFS,
+            log_start: Some(LogPosition { offset: 2048, lsn: 10 }),
+            ..meta(chunk_id, level, b"b", b"d")
+        };
+        let base = BaseVersion {
+            geometry: geometry(),
+            instance: 0,
+            num_levels: 4,
+            last_sequence: 100,
+            label_generation: 1,
+            ofs_backup_start: 4096,
+            lsn_backup_start: 12,
+            compact_pointers: Vec::new(),
+            chunks: vec![log_chunk(3, 0), log_chunk(5, 2), meta(7, 1, b"a", b"z")],
+            values: None,
+        };
+        assert!(Version::from_base(&base).is_err(), "a log chunk at level 2 does not build");
+        let (version, left_out) = tolerant_base(&base);
+        assert_eq!(version.chunks.len(), 3, "no chunk dropped: {left_out:?}");
+        let moved = &version.chunks[&5];
+        assert_eq!((moved.level, moved.is_log_chunk(), moved.log_start), (2, false, None));
+        assert!(version.chunks[&3].is_log_chunk(), "the one at level 0 keeps its flag");
+        assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert!(left_out[0].contains("chunk 5"), "{left_out:?}");
+        // The same in a delta version.
+        let mut version =
+            Version::from_base(&BaseVersion { chunks: Vec::new(), ..base }).unwrap_or_else(|e| panic!("{e}"));
+        let delta = DeltaVersion { last_sequence: 100, added: vec![log_chunk(9, 1)], ..DeltaVersion::default() };
+        let left_out = tolerant_apply(&mut version, &delta);
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert!(version.chunks.get(&9).is_some_and(|chunk| chunk.level == 1 && !chunk.is_log_chunk()));
     }
 
     #[test]

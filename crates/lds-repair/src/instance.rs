@@ -10,12 +10,14 @@ use lds_format::image::area_context;
 use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::logref::LogPosition;
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
 use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, Version, CHUNK_FLAG_ODD};
 use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
+use crate::logchunks::{self, Resolver};
 use crate::{Fix, FixClass, RepairError};
 
 /// An instance as the volume holds it: its log areas, what recovery makes of them, and (when
@@ -56,6 +58,11 @@ impl Source {
             Err(_) => BTreeMap::new(),
         };
         Ok(Self { instance, version_area, backup_area, recovery, good, pending_values })
+    }
+
+    /// The backup log area's bytes as read (unreadable sectors as zeros).
+    pub(crate) fn backup_area(&self) -> &[u8] {
+        &self.backup_area
     }
 
     /// The recovered version, when the version log recovers.
@@ -404,7 +411,12 @@ fn read_entries(
     Ok(read)
 }
 
-fn chunk_images(device: &dyn BlockDevice, geometry: &Geometry, meta: &ChunkMeta) -> Result<Vec<Vec<u8>>, DeviceError> {
+/// The images of the slots of `meta` (those inside the slot area), unreadable sectors as zeros.
+pub(crate) fn chunk_images(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    meta: &ChunkMeta,
+) -> Result<Vec<Vec<u8>>, DeviceError> {
     meta.slots()
         .filter(|&slot| slot < geometry.num_slots)
         .map(|slot| {
@@ -608,6 +620,11 @@ struct Rebuild<'a> {
     /// New data to write.
     runs: Vec<Run>,
     fixes: Vec<Fix>,
+    /// Follows log references in the instance's backup log area (SPEC.md §8.9).
+    resolver: Resolver<'a>,
+    /// The new base version's backup start: the log chunks that stay name objects before it.
+    /// `None` when the backup log's head is not known, and no log chunk stays.
+    retain_until: Option<LogPosition>,
 }
 
 /// Where the rebuild starts: the version, its unfinished compactions, the geometry its base
@@ -800,18 +817,43 @@ impl Rebuild<'_> {
             let mut codes: Vec<Code> = problems.iter().map(|problem| problem.code).collect();
             codes.sort();
             codes.dedup();
-            if codes.is_empty() {
+            // Log references (SPEC.md §8.9): a chunk whose references do not all resolve, or
+            // that the rebuilt version cannot retain, is rewritten with them read into puts.
+            let log = logchunks::check_chunk(&mut self.resolver, &images, geometry, &meta, self.retain_until);
+            if codes.is_empty() && log.keeps() {
                 continue;
             }
             self.tree.remove(&id);
-            let read = self.read_entries(&meta)?;
+            let mut read = self.read_entries(&meta)?;
+            let (resolved, unresolved) = self.resolver.resolve_entries(&mut read.entries);
             let count = read.entries.len();
-            let action = if count == 0 {
+            let mut action = if count == 0 {
                 format!("dropped chunk {id}: none of its entries is readable")
             } else {
                 format!("rewrote the {count} readable entries of chunk {id} into new chunks at level {}", meta.level)
             };
-            let class = class_of(&codes, &read.dropped);
+            if resolved > 0 || !unresolved.is_empty() || !log.keeps() {
+                action.push_str(&format!(
+                    "; its {resolved} log references that resolve became puts of the values they name (SPEC.md §8.9)"
+                ));
+                if !log.keeps() {
+                    action.push_str(&format!(": {}", log.summary()));
+                }
+            }
+            read.dropped.extend(unresolved);
+            // Reading references into puts loses nothing: only the entries dropped decide.
+            let class = if codes.is_empty() {
+                if read.dropped.is_empty() {
+                    FixClass::Preen
+                } else {
+                    FixClass::Fix
+                }
+            } else {
+                class_of(&codes, &read.dropped)
+            };
+            codes.extend(logchunks::codes_of(&log.faults));
+            codes.sort();
+            codes.dedup();
             let offset = meta
                 .sub_chunks
                 .first()
@@ -823,6 +865,35 @@ impl Rebuild<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Reads the log references left in the runs (entries of a journaled compaction's inputs,
+    /// of chunks in free slots, of chunks pointing into a damaged value chunk) into puts, so
+    /// that repair writes ordinary chunks only (SPEC.md §8.9); the entries whose reference
+    /// does not resolve are dropped, each reported.
+    fn resolve_runs(&mut self) {
+        let (mut resolved, mut dropped) = (0, Vec::new());
+        for run in &mut self.runs {
+            let (count, lost) = self.resolver.resolve_entries(&mut run.entries);
+            resolved += count;
+            dropped.extend(lost);
+        }
+        self.runs.retain(|run| !run.entries.is_empty());
+        if resolved == 0 && dropped.is_empty() {
+            return;
+        }
+        let action = format!(
+            "read {resolved} log references of the entries rewritten into puts of the values they name{}",
+            if dropped.is_empty() {
+                String::new()
+            } else {
+                format!("; {} of them do not resolve (fsck 801)", dropped.len())
+            }
+        );
+        let structure = format!("backup log of instance {}", self.instance);
+        let offset = self.resolver.context().ofs_area;
+        let fix = Fix::new(Vec::new(), structure, offset, action).dropping(dropped);
+        self.fixes.push(fix);
     }
 
     /// The level rules over the kept chunks and the new runs: overlapping chunks of a level are
@@ -1024,10 +1095,10 @@ fn backup_batches(
 }
 
 /// Plans the rebuild of `source`'s tree.
-pub(crate) fn plan(
-    device: &dyn BlockDevice,
-    label: &Label,
-    source: &Source,
+pub(crate) fn plan<'a>(
+    device: &'a dyn BlockDevice,
+    label: &'a Label,
+    source: &'a Source,
     old_slots: &BTreeSet<u64>,
 ) -> Result<InstancePlan, RepairError> {
     let geometry = &label.geometry;
@@ -1042,6 +1113,8 @@ pub(crate) fn plan(
         tree: BTreeMap::new(),
         runs: Vec::new(),
         fixes: Vec::new(),
+        resolver: Resolver::new(&source.backup_area, backup_context),
+        retain_until: None,
     };
     let Start { version, journals, replica, protected, needed, lost } = rebuild.start(label, source)?;
     rebuild.tree = version.chunks.clone();
@@ -1068,11 +1141,19 @@ pub(crate) fn plan(
         );
         rebuild.fix(vec![version_code(&source.recovery)], action);
     }
-    rebuild.journals(&journals)?;
-    rebuild.damaged_chunks()?;
     // What the version and the free slots hold: the backup log adds what is newer.
     let known = extra.iter().map(|entry| entry.sequence).max().unwrap_or(0).max(version.last_sequence);
     let (batches, backup_head, mut backup_fixes) = backup_batches(source, &version, lost, known, &backup_context);
+    // The new base version: the backup log restarts at its head (or offset 0) with an lsn
+    // above any it holds, so that nothing there is replayed again. The objects from the log
+    // starts of the log chunks that stay to that head are retained (SPEC.md §8.9): where the
+    // head is not known, no log chunk stays.
+    let (backup_lsn_max, _) = header_maxima(&source.backup_area, &backup_context);
+    let head = backup_head.filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area);
+    let lsn_backup_start = backup_lsn_max.max(version.lsn_backup_start) + 1;
+    rebuild.retain_until = head.map(|offset| LogPosition { offset, lsn: lsn_backup_start });
+    rebuild.journals(&journals)?;
+    rebuild.damaged_chunks()?;
     // Entries both hold once (the free slots' chunks were flushed from these batches).
     let in_slots: BTreeSet<u64> = extra.iter().map(|entry| entry.sequence).collect();
     let mut logged = batch_entries(&source.backup_area, &backup_context, &batches, version.last_sequence);
@@ -1115,18 +1196,12 @@ pub(crate) fn plan(
     if rebuild.fixes.is_empty() {
         rebuild.fix(Vec::new(), "appended a base version of the recovered tree".into());
     }
-    // The new base version: the backup log restarts at its head (or offset 0) with an lsn
-    // above any it holds, so that nothing there is replayed again.
-    let (backup_lsn_max, _) = header_maxima(&source.backup_area, &backup_context);
-    let ofs_backup_start = backup_head
-        .filter(|&offset| offset % 8 == 0 && offset + HEADER_LEN as u64 <= backup_context.len_area)
-        .unwrap_or(0);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
     let mut template = BaseVersion {
         last_sequence,
         label_generation: label.generation,
-        ofs_backup_start,
-        lsn_backup_start: backup_lsn_max.max(version.lsn_backup_start) + 1,
+        ofs_backup_start: head.unwrap_or(0),
+        lsn_backup_start,
         chunks: Vec::new(),
         ..version.to_base(*geometry, instance)
     };
@@ -1177,6 +1252,17 @@ pub(crate) fn plan(
         template.values = Some(lds_format::version::ValueSection {
             next_value_chunk_id: settled.next_value_chunk_id,
             chunks: settled.chunks,
+        });
+    }
+    rebuild.resolve_runs();
+    // The log chunks that stay were checked against this backup start (their objects lie
+    // before it): the new base version records exactly it.
+    let backup_start = LogPosition { offset: template.ofs_backup_start, lsn: template.lsn_backup_start };
+    if rebuild.tree.values().any(ChunkMeta::is_log_chunk) && rebuild.retain_until != Some(backup_start) {
+        return Err(RepairError::Inconsistent {
+            device: device.name().display().to_string(),
+            instance,
+            reason: "a log chunk stays that was not checked against the new backup start".into(),
         });
     }
     Ok(InstancePlan {

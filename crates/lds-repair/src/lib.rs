@@ -14,7 +14,11 @@
 //! - an unfinished compaction is finished from its journal (or rolled back when it cleaned
 //!   nothing yet, or is inconsistent);
 //! - the backup log's batches that recovery replays (those before any damage) are written to
-//!   new level-0 chunks, and the new base version restarts the backup log.
+//!   new level-0 chunks, and the new base version restarts the backup log at its head;
+//! - a log chunk (SPEC.md §8.9) stays when its references all resolve and the new base version
+//!   retains what they name; otherwise it is rewritten as an ordinary chunk, its references
+//!   read into puts and the entries of those that do not resolve dropped (see `logchunks`).
+//!   The check does not look at references yet, so repair looks itself (`unreported`).
 //!
 //! Nothing the old state needs is overwritten until the last write: new chunks go to slots no
 //! version (old or new) uses, the new base version and a WOR go to a part of the version log
@@ -23,7 +27,9 @@
 //! written chunks are free slots); after it, the new one. (Where the version log is broken and
 //! its live region leaves no room, the new base version may go over the old chain's objects
 //! but never over those of the good base version it was rebuilt from: a crash then leaves a
-//! newest good base version, the new one once it landed whole, that a second repair finishes.) With an undo file
+//! newest good base version, the new one once it landed whole, that a second repair finishes.)
+//! Nothing is ever written to a backup log area, where kept log chunks name their batches
+//! (checked before the first write). With an undo file
 //! (`lds_volume::undo`) every write can also be rolled back byte for byte.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
@@ -33,6 +39,7 @@ pub mod devices;
 mod flip;
 mod instance;
 mod labels;
+mod logchunks;
 pub mod metadump;
 pub mod resize;
 pub mod salvage;
@@ -182,6 +189,12 @@ pub struct RepairReport {
     pub writes: Vec<Written>,
     /// The check after (when anything was written).
     pub after: Option<Report>,
+    /// Problems repair found that the check does not look for (yet): log chunks whose
+    /// references do not resolve, or whose flag, level or log start are wrong (SPEC.md §8.9;
+    /// fsck problems 801 to 803), one line each.
+    pub unreported: Vec<String>,
+    /// The same, looked for again after the writes.
+    pub unreported_after: Vec<String>,
 }
 
 impl RepairReport {
@@ -189,8 +202,8 @@ impl RepairReport {
     pub fn exit_code(&self) -> i32 {
         let inconsistent = |report: &Report| report.count(Severity::Error) + report.count(Severity::Warning) > 0;
         match &self.after {
-            _ if !inconsistent(&self.before) => 0,
-            Some(after) if !inconsistent(after) => 1,
+            _ if !inconsistent(&self.before) && self.unreported.is_empty() => 0,
+            Some(after) if !inconsistent(after) && self.unreported_after.is_empty() => 1,
             _ => 4,
         }
     }
@@ -267,8 +280,12 @@ pub fn repair(
         unrepairable: Vec::new(),
         writes: Vec::new(),
         after: None,
+        unreported: Vec::new(),
+        unreported_after: Vec::new(),
     };
-    if before.first_inconsistency().is_none() {
+    let unreported = unreported_log_faults(device)?;
+    report.unreported = unreported.iter().map(|(_, what)| what.clone()).collect();
+    if before.first_inconsistency().is_none() && unreported.is_empty() {
         return Ok(report);
     }
     let Some(labels) = labels::plan(device, &mut report)? else {
@@ -289,6 +306,7 @@ pub fn repair(
     let concerned: BTreeSet<u32> = (0..geometry.instance_count)
         .filter(|&instance| {
             unattributed
+                || unreported.iter().any(|(concerned, _)| *concerned == instance)
                 || before
                     .problems
                     .iter()
@@ -322,17 +340,33 @@ pub fn repair(
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
         let base = plan.base();
-        Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
-            device: name.clone(),
-            instance: plan.instance,
-            reason: error.to_string(),
-        })?;
+        let inconsistent =
+            |reason: String| RepairError::Inconsistent { device: name.clone(), instance: plan.instance, reason };
+        let version = Version::from_base(&base).map_err(|error| inconsistent(error.to_string()))?;
+        // The log chunks that stay name what they named, retained by the new version
+        // (SPEC.md §8.9).
+        let old = sources.iter().find(|source| source.instance == plan.instance).and_then(instance::Source::version);
+        let (_, len_backup_log) = geometry.log_area(LogKind::Backup, plan.instance);
+        logchunks::check_kept(old.as_ref(), &version, len_backup_log).map_err(inconsistent)?;
         let context = area_context(&geometry, LogKind::Version, plan.instance);
         let flip = flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.protected)
             .or_else(|_| flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.needed))
             .map_err(|len| RepairError::NoRoom { device: name.clone(), instance: plan.instance, len })?;
         flips.push((plan.instance, context.ofs_area, flip));
     }
+    // Nothing repair writes lands in a backup log area, where the log chunks that stay name
+    // their batches: proved before the first write.
+    let flip_writes = flips.iter().flat_map(|(_, ofs_area, flip)| {
+        flip.writes().map(move |(offset, bytes, what)| (ofs_area + offset, bytes.len() as u64, what))
+    });
+    let planned = writes.iter().chain(&chunk_writes);
+    let all =
+        planned.map(|write| (write.offset, write.bytes.len() as u64, write.structure.as_str())).chain(flip_writes);
+    logchunks::check_writes(&geometry, all).map_err(|(instance, reason)| RepairError::Inconsistent {
+        device: name.clone(),
+        instance,
+        reason,
+    })?;
     for plan in plans {
         report.fixes.extend(plan.fixes);
     }
@@ -372,8 +406,32 @@ pub fn repair(
     }
     if !report.writes.is_empty() {
         report.after = Some(check(device, check_options, &mut |_, _| {})?);
+        report.unreported_after = unreported_log_faults(device)?.into_iter().map(|(_, what)| what).collect();
     }
     Ok(report)
+}
+
+/// The faults of the log chunks of every instance's recovered version (SPEC.md §8.9), with
+/// their instance: references that do not resolve, a wrong flag, level or log start. The
+/// check does not look for them yet, so repair does (on volumes with feature `log_tables`
+/// whose labels and version logs read; their other damage is the check's to report).
+fn unreported_log_faults(device: &dyn BlockDevice) -> Result<Vec<(u32, String)>, RepairError> {
+    let labels = lds_volume::volume::read_labels(device)?;
+    let Some(label) = labels.choose().ok().map(|(_, label)| label.clone()) else { return Ok(Vec::new()) };
+    if !label.has_log_tables() {
+        return Ok(Vec::new());
+    }
+    let geometry = label.geometry;
+    let mut faults = Vec::new();
+    for instance in 0..geometry.instance_count {
+        let source = instance::Source::read(device, &geometry, instance)?;
+        let Some(version) = source.version() else { continue };
+        let context = area_context(&geometry, LogKind::Backup, instance);
+        let mut resolver = logchunks::Resolver::new(source.backup_area(), context);
+        let found = logchunks::version_faults(device, &geometry, &version, &mut resolver)?;
+        faults.extend(found.into_iter().map(|what| (instance, what)));
+    }
+    Ok(faults)
 }
 
 fn is_label_problem(code: Code) -> bool {

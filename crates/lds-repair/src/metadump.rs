@@ -23,6 +23,12 @@
 //! extents; its `value_crc32c` becomes that of zeros of the value's length, so that the value
 //! it names reads as zeros of the same length, as an inline value does. The versions' value
 //! sections and the chunks' value references are kept as they are.
+//!
+//! Log references (SPEC.md §8.9, entry kind 3 in log chunks) are metadata too and are kept
+//! as they are: the batch they name is in the image (every valid object of the backup log
+//! is, the retained ones included), with its key mapped as the chunk entry's is (one map for
+//! the whole volume) and its value zeroed at its length, so each reference still resolves,
+//! to zeros of the value's length. The chunks' log starts are kept with their metadata.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -246,11 +252,13 @@ fn rewrite_object(
     Some(encode_object(&new, &payload))
 }
 
-/// An entry's value as the image keeps it: zeros, or for a pointer its extents with the
-/// crc32c of zeros (see the module documentation).
+/// An entry's value as the image keeps it: zeros, for a pointer its extents with the crc32c
+/// of zeros, a log reference as it is (see the module documentation).
 fn zero_value(value: &mut [u8], kind: EntryKind) {
-    if kind != EntryKind::Pointer || !zero_pointer_value(value) {
-        value.fill(0);
+    match kind {
+        EntryKind::LogRef => {}
+        EntryKind::Pointer if zero_pointer_value(value) => {}
+        _ => value.fill(0),
     }
 }
 
@@ -314,7 +322,8 @@ fn rewrite_slot(slot: &[u8], offset: u64, uuid: [u8; 16], keys: &mut Keys<'_>, d
             keys.in_place(&mut rewritten, key_at, key_len);
             if matches!(keys, Keys::Map(_)) {
                 zero_value(&mut rewritten[value_at..value_at + value_len], kind);
-                dump.values += 1;
+                // A log reference's value is counted where its batch holds it.
+                dump.values += u64::from(kind != EntryKind::LogRef);
             }
         }
         let crc_at = rewritten.len() - 4;

@@ -24,7 +24,7 @@ use lds_format::version::Version;
 use lds_volume::{BlockDevice, DeviceError};
 
 use crate::instance::{rebase_plan, NotRebasable, Source};
-use crate::{flip, place_chunks, write_all, PlannedWrite, RepairError, RepairOptions, Written};
+use crate::{flip, logchunks, place_chunks, write_all, PlannedWrite, RepairError, RepairOptions, Written};
 
 /// Why a resize or a device change could not run (nothing was written unless the message says
 /// so).
@@ -392,18 +392,32 @@ fn rebase_once(
     let left = plans
         .iter()
         .any(|plan| plan.kept.iter().any(|chunk| !chunk.slots().all(usable)) || !plan.value_slots().all(usable));
-    write_all(device, &chunk_writes, done)?;
-    for plan in &plans {
+    // A moved log chunk names what it named and the backup log stays where it is (SPEC.md
+    // §8.9, §14): the retention start of every new version is the old one's, and no write
+    // lands in a backup log area. Proved before the first write.
+    let mut flips = Vec::new();
+    for (plan, source) in plans.iter().zip(&sources) {
         let base = plan.base();
-        Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
-            device: name.clone(),
-            instance: plan.instance,
-            reason: error.to_string(),
-        })?;
+        let inconsistent =
+            |reason: String| RepairError::Inconsistent { device: name.clone(), instance: plan.instance, reason };
+        let version = Version::from_base(&base).map_err(|error| inconsistent(error.to_string()))?;
+        if let Some(old) = source.version() {
+            logchunks::check_rebased(&old, &version).map_err(inconsistent)?;
+        }
         let context = area_context(read_as, LogKind::Version, plan.instance);
         let flip = flip::plan(&context, &base, plan.next_lsn, plan.next_sn, &plan.protected)
             .map_err(|len| RepairError::NoRoom { device: name.clone(), instance: plan.instance, len })?;
-        let structure = |what: &str| format!("{what} of the version log of instance {}", plan.instance);
+        flips.push((plan.instance, context, flip));
+    }
+    let flip_writes = flips.iter().flat_map(|(_, context, flip)| {
+        flip.writes().map(move |(offset, bytes, what)| (context.ofs_area + offset, bytes.len() as u64, what))
+    });
+    let planned = chunk_writes.iter().map(|write| (write.offset, write.bytes.len() as u64, write.structure.as_str()));
+    logchunks::check_writes(read_as, planned.chain(flip_writes))
+        .map_err(|(instance, reason)| RepairError::Inconsistent { device: name.clone(), instance, reason })?;
+    write_all(device, &chunk_writes, done)?;
+    for (instance, context, flip) in &flips {
+        let structure = |what: &str| format!("{what} of the version log of instance {instance}");
         let (shadow, switch): (Vec<PlannedWrite>, Vec<PlannedWrite>) = flip
             .writes()
             .map(|(offset, bytes, what)| PlannedWrite {

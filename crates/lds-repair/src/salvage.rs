@@ -21,6 +21,14 @@
 //! self-checking as blocks are. A key whose newest entry names a value that cannot be read
 //! (its value chunk lost, or bytes that do not check) is listed with its sequence number and
 //! why, and not kept: neither garbage nor an older value is written for it.
+//!
+//! Log references (SPEC.md §8.9, entry kind 3 in log chunks): an entry whose value names a
+//! put in a write batch of the backup log is followed to that batch, in the backup log area
+//! of its instance (the label's, or the one found from object headers), and its value kept
+//! when `lds_format::logref` finds the batch valid with the lsn named and the entry a put with
+//! the same key, sequence number and value length. The batch itself, when it is intact, gives
+//! the same entry as a put. A reference that does not resolve is a value salvage cannot read,
+//! reported as a lost pointer's is. The output holds ordinary chunks only.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +38,7 @@ use lds_format::codec::{crc32c, display_key};
 use lds_format::image::area_context;
 use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::logref::{LogBatch, LogRef};
 use lds_format::recovery::Payload;
 use lds_format::salvage::{
     last_good_version, salvage_sub_chunk, salvage_value_chunk, valid_objects, value_footer_of_meta, value_footer_uuid,
@@ -111,6 +120,9 @@ pub struct Salvaged {
     pub values_read: u64,
     /// Keys whose newest entry names a value that could not be read.
     pub lost_values: Vec<LostValue>,
+    /// Values read through log references (SPEC.md §8.9) whose batch resolved (those of the
+    /// keys kept whose newest entry no intact batch holds as itself).
+    pub log_values_read: u64,
 }
 
 /// Candidates for a key's newest entry: its sequence and kind, and the values found for it
@@ -147,13 +159,13 @@ impl FoundKeys {
         match keys.get_mut(key) {
             Some(found) if found.sequence > sequence => {}
             Some(found) if found.sequence == sequence => {
-                // The same entry again: a value in place beats a pointer (nothing to read), and
-                // another pointer is another way to the value.
-                if found.kind == EntryKind::Pointer && kind == EntryKind::Put {
+                // The same entry again: a value in place beats a pointer or a log reference
+                // (nothing to read), and another pointer or reference is another way to the
+                // value.
+                let indirect = |kind: EntryKind| matches!(kind, EntryKind::Pointer | EntryKind::LogRef);
+                if indirect(found.kind) && kind == EntryKind::Put {
                     *found = fresh();
-                } else if found.kind == EntryKind::Pointer
-                    && kind == EntryKind::Pointer
-                    && !found.values.iter().any(|known| known == value)
+                } else if indirect(found.kind) && kind == found.kind && !found.values.iter().any(|known| known == value)
                 {
                     found.values.push(value.to_vec());
                 }
@@ -339,6 +351,79 @@ impl ValueChunks<'_> {
             }
         }
         Ok(listed)
+    }
+}
+
+/// Follows log references into the backup log areas found (SPEC.md §8.9): each referenced
+/// object is read once from the device and checked by `lds_format::logref`.
+struct LogReader<'a> {
+    device: &'a dyn BlockDevice,
+    /// The backup log area of each instance.
+    areas: BTreeMap<u32, AreaContext>,
+    /// The objects read, by instance and offset: the batch and its bytes, or why not.
+    batches: BTreeMap<(u32, u64), Result<ReadBatch, String>>,
+}
+
+/// A referenced write batch as read: decoded, and the object's bytes its spans point into.
+type ReadBatch = (LogBatch, Vec<u8>);
+
+impl LogReader<'_> {
+    /// The bytes of the object at `offset` of `context`'s area: its header, then as many bytes
+    /// as it says (within the area).
+    fn object_bytes(&self, context: &AreaContext, offset: u64) -> Result<Vec<u8>, String> {
+        let available = context.len_area.saturating_sub(offset);
+        if available < HEADER_LEN as u64 {
+            return Err(format!("offset {offset} is past the end of the area ({} bytes)", context.len_area));
+        }
+        let at = context.ofs_area + offset;
+        let (header, unreadable) =
+            read_tolerant(self.device, at, HEADER_LEN as u64, SCAN_ALIGN).map_err(|error| error.to_string())?;
+        if !unreadable.is_empty() {
+            return Err(format!("device offset {at} does not read"));
+        }
+        let len_payload = ObjectHeader::parse_raw(&header, at).map_err(|error| error.to_string())?.len_payload;
+        let total = (HEADER_LEN as u64 + u64::from(len_payload)).min(available);
+        let (bytes, unreadable) =
+            read_tolerant(self.device, at, total, SCAN_ALIGN).map_err(|error| error.to_string())?;
+        if let Some(first) = unreadable.first() {
+            return Err(format!("{} unreadable sectors from device offset {first}", unreadable.len()));
+        }
+        Ok(bytes)
+    }
+
+    /// The value the log reference `value` of `instance`'s entry (`key`, `sequence`) names,
+    /// checked; or why it cannot be read.
+    fn read(&mut self, instance: u32, key: &[u8], sequence: u64, value: &[u8]) -> Result<Vec<u8>, String> {
+        let reference = LogRef::decode(value, 0).map_err(|error| format!("its log reference is invalid: {error}"))?;
+        let Some(context) = self.areas.get(&instance).copied() else {
+            return Err(format!(
+                "its log reference names the write batch lsn {} at offset {} of the backup log of instance {instance}, and no backup log area of instance {instance} was found",
+                reference.lsn, reference.ofs_object
+            ));
+        };
+        let named = format!(
+            "its log reference names the write batch lsn {} at offset {} (device offset {}) of the backup log of instance {instance}, entry {}",
+            reference.lsn,
+            reference.ofs_object,
+            context.ofs_area.saturating_add(reference.ofs_object),
+            reference.entry_index
+        );
+        let offset = reference.ofs_object;
+        if !self.batches.contains_key(&(instance, offset)) {
+            let read = self.object_bytes(&context, offset).and_then(|bytes| {
+                let batch = LogBatch::read(&bytes, offset, &context).map_err(|error| error.to_string())?;
+                Ok((batch, bytes))
+            });
+            self.batches.insert((instance, offset), read);
+        }
+        match self.batches.get(&(instance, offset)) {
+            Some(Ok((batch, bytes))) => batch
+                .value(bytes, &reference, &context, key, sequence)
+                .map(<[u8]>::to_vec)
+                .map_err(|error| format!("{named}, which does not match: {error}")),
+            Some(Err(error)) => Err(format!("{named}, which does not read: {error}")),
+            None => Err(named),
+        }
     }
 }
 
@@ -608,9 +693,39 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     }
     salvaged.has_value_chunks =
         label.as_ref().is_some_and(|label| label.has_value_chunks()) || has_pointers || salvaged.value_chunks > 0;
+    let mut log = LogReader {
+        device,
+        areas: contexts.iter().map(|context| (context.instance, *context)).collect(),
+        batches: BTreeMap::new(),
+    };
     for (instance, keys) in found.0 {
         let kept = salvaged.keys.entry(instance).or_default();
         for (key, found) in keys {
+            if found.kind == EntryKind::LogRef {
+                let mut failures: Vec<String> = Vec::new();
+                let value = found.values.iter().find_map(|reference| {
+                    log.read(instance, &key, found.sequence, reference)
+                        .map_err(|failure| {
+                            if !failures.contains(&failure) {
+                                failures.push(failure);
+                            }
+                        })
+                        .ok()
+                });
+                match value {
+                    Some(value) => {
+                        salvaged.log_values_read += 1;
+                        kept.insert(key, (found.sequence, EntryKind::Put, value));
+                    }
+                    None => salvaged.lost_values.push(LostValue {
+                        instance,
+                        key,
+                        sequence: found.sequence,
+                        reason: failures.join("; and through another copy of its reference: "),
+                    }),
+                }
+                continue;
+            }
             if found.kind != EntryKind::Pointer {
                 let value = found.values.into_iter().next().unwrap_or_default();
                 kept.insert(key, (found.sequence, found.kind, value));
@@ -647,4 +762,84 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
 /// The instances salvage found data of.
 pub fn instances(salvaged: &Salvaged) -> BTreeSet<u32> {
     salvaged.keys.keys().copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::batch::{BatchEntry, WriteBatchRecord};
+    use lds_format::log::{encode_object, NewObject, ObjectType};
+
+    /// A device of 64 KiB whose backup log area of instance 0 (16 KiB at 8 KiB) holds one
+    /// batch at offset 512: lsn 9, sequences 41 ("alpha", a put) and 42 ("beta", a delete).
+    fn device(name: &str) -> (lds_volume::Device, AreaContext, std::path::PathBuf) {
+        let context = AreaContext {
+            kind: LogKind::Backup,
+            instance: 0,
+            volume_uuid: [7; 16],
+            len_area: 16 << 10,
+            sector_size: 512,
+            ofs_area: 8 << 10,
+        };
+        let batch = WriteBatchRecord {
+            first_sequence: 41,
+            entries: vec![
+                BatchEntry { kind: EntryKind::Put, key: b"alpha".to_vec(), value: b"the first value".to_vec() },
+                BatchEntry { kind: EntryKind::Delete, key: b"beta".to_vec(), value: Vec::new() },
+            ],
+            synced_lsn_low: 0,
+        };
+        let object = NewObject {
+            object_type: ObjectType::WriteBatch,
+            kind: LogKind::Backup,
+            instance: 0,
+            sn: 1,
+            lsn: 9,
+            log_offset: 512,
+            volume_uuid: context.volume_uuid,
+        };
+        let bytes = encode_object(&object, &batch.encode());
+        let mut image = vec![0u8; 64 << 10];
+        let at = (context.ofs_area + 512) as usize;
+        image[at..at + bytes.len()].copy_from_slice(&bytes);
+        let path = std::env::temp_dir().join(format!("lds-repair-salvage-{}-{name}.img", std::process::id()));
+        std::fs::write(&path, &image).unwrap_or_else(|error| panic!("{error}"));
+        let device =
+            lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+        (device, context, path)
+    }
+
+    #[test]
+    fn a_log_reference_is_read_from_its_batch_or_reported() {
+        let (device, context, path) = device("logref");
+        let mut reader = LogReader { device: &device, areas: BTreeMap::from([(0, context)]), batches: BTreeMap::new() };
+        let reference = |lsn, ofs_object, entry_index, len_value| {
+            LogRef { lsn, ofs_object, entry_index, len_value }.encode().to_vec()
+        };
+        let value = reader.read(0, b"alpha", 41, &reference(9, 512, 0, 15));
+        assert_eq!(value.as_deref(), Ok(&b"the first value"[..]));
+        // Each mismatch is a value salvage cannot read, and says where it looked.
+        for (key, sequence, bytes, expected) in [
+            (&b"alpha"[..], 41, reference(10, 512, 0, 15), "lsn"),
+            (b"alpha", 40, reference(9, 512, 0, 15), "sequence"),
+            (b"alphb", 41, reference(9, 512, 0, 15), "another key"),
+            (b"alpha", 41, reference(9, 512, 0, 16), "len_value"),
+            (b"beta", 42, reference(9, 512, 1, 1), "not a put"),
+            (b"alpha", 41, reference(9, 1024, 0, 15), "does not read"),
+            (b"alpha", 41, reference(9, 16 << 10, 0, 15), "past the end"),
+            (b"alpha", 41, reference(9, u64::MAX - 7, 0, 15), "past the end"),
+            (b"alpha", 41, vec![1; 20], "invalid"),
+        ] {
+            let failure = reader.read(0, key, sequence, &bytes).err().unwrap_or_default();
+            assert!(failure.contains(expected), "{expected}: {failure}");
+            if expected != "invalid" {
+                assert!(failure.contains("backup log of instance 0"), "{failure}");
+            }
+        }
+        let failure = reader.read(1, b"alpha", 41, &reference(9, 512, 0, 15)).err().unwrap_or_default();
+        assert!(failure.contains("no backup log area of instance 1"), "{failure}");
+        drop(reader);
+        drop(device);
+        let _ = std::fs::remove_file(&path);
+    }
 }
