@@ -217,7 +217,6 @@ fn print_json(
         "device": args.path.display().to_string(),
         "mode": match mode { Mode::DryRun => "n", Mode::Preen => "p", Mode::Yes => "y" },
         "before": problems_json(&report.before),
-        "unreported": report.unreported,
         "fixes": report.fixes.iter().map(|fix| json!({
             "codes": fix.codes.iter().map(|code| code.number()).collect::<Vec<_>>(),
             "structure": fix.structure,
@@ -237,7 +236,6 @@ fn print_json(
         "bytes_written": if mode == Mode::DryRun { 0 } else { report.bytes_written() },
         "undo_file": undo_file.map(|(path, len)| json!({ "path": path.display().to_string(), "bytes": len })),
         "after": report.after.as_ref().map(problems_json),
-        "unreported_after": report.unreported_after,
         "exit_code": report.exit_code(),
     });
     let _ = writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
@@ -252,9 +250,6 @@ fn print_text(
 ) {
     for problem in &report.before.problems {
         let _ = writeln!(out, "{}", problem.line());
-    }
-    for found in &report.unreported {
-        let _ = writeln!(out, "found by repair: {found}");
     }
     for fix in &report.fixes {
         let _ = writeln!(out, "{}", fix.line());
@@ -287,9 +282,6 @@ fn print_text(
     if let Some(after) = &report.after {
         for problem in after.problems.iter().filter(|problem| problem.code.severity() != Severity::Info) {
             let _ = writeln!(out, "after repair: {}", problem.line());
-        }
-        for found in &report.unreported_after {
-            let _ = writeln!(out, "after repair: found by repair: {found}");
         }
     }
     let verdict = match report.exit_code() {

@@ -60,11 +60,6 @@ impl Source {
         Ok(Self { instance, version_area, backup_area, recovery, good, pending_values })
     }
 
-    /// The backup log area's bytes as read (unreadable sectors as zeros).
-    pub(crate) fn backup_area(&self) -> &[u8] {
-        &self.backup_area
-    }
-
     /// The recovered version, when the version log recovers.
     pub(crate) fn version(&self) -> Option<Version> {
         self.recovery.as_ref().ok().map(|recovery| recovery.version_log.version.clone())

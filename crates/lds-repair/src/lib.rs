@@ -17,8 +17,8 @@
 //!   new level-0 chunks, and the new base version restarts the backup log at its head;
 //! - a log chunk (SPEC.md §8.9) stays when its references all resolve and the new base version
 //!   retains what they name; otherwise it is rewritten as an ordinary chunk, its references
-//!   read into puts and the entries of those that do not resolve dropped (see `logchunks`).
-//!   The check does not look at references yet, so repair looks itself (`unreported`).
+//!   read into puts and the entries of those that do not resolve dropped (see `logchunks`;
+//!   the check reports them as problems 801 to 803).
 //!
 //! Nothing the old state needs is overwritten until the last write: new chunks go to slots no
 //! version (old or new) uses, the new base version and a WOR go to a part of the version log
@@ -189,12 +189,6 @@ pub struct RepairReport {
     pub writes: Vec<Written>,
     /// The check after (when anything was written).
     pub after: Option<Report>,
-    /// Problems repair found that the check does not look for (yet): log chunks whose
-    /// references do not resolve, or whose flag, level or log start are wrong (SPEC.md §8.9;
-    /// fsck problems 801 to 803), one line each.
-    pub unreported: Vec<String>,
-    /// The same, looked for again after the writes.
-    pub unreported_after: Vec<String>,
 }
 
 impl RepairReport {
@@ -202,8 +196,8 @@ impl RepairReport {
     pub fn exit_code(&self) -> i32 {
         let inconsistent = |report: &Report| report.count(Severity::Error) + report.count(Severity::Warning) > 0;
         match &self.after {
-            _ if !inconsistent(&self.before) && self.unreported.is_empty() => 0,
-            Some(after) if !inconsistent(after) && self.unreported_after.is_empty() => 1,
+            _ if !inconsistent(&self.before) => 0,
+            Some(after) if !inconsistent(after) => 1,
             _ => 4,
         }
     }
@@ -280,12 +274,8 @@ pub fn repair(
         unrepairable: Vec::new(),
         writes: Vec::new(),
         after: None,
-        unreported: Vec::new(),
-        unreported_after: Vec::new(),
     };
-    let unreported = unreported_log_faults(device)?;
-    report.unreported = unreported.iter().map(|(_, what)| what.clone()).collect();
-    if before.first_inconsistency().is_none() && unreported.is_empty() {
+    if before.first_inconsistency().is_none() {
         return Ok(report);
     }
     let Some(labels) = labels::plan(device, &mut report)? else {
@@ -306,7 +296,6 @@ pub fn repair(
     let concerned: BTreeSet<u32> = (0..geometry.instance_count)
         .filter(|&instance| {
             unattributed
-                || unreported.iter().any(|(concerned, _)| *concerned == instance)
                 || before
                     .problems
                     .iter()
@@ -406,32 +395,8 @@ pub fn repair(
     }
     if !report.writes.is_empty() {
         report.after = Some(check(device, check_options, &mut |_, _| {})?);
-        report.unreported_after = unreported_log_faults(device)?.into_iter().map(|(_, what)| what).collect();
     }
     Ok(report)
-}
-
-/// The faults of the log chunks of every instance's recovered version (SPEC.md §8.9), with
-/// their instance: references that do not resolve, a wrong flag, level or log start. The
-/// check does not look for them yet, so repair does (on volumes with feature `log_tables`
-/// whose labels and version logs read; their other damage is the check's to report).
-fn unreported_log_faults(device: &dyn BlockDevice) -> Result<Vec<(u32, String)>, RepairError> {
-    let labels = lds_volume::volume::read_labels(device)?;
-    let Some(label) = labels.choose().ok().map(|(_, label)| label.clone()) else { return Ok(Vec::new()) };
-    if !label.has_log_tables() {
-        return Ok(Vec::new());
-    }
-    let geometry = label.geometry;
-    let mut faults = Vec::new();
-    for instance in 0..geometry.instance_count {
-        let source = instance::Source::read(device, &geometry, instance)?;
-        let Some(version) = source.version() else { continue };
-        let context = area_context(&geometry, LogKind::Backup, instance);
-        let mut resolver = logchunks::Resolver::new(source.backup_area(), context);
-        let found = logchunks::version_faults(device, &geometry, &version, &mut resolver)?;
-        faults.extend(found.into_iter().map(|what| (instance, what)));
-    }
-    Ok(faults)
 }
 
 fn is_label_problem(code: Code) -> bool {

@@ -53,14 +53,12 @@ impl LogFault {
     }
 
     /// The problem code of lds-check's table that the fix answers.
-    ///
-    /// LOG-CODES: lds-check's table does not have problems 801 (LogRefUnresolved), 802
-    /// (LogChunkInvalid) and 803 (LogStartMismatch) yet; until it does, the fix names them in
-    /// its action (`number`) and carries no code. Once the table has them, return
-    /// `Some(Code::LogRefUnresolved)`, `Some(Code::LogChunkInvalid)` and
-    /// `Some(Code::LogStartMismatch)` here.
     pub(crate) fn code(self) -> Option<Code> {
-        None
+        Some(match self {
+            Self::Unresolved => Code::LogRefUnresolved,
+            Self::Invalid => Code::LogChunkInvalid,
+            Self::StartMismatch => Code::LogStartMismatch,
+        })
     }
 }
 
@@ -225,20 +223,6 @@ impl LogCheck {
         parts.extend(self.not_retained.clone());
         parts.join("; ")
     }
-
-    /// One line per fault of chunk `meta` of `instance`, for the problems repair finds itself.
-    fn lines(&self, meta: &ChunkMeta, instance: u32) -> Vec<String> {
-        self.faults
-            .iter()
-            .map(|(fault, what)| {
-                let first = match (fault, &self.first_unresolved) {
-                    (LogFault::Unresolved, Some(first)) => format!("; the first: {first}"),
-                    _ => String::new(),
-                };
-                format!("chunk {} of instance {instance}: {what}{first} (fsck {})", meta.chunk_id, fault.number())
-            })
-            .collect()
-    }
 }
 
 /// Checks the log references of the chunk `meta` of the rebuilt tree, from its sub-chunk
@@ -336,24 +320,6 @@ pub(crate) fn check_chunk(
         ));
     }
     check
-}
-
-/// The faults of the log chunks of `version` (instance `resolver`'s), described: what the
-/// check before repair does not report yet (SPEC.md §8.9). Only chunks with the flag
-/// `log_refs` are read (level 0, a few); a chunk whose blocks do not read is the checker's.
-pub(crate) fn version_faults(
-    device: &dyn lds_volume::BlockDevice,
-    geometry: &Geometry,
-    version: &Version,
-    resolver: &mut Resolver<'_>,
-) -> Result<Vec<String>, lds_volume::DeviceError> {
-    let mut faults = Vec::new();
-    for meta in version.chunks.values().filter(|chunk| chunk.is_log_chunk()) {
-        let images = crate::instance::chunk_images(device, geometry, meta)?;
-        let check = check_chunk(resolver, &images, geometry, meta, None);
-        faults.extend(check.lines(meta, resolver.context().instance));
-    }
-    Ok(faults)
 }
 
 /// Refuses a write that would land in a backup log area: repair, resize and device changes
@@ -579,8 +545,7 @@ mod tests {
         assert!(check.faults[0].1.starts_with("1 of its 3"), "{check:?}");
         let first = check.first_unresolved.clone().unwrap_or_default();
         assert!(first.contains("\"k3\"") && first.contains(&format!("offset {}", b.offset)), "{first}");
-        let lines = check.lines(&meta, 0);
-        assert!(lines.len() == 1 && lines[0].starts_with("chunk 3 of instance 0") && lines[0].ends_with("(fsck 801)"));
+        assert!(check.summary().ends_with("(fsck 801)"), "{}", check.summary());
         // Hostile references are errors, not panics.
         for ofs_object in [u64::MAX - 7, context.len_area, context.len_area - 8, 8] {
             let reference = LogRef { lsn: 5, ofs_object, entry_index: 0, len_value: 30 };
