@@ -282,6 +282,11 @@ impl Store for LdsStore {
             ("hot_entries_held", stats.hot_entries_held),
             ("forest_moved_chunks", stats.forest_moved_chunks),
             ("parallel_searches", stats.parallel_searches),
+            ("log_chunk_flushes", stats.log_chunk_flushes),
+            ("log_references", stats.log_references),
+            ("log_reads", stats.log_reads),
+            ("log_pressure_merges", stats.log_pressure_merges),
+            ("log_waits", stats.log_waits),
         ])
     }
 
