@@ -442,7 +442,45 @@ fn sim_seeds(corpus: &mut Corpus) {
             },
         ),
     ];
-    for (name, input) in runs.into_iter().chain(journal_runs) {
+    // TRIAD-LOG (flag bit 6 with the second set of techniques, on its larger backup log):
+    // five memtables of fresh keys flushed as log chunks, then overwrites, a batch, a
+    // compaction that resolves the references, and more log chunks after it.
+    let triad_log = 1 | (3 << 1) | 0x40;
+    let mut logged = Vec::new();
+    for round in 0..5u8 {
+        logged.extend((0..5).map(|n| put(round * 5 + n, 150 + n * 20, n == 4)));
+        logged.push(flush.clone());
+    }
+    logged.extend([put(3, 90, false), put(7, 90, false), batch.clone(), compact, reopen]);
+    for round in 0..3u8 {
+        logged.extend((0..4).map(|n| put(25 + round * 2 + n % 2 + n / 2 * 3, 200, false)));
+        logged.push(flush.clone());
+    }
+    logged.push(put(31, 40, true));
+    let log_runs = [
+        (
+            "log-chunks-crash",
+            SimInput {
+                flags: triad_log,
+                ops: logged.clone(),
+                crash_point: 70,
+                subset_mask: 0b110,
+                ..SimInput::default()
+            },
+        ),
+        (
+            "log-chunks-write-after-recovery",
+            SimInput {
+                flags: triad_log | 8,
+                ops: logged,
+                crash_point: 52,
+                subset_mask: 1,
+                written_len: 80,
+                ..SimInput::default()
+            },
+        ),
+    ];
+    for (name, input) in runs.into_iter().chain(journal_runs).chain(log_runs) {
         corpus.add("sim", name.to_string(), input.encode());
     }
 }

@@ -103,7 +103,7 @@ fn sector_size() -> u64 {
 
 /// A formatted volume, made once for each set of features the techniques switched on want:
 /// `value_chunks` (what `kv-separation` needs), `chunk_sketches` (`triad-disk`), `log_tables`
-/// (`triad-log`).
+/// (`triad-log`, with the simulator's larger backup log for it).
 fn fresh_image() -> &'static [u8] {
     static IMAGES: [OnceLock<Vec<u8>>; 8] = [const { OnceLock::new() }; 8];
     let options = options(false);
@@ -290,27 +290,35 @@ fn parse(data: &[u8]) -> Choice {
     Choice { input: parsed, ops, unbuffered: flags & 1 != 0, fault }
 }
 
-/// `sim`: see the module documentation; `SimInput` gives the layout of the bytes.
-pub fn sim(data: &[u8]) {
-    let Choice { input, ops, unbuffered, fault } = parse(data);
-    let set = if (input.flags >> 1) & 3 == 3 { 4 } else { 0 };
-    let techniques: Vec<&str> = lds_engine::TECHNIQUES
+/// The techniques the flags switch on (see `SimInput::flags`).
+fn techniques_of(flags: u8) -> Vec<&'static str> {
+    let set = if (flags >> 1) & 3 == 3 { 4 } else { 0 };
+    let mut techniques: Vec<&str> = lds_engine::TECHNIQUES
         .iter()
         .skip(set)
         .take(4)
         .enumerate()
-        .filter(|(bit, _)| input.flags >> (4 + bit) & 1 != 0)
+        .filter(|(bit, _)| flags >> (4 + bit) & 1 != 0)
         .map(|(_, (name, _))| *name)
         .collect();
     // Size-tiered and the forest both replace leveled compaction: with both bits, the first.
     // TRIAD-LOG goes with leveled compaction only.
-    let mut techniques = techniques;
     if techniques.contains(&"size-tiered") {
         techniques.retain(|name| *name != "forest");
     }
     if techniques.contains(&"size-tiered") || techniques.contains(&"forest") {
         techniques.retain(|name| *name != "triad-log");
     }
+    techniques
+}
+
+/// `sim`: see the module documentation; `SimInput` gives the layout of the bytes.
+pub fn sim(data: &[u8]) {
+    let Choice { input, ops, unbuffered, fault } = parse(data);
+    // With triad-log the simulator formats its volume for it (a larger backup log, small
+    // memtables: `lds_sim::workload::LOG_TABLES_BACKUP_LOG_LEN`), which `fresh_image` keeps
+    // apart from the others.
+    let techniques = techniques_of(input.flags);
     if let Err(error) = lds_sim::workload::set_techniques(&techniques.join(",")) {
         panic!("sim: techniques {techniques:?}: {error}");
     }
@@ -351,6 +359,47 @@ mod tests {
             assert!(failed, "{}: the fault lies beyond the workload's writes and flushes", seed.name);
             assert_eq!(run.models.len(), run.spans.len() + 1);
         }
+    }
+
+    #[test]
+    fn the_log_chunk_seeds_run_triad_log_on_its_volume_and_write_log_chunks() {
+        use lds_sim::device::apply;
+        use lds_sim::workload::{formatted_geometry, set_techniques, LOG_TABLES_BACKUP_LOG_LEN};
+        let seeds: Vec<_> = crate::seeds::all()
+            .into_iter()
+            .filter(|seed| seed.target == "sim" && seed.name.starts_with("log-chunks"))
+            .collect();
+        assert_eq!(seeds.len(), 2);
+        for seed in seeds {
+            let choice = parse(&seed.bytes);
+            let techniques = super::techniques_of(choice.input.flags);
+            assert_eq!(techniques, ["triad-log"], "{}", seed.name);
+            assert_eq!(set_techniques(&techniques.join(",")), Ok(()));
+            assert_eq!(formatted_geometry().len_backup_log, LOG_TABLES_BACKUP_LOG_LEN, "{}", seed.name);
+            let run = drive(&choice.ops, choice.unbuffered, choice.fault);
+            let run = run.unwrap_or_else(|| panic!("{}: the store did not open", seed.name));
+            // Every write landed: the volume the run left holds log chunks.
+            let mut image = run.history.initial.as_ref().clone();
+            for write in &run.history.writes {
+                apply(&mut image, write, run.sector_size, None);
+            }
+            let device = std::sync::Arc::new(lds_sim::device::SimDevice::new(image));
+            let options = lds_sim::workload::options(true);
+            let (db, _) = lds_engine::Db::open_device_read_only(device, std::path::Path::new("seed"), options)
+                .unwrap_or_else(|error| panic!("{}: {error}", seed.name));
+            let log_chunks = db.chunks().iter().filter(|chunk| chunk.is_log_chunk()).count();
+            assert!(log_chunks >= 2, "{}: {log_chunks} log chunks", seed.name);
+        }
+    }
+
+    #[test]
+    fn the_flags_choose_triad_log_only_with_leveled_compaction() {
+        let second_set = 3 << 1;
+        assert_eq!(super::techniques_of(second_set | 0x40), ["triad-log"]);
+        assert_eq!(super::techniques_of(second_set | 0x10 | 0x40), ["size-tiered"]);
+        assert_eq!(super::techniques_of(second_set | 0x20 | 0x40), ["forest"]);
+        // Bit 6 of the first set is triad-disk.
+        assert_eq!(super::techniques_of(0x40), ["triad-disk"]);
     }
 
     #[test]

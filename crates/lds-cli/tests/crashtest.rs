@@ -1,5 +1,5 @@
 //! Guards `lds crashtest`: a named workload runs, its crash states are counted and checked
-//! with no failure, and usage errors are named.
+//! with no failure (with engine techniques too), and usage errors are named.
 
 use lds_cli::crashtest::{run_crashtest, CrashtestOptions};
 
@@ -108,4 +108,38 @@ fn an_unknown_technique_is_a_usage_error_naming_the_known_ones() {
     assert_eq!(run_crashtest(&options, &mut out, &mut err), 2);
     let err = String::from_utf8_lossy(&err);
     assert!(err.contains("unknown technique 'warp-drive'") && err.contains("level-pinning"), "{err}");
+}
+
+#[test]
+fn crash_states_with_log_chunks_recover_and_read_through_references() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { ops: 120, technique: "triad-log".into(), ..options("random-log") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    assert_eq!(counts["techniques"], "triad-log");
+    assert!(counts["distinct_images"].as_u64() > Some(500), "{counts}");
+}
+
+#[test]
+fn the_three_triad_techniques_run_together_on_a_volume_with_every_feature_they_need() {
+    // The engine refuses to open a volume without chunk_sketches (triad-disk) or log_tables
+    // (triad-log): a run that checks crash images at all had both.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let technique = "triad-mem,triad-disk,triad-log".to_string();
+    let options = CrashtestOptions { ops: 80, technique, ..options("random-log") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
+}
+
+#[test]
+fn techniques_the_engine_refuses_together_are_a_usage_error() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let options = CrashtestOptions { technique: "triad-log,forest".into(), ..options("random-log") };
+    assert_eq!(run_crashtest(&options, &mut out, &mut err), 2);
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("--technique") && err.contains("triad-log does not go with"), "{err}");
+    assert!(out.is_empty());
 }

@@ -3,6 +3,8 @@
 //! checked and dumped by this build with the state they were frozen with, and this build
 //! can write to them and read them back. A volume of several devices (1.2) keeps its other
 //! devices beside the first as device-N.gz; they are written beside it, where lds finds them.
+//! The 1.6 volumes hold log chunks (SPEC.md §8.9) whose references this build follows, and
+//! take log chunks of this build's too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,10 +71,61 @@ fn fsck_clean(path: &Path, context: &str) -> lds_check::Summary {
     report.summary
 }
 
+/// The live log chunks of the volume at `path` (SPEC.md §8.9), with the oldest log start and
+/// the bytes retained from there, as the engine reads them.
+fn log_chunks(path: &Path) -> (usize, Option<u64>, u64) {
+    let (db, _) =
+        Db::open_read_only(path, Options::default(), Duration::ZERO).unwrap_or_else(|error| panic!("{error}"));
+    let chunks = db.chunks();
+    let starts: Vec<_> = chunks.iter().filter_map(|chunk| chunk.log_start).collect();
+    assert_eq!(starts.len(), chunks.iter().filter(|chunk| chunk.is_log_chunk()).count());
+    (starts.len(), starts.iter().min().map(|start| start.offset), db.stats().log_retained_bytes)
+}
+
+/// A 1.6 volume frozen for its log chunks holds them, and `log_across_wrap`'s retained region
+/// runs across the end of the backup log.
+fn assert_log_chunks(name: &str, path: &Path) {
+    let (count, start, retained) = log_chunks(path);
+    assert!(count >= 2, "{name}: {count} log chunks");
+    assert!(retained > 0, "{name}: log chunks that retain nothing");
+    if name == "v1.6/log_across_wrap" {
+        let image = std::fs::read(path).unwrap_or_else(|error| panic!("{error}"));
+        let labels = lds_volume::read_labels(&MemoryImage(&image)).unwrap_or_else(|error| panic!("{error}"));
+        let len_ring = labels.choose().map(|(_, label)| label.geometry.len_backup_log).unwrap_or(0);
+        let start = start.unwrap_or_else(|| panic!("{name}: no log start"));
+        assert!(
+            start + retained > len_ring,
+            "{name}: the region from {start} ({retained} bytes) stays inside the ring"
+        );
+    }
+}
+
+/// Writes fresh keys to a 1.6 volume with TRIAD-LOG on (small memtables), flushing, so that
+/// this build's log chunks join the frozen ones (its flushes write them only while the ring
+/// has room; the frozen volumes leave some).
+fn write_log_chunks(name: &str, path: &Path, written: &mut State) {
+    let options = Options { write_buffer_size: 1 << 10, ..Options::default() }
+        .with_techniques("triad-log")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let db = Db::open(path, options).unwrap_or_else(|error| panic!("{name}: {error}"));
+    for number in 0..24u32 {
+        let key = format!("log-written-by-this-build-{number:02}").into_bytes();
+        let value = format!("{number}-{}", "t".repeat(60)).into_bytes();
+        db.put(&key, &value, WriteOptions::default()).unwrap_or_else(|error| panic!("{name}: {error}"));
+        written.insert((0, key), value);
+    }
+    db.flush().unwrap_or_else(|error| panic!("{name}: flush: {error}"));
+    let flushes = db.stats().log_chunk_flushes;
+    db.close().unwrap_or_else(|error| panic!("{name}: {error}"));
+    assert!(flushes > 0, "{name}: this build wrote no log chunk");
+}
+
 #[test]
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
-    for (version, count) in [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5), ("v1.5/", 5)] {
+    for (version, count) in
+        [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5), ("v1.5/", 5), ("v1.6/", 7)]
+    {
         assert!(
             volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,
             "{version}: {volumes:?}"
@@ -107,6 +160,11 @@ fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
         let instance_count = labels.choose().map(|(_, label)| label.geometry.instance_count).unwrap_or(1);
         let expected = expected_state(&folder);
         assert!(!expected.is_empty(), "{name}: no state");
+        // 1.6 volumes were written with TRIAD-LOG: the ones named for it hold log chunks whose
+        // references the reads below follow (an engine without the technique reads them).
+        if name.starts_with("v1.6/log_") {
+            assert_log_chunks(&name, &path);
+        }
         assert!(read_state(&path, instance_count) == expected, "{name}: reads differ from the frozen state");
         for instance in 0..instance_count {
             for what in [
@@ -132,6 +190,14 @@ fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
         }
         // This build writes to the old volume; everything reads back and fsck stays clean.
         let mut written = expected.clone();
+        if name.starts_with("v1.6/") {
+            write_log_chunks(&name, &path, &mut written);
+            assert!(
+                read_state(&path, instance_count) == written,
+                "{name}: reads after log chunks of this build differ"
+            );
+            fsck_clean(&path, &format!("{name} after log chunks of this build"));
+        }
         let db = Db::open(&path, Options::default()).unwrap_or_else(|error| panic!("{name}: {error}"));
         db.put(b"written-by-this-build", b"yes", WriteOptions { sync: true }).unwrap_or_else(|error| panic!("{error}"));
         written.insert((0, b"written-by-this-build".to_vec()), b"yes".to_vec());

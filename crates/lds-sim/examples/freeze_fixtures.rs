@@ -14,7 +14,11 @@
 //! whose chunks record xxh3-128 digests (SPEC.md §8.3), 1.4 one-device volumes with value
 //! chunks (SPEC.md §8.6), written with key-value separation, 1.5 one-device volumes whose
 //! level-0 chunks carry key sketches (SPEC.md §8.7), written with deferred level-0 merges
-//! (technique `triad-disk`).
+//! (technique `triad-disk`), 1.6 one-device volumes holding log chunks (SPEC.md §8.9), written
+//! with technique `triad-log` on the simulator's volume for it (a 12 KiB backup log, 1 KiB
+//! write buffers): the four volumes every version has, and three whose log chunks' retained
+//! region crosses the backup log's wrap, lies after regions merges released, and spans a
+//! reopen.
 
 use std::io::Write;
 use std::path::Path;
@@ -24,7 +28,10 @@ use lds_engine::{Db, Options};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label};
 use lds_sim::device::SimDevice;
-use lds_sim::workload::{apply_op, formatted_geometry, layout, named, random_wrap, Op, Workload};
+use lds_sim::workload::{
+    apply_op, formatted_geometry, layout, named, random_wrap, Op, Workload, LOG_TABLES_LEVEL0_TRIGGER,
+    LOG_TABLES_WRITE_BUFFER,
+};
 
 /// The key/value pairs of each instance.
 type States = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
@@ -48,6 +55,15 @@ fn options() -> Options {
     let options = Options { value_separation_min: separate.then_some(24), ..options };
     if lds_sim::workload::techniques().contains("triad-disk") {
         options.with_techniques("triad-disk").unwrap_or_else(|error| panic!("{error}"))
+    } else if lds_sim::workload::techniques().contains("triad-log") {
+        // 1.6: the simulator's write buffer and level-0 trigger for TRIAD-LOG, so that its
+        // 12 KiB backup log retains several memtables' log chunks.
+        let options = Options {
+            write_buffer_size: LOG_TABLES_WRITE_BUFFER,
+            level0_compaction_trigger: LOG_TABLES_LEVEL0_TRIGGER,
+            ..options
+        };
+        options.with_techniques("triad-log").unwrap_or_else(|error| panic!("{error}"))
     } else {
         options
     }
@@ -89,14 +105,16 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
 
 /// The label mkfs of `version` writes: 1.0 no feature; 1.1 (and 1.2, which adds nothing a new
 /// volume has) the sync watermark; 1.3 the fast digest too; 1.4 value chunks too; 1.5 key
-/// sketches with the 1.3 features (`lds mkfs --chunk-sketches`).
+/// sketches with the 1.3 features (`lds mkfs --chunk-sketches`); 1.6 log tables with the 1.3
+/// features (`lds mkfs --log-tables`).
 fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
     match version {
         "1.0" => Label::new(geometry, name),
         "1.1" | "1.2" => Label::new(geometry, name).with_sync_watermark(),
         "1.3" => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
         "1.4" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_value_chunks(),
-        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_chunk_sketches(),
+        "1.5" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_chunk_sketches(),
+        _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_log_tables(),
     }
 }
 
@@ -178,6 +196,9 @@ fn frozen(version: &str) -> Vec<Frozen> {
             states,
         });
     }
+    if version == "1.6" {
+        volumes.extend(frozen_log_chunks(base));
+    }
     if version == "1.4" {
         let (image, states) = write(base(), &[lds_sim::workload::random_values(31, 300)]);
         volumes.push(Frozen {
@@ -188,6 +209,162 @@ fn frozen(version: &str) -> Vec<Frozen> {
             states,
         });
     }
+    volumes
+}
+
+/// What a store's log chunks hold of the backup log (SPEC.md §8.9).
+struct Retained {
+    /// Live log chunks.
+    log_chunks: usize,
+    /// The oldest log start's offset in the backup log area.
+    start: u64,
+    /// Bytes from there to the backup start.
+    bytes: u64,
+}
+
+fn retained(db: &Db) -> Retained {
+    let chunks = db.chunks();
+    let starts: Vec<_> = chunks.iter().filter_map(|chunk| chunk.log_start).collect();
+    let start = starts.iter().min().map_or(0, |start| start.offset);
+    Retained { log_chunks: starts.len(), start, bytes: db.stats().log_retained_bytes }
+}
+
+/// Puts fresh keys (`NAME-00001` on, values of 40 to 200 bytes, one put in sixteen synced, a
+/// flush every `flush_every` puts when not 0) on `db` until `done` holds after one (at most
+/// 5,000); `number` counts the keys written so far.
+fn put_until(db: &Db, name: &str, number: &mut u32, flush_every: u32, done: &mut dyn FnMut(&Db) -> bool) {
+    for _ in 0..5_000 {
+        *number += 1;
+        let key = format!("{name}-{number:05}").into_bytes();
+        let value = format!("{number}-{}", "l".repeat(40 + (*number as usize * 37) % 160)).into_bytes();
+        apply_op(db, &Op::Put { key, value, sync: *number % 16 == 0 })
+            .unwrap_or_else(|error| panic!("{name}: {error}"));
+        if flush_every > 0 && *number % flush_every == 0 {
+            db.flush().unwrap_or_else(|error| panic!("{name}: flush: {error}"));
+        }
+        if done(db) {
+            return;
+        }
+    }
+    panic!("{name}: 5,000 puts did not reach the state the fixture wants");
+}
+
+/// Runs `build` on a store opened on a fresh 1.6 volume of `base` (it may close and reopen
+/// it), then reads the volume back; returns the image and its state, after checking that the
+/// volume still holds log chunks whose region `check` accepts.
+fn write_log_volume(
+    base: &dyn Fn() -> Vec<u8>,
+    name: &str,
+    build: impl FnOnce(&dyn Fn() -> Db) -> Db,
+    check: impl FnOnce(&Retained),
+) -> (Vec<u8>, States) {
+    let device = SimDevice::new(base());
+    let open = || {
+        Db::open_device(Arc::new(device.clone()), Path::new("freeze"), options())
+            .map(|(db, _)| db)
+            .unwrap_or_else(|error| panic!("{name}: open: {error}"))
+    };
+    let db = build(&open);
+    db.close().unwrap_or_else(|error| panic!("{name}: close: {error}"));
+    let (db, _) = Db::open_device_read_only(Arc::new(device.clone()), Path::new("freeze"), options())
+        .unwrap_or_else(|error| panic!("{name}: read back: {error}"));
+    let found = retained(&db);
+    assert!(found.log_chunks > 0, "{name}: no log chunk left");
+    check(&found);
+    let state: Vec<(Vec<u8>, Vec<u8>)> =
+        db.iter().and_then(Iterator::collect).unwrap_or_else(|error| panic!("{name}: read back: {error}"));
+    (device.current(), vec![state])
+}
+
+/// The 1.6 volumes whose log chunks are the point (SPEC.md §8.9): a retained region across
+/// the backup log's wrap, one left after early merges released earlier regions, and one whose
+/// log chunks span reopens.
+fn frozen_log_chunks(base: impl Fn() -> Vec<u8>) -> Vec<Frozen> {
+    let len_ring = formatted_geometry().len_backup_log;
+    let mut volumes = Vec::new();
+    let across = |found: &Retained| found.log_chunks >= 2 && found.start + found.bytes > len_ring;
+    let (image, states) = write_log_volume(
+        &base,
+        "log_across_wrap",
+        |open| {
+            let db = open();
+            let mut number = 0;
+            // Past the first lap of the ring, then until live log chunks retain a region that
+            // runs across its end.
+            put_until(&db, "wrap", &mut number, 0, &mut |db| db.stats().log_chunk_flushes >= 6);
+            put_until(&db, "wrap", &mut number, 0, &mut |db| across(&retained(db)));
+            db
+        },
+        |found| assert!(across(found), "log_across_wrap: the retained region does not cross the wrap"),
+    );
+    volumes.push(Frozen {
+        name: "log_across_wrap",
+        description: "log chunks (technique triad-log) whose retained region of the backup log runs across its wrap, batches after them left to replay",
+        image,
+        devices: Vec::new(),
+        states,
+    });
+    let (image, states) = write_log_volume(
+        &base,
+        "log_released",
+        |open| {
+            let db = open();
+            let mut number = 0;
+            // Early level-0 merges (the retained region left too little room) released
+            // earlier regions twice; then log chunks again, after the released regions.
+            put_until(&db, "released", &mut number, 0, &mut |db| db.stats().log_pressure_merges >= 2);
+            put_until(&db, "released", &mut number, 0, &mut |db| retained(db).log_chunks >= 3);
+            db
+        },
+        |found| assert!(found.log_chunks >= 3, "log_released: {} log chunks", found.log_chunks),
+    );
+    volumes.push(Frozen {
+        name: "log_released",
+        description: "log chunks (technique triad-log) written after early level-0 merges released the regions earlier ones retained; merged chunks in level 1 and below",
+        image,
+        devices: Vec::new(),
+        states,
+    });
+    let (image, states) = write_log_volume(
+        &base,
+        "log_reopened",
+        |open| {
+            let mut db = open();
+            let mut number = 0;
+            let log_chunk_ids =
+                |db: &Db| -> Vec<u64> { db.chunks().iter().filter(|c| c.is_log_chunk()).map(|c| c.chunk_id).collect() };
+            // Three log chunks (a flush every seven puts), then three puts left to replay, a
+            // reopen (the next flush names the replayed batches where recovery found them);
+            // twice.
+            let mut before = Vec::new();
+            for _ in 0..2 {
+                put_until(&db, "reopened", &mut number, 7, &mut |db| db.stats().log_chunk_flushes >= 3);
+                let mut left = 3;
+                put_until(&db, "reopened", &mut number, 0, &mut |_| {
+                    left -= 1;
+                    left == 0
+                });
+                before = log_chunk_ids(&db);
+                db.close().unwrap_or_else(|error| panic!("log_reopened: close: {error}"));
+                db = open();
+            }
+            put_until(&db, "reopened", &mut number, 0, &mut |db| db.stats().log_chunk_flushes >= 1);
+            let after = log_chunk_ids(&db);
+            assert!(
+                after.iter().any(|id| before.contains(id)) && after.iter().any(|id| !before.contains(id)),
+                "log_reopened: no log chunk from before the last reopen beside one from after it ({before:?}, {after:?})"
+            );
+            db
+        },
+        |found| assert!(found.log_chunks >= 2, "log_reopened: {} log chunks", found.log_chunks),
+    );
+    volumes.push(Frozen {
+        name: "log_reopened",
+        description: "log chunks (technique triad-log) written before and after two reopens, the first flush after each naming batches recovery replayed",
+        image,
+        devices: Vec::new(),
+        states,
+    });
     volumes
 }
 
@@ -303,6 +480,7 @@ fn main() {
     match version.as_str() {
         "1.4" => lds_sim::workload::set_techniques("kv-separation"),
         "1.5" => lds_sim::workload::set_techniques("triad-disk"),
+        "1.6" => lds_sim::workload::set_techniques("triad-log"),
         _ => Ok(()),
     }
     .unwrap_or_else(|error| panic!("{error}"));

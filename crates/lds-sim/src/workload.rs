@@ -107,15 +107,46 @@ pub struct Run {
     pub sector_size: u64,
 }
 
+/// The simulator's backup log: 8 KiB, wrapped every few dozen operations.
+pub const BACKUP_LOG_LEN: u64 = 8 << 10;
+
+/// The simulator's backup log with technique `triad-log` (SPEC.md §8.9): 12 KiB, twelve of
+/// `LOG_TABLES_WRITE_BUFFER`. The engine writes a log chunk only while the ring keeps two
+/// write buffers (and four sectors) of room beyond the region it retains, and merges level 0
+/// early once the retained region leaves less (`lds_engine` module `logs`); with the default
+/// write buffer (a third of the ring) no log chunk ever fits. Measured over the seeded
+/// workloads: 12 KiB retains up to about five memtables' parts, so that most flushes write log
+/// chunks, a few fall back to ordinary chunks, the retained region calls for early merges
+/// before `LOG_TABLES_LEVEL0_TRIGGER` chunks do in most workloads, writers sometimes wait for
+/// them, and the ring wraps over released regions every few dozen operations. A 32 KiB ring
+/// retained so much that level 0 always merged by its chunk count first.
+pub const LOG_TABLES_BACKUP_LOG_LEN: u64 = 12 << 10;
+
+/// The write buffer with technique `triad-log`: 1 KiB (see `LOG_TABLES_BACKUP_LOG_LEN`).
+pub const LOG_TABLES_WRITE_BUFFER: usize = 1 << 10;
+
+/// Level-0 chunks that trigger a merge with technique `triad-log`: eight instead of four, so
+/// that the retained region rather than the chunk count calls for most level-0 merges of
+/// log chunks (`Stats::log_pressure_merges`).
+pub const LOG_TABLES_LEVEL0_TRIGGER: usize = 8;
+
+/// True when the techniques of `set_techniques` include `triad-log`.
+fn log_tables_on() -> bool {
+    Options::default().with_techniques(&techniques()).is_ok_and(|options| options.log_tables)
+}
+
 /// The volume the simulator uses: 512-byte sectors and tiny logs, so that short workloads wrap
-/// both logs, trim the version log and compact.
+/// both logs, trim the version log and compact. With technique `triad-log` the backup log is
+/// `LOG_TABLES_BACKUP_LOG_LEN` (the other techniques keep the 8 KiB one their crash counts
+/// and fuzz corpus were measured with).
 pub fn layout() -> LayoutRequest {
+    let len_backup_log = if log_tables_on() { LOG_TABLES_BACKUP_LOG_LEN } else { BACKUP_LOG_LEN };
     LayoutRequest {
         volume_len: 3 << 20,
         sector_size: Some(512),
         slot_size: Some(64 << 10),
         len_version_log: Some(16 << 10),
-        len_backup_log: Some(8 << 10),
+        len_backup_log: Some(len_backup_log),
         ..LayoutRequest::default()
     }
 }
@@ -167,11 +198,23 @@ pub fn label_for_techniques(label: Label) -> Label {
 }
 
 /// Switches engine techniques on for every store the simulator opens from now on in this
-/// thread (names as `lds_engine::Options::with_techniques` takes them; empty for none).
+/// thread (names as `lds_engine::Options::with_techniques` takes them; empty for none). With
+/// `triad-log` the volumes formatted from then on have the larger backup log of
+/// `LOG_TABLES_BACKUP_LOG_LEN` too.
 pub fn set_techniques(names: &str) -> Result<(), String> {
     Options::default().with_techniques(names)?;
     TECHNIQUES.with(|techniques| *techniques.borrow_mut() = names.to_string());
     Ok(())
+}
+
+/// Checks that the engine takes the techniques `set_techniques` switched on together: opens a
+/// store with them on a fresh simulated volume (the engine refuses some sets, such as
+/// `triad-log` with `size-tiered` or `forest`); the engine's refusal is the error.
+pub fn check_techniques() -> Result<(), String> {
+    let device = SimDevice::new(formatted_image()?);
+    let (db, _) = Db::open_device(Arc::new(device), Path::new("simulated"), options(true))
+        .map_err(|error| format!("techniques '{}': {error}", techniques()))?;
+    db.close().map_err(|error| error.to_string())
 }
 
 /// The techniques `set_techniques` switched on in this thread.
@@ -181,7 +224,8 @@ pub fn techniques() -> String {
 
 /// Engine options for simulation: inline (deterministic), small levels; `log_buffer_bytes`
 /// 0 when `unbuffered`, so that every batch reaches the device; the techniques of
-/// `set_techniques`.
+/// `set_techniques` (with `triad-log`, the write buffer and level-0 trigger of
+/// `LOG_TABLES_WRITE_BUFFER` and `LOG_TABLES_LEVEL0_TRIGGER`).
 pub fn options(unbuffered: bool) -> Options {
     let options = Options {
         background: false,
@@ -201,6 +245,11 @@ pub fn options(unbuffered: bool) -> Options {
     };
     // `set_techniques` checked the names.
     let mut options = options.clone().with_techniques(&techniques()).unwrap_or(options);
+    if options.log_tables {
+        // Memtables small against the ring, so that it retains several (SPEC.md §8.9).
+        options.write_buffer_size = LOG_TABLES_WRITE_BUFFER;
+        options.level0_compaction_trigger = LOG_TABLES_LEVEL0_TRIGGER;
+    }
     if options.value_separation_min.is_some() {
         // The simulator's values are 1 byte to tens of KiB: most go to value chunks at
         // flush, those too large for a batch (the 8 KiB backup log takes about 1.6 KiB) before
@@ -434,8 +483,9 @@ pub fn random_journal(seed: u64, len: usize) -> Workload {
     Workload { name: format!("random-journal-{seed}"), ops }
 }
 
-/// The seeded workload generators of `lds crashtest --workload`: `random`, `random-wrap` and
-/// `random-journal`.
+/// The seeded workload generators of `lds crashtest --workload`: `random`, `random-wrap`,
+/// `random-journal`, `random-values`, `random-level0`, `random-tiered`, `random-forest` and
+/// `random-log`.
 pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
     match name {
         "random" => Some(random(seed, len)),
@@ -445,8 +495,59 @@ pub fn seeded(name: &str, seed: u64, len: usize) -> Option<Workload> {
         "random-level0" => Some(random_level0(seed, len)),
         "random-tiered" => Some(random_tiered(seed, len)),
         "random-forest" => Some(random_forest(seed, len)),
+        "random-log" => Some(random_log(seed, len)),
         _ => None,
     }
+}
+
+/// A random workload for TRIAD-LOG (`--technique triad-log`, SPEC.md §8.9): mostly fresh keys
+/// (a counter), so that most memtables keep at least 80% of their part of the backup log and
+/// their flushes write log chunks; values of 16 to 300 bytes (most at least as long as a log
+/// reference, a few shorter, which stay in the chunk), one in sixteen of 600 to 2,000 bytes
+/// (as large as the simulator's write buffer with the technique and more: appends that find
+/// the ring full, so that writers wait for the merge that releases it); overwrites and deletes
+/// of recent keys,
+/// batches, a tenth of the writes synced, explicit flushes, reopens (replayed batches named by
+/// the next flush) and manual compactions (merges that resolve every reference).
+pub fn random_log(seed: u64, len: usize) -> Workload {
+    let mut random = Random(seed.wrapping_mul(0xE703_7ED1_A0B4_28DB) | 1);
+    let mut ops = Vec::with_capacity(len);
+    let mut next = 0u64;
+    let value = |random: &mut Random| {
+        let len = if random.below(16) == 0 { 600 + random.below(1400) } else { 16 + random.below(285) } as usize;
+        let seed = random.next_u64() as usize;
+        (0..len).map(|index| b'a' + ((seed + index * 5) % 26) as u8).collect::<Vec<u8>>()
+    };
+    let recent = |random: &mut Random, next: u64| {
+        let back = random.below(24).min(next);
+        format!("log-{:05}", next.saturating_sub(back)).into_bytes()
+    };
+    for _ in 0..len {
+        let sync = random.below(10) == 0;
+        let op = match random.below(100) {
+            0..=64 => {
+                next += 1;
+                Op::Put { key: format!("log-{next:05}").into_bytes(), value: value(&mut random), sync }
+            }
+            65..=71 => Op::Put { key: recent(&mut random, next), value: value(&mut random), sync },
+            72..=76 => Op::Delete { key: recent(&mut random, next), sync },
+            77..=88 => {
+                let entries = (0..1 + random.below(4))
+                    .map(|_| {
+                        next += 1;
+                        let key = format!("log-{next:05}").into_bytes();
+                        (key, (random.below(6) > 0).then(|| value(&mut random)))
+                    })
+                    .collect();
+                Op::Batch { entries, sync }
+            }
+            89..=93 => Op::Flush,
+            94..=95 => Op::Compact,
+            _ => Op::Reopen,
+        };
+        ops.push(op);
+    }
+    Workload { name: format!("random-log-{seed}"), ops }
 }
 
 /// A random workload of values of 500 to 3,000 bytes over 400 keys, with flushes, deletes and
