@@ -138,6 +138,8 @@ fn dump_everything(image: &[u8], instance_count: u32, clean: bool) {
                 for &chunk_id in recovery.version_log.version.chunks.keys().take(DUMPED_CHUNKS_MAX) {
                     dump(DumpWhat::Chunk(chunk_id), 0, false);
                     dump(DumpWhat::Chunk(chunk_id), 0, true);
+                    // Log references followed into the backup log (SPEC.md §8.9).
+                    dump(DumpWhat::ChunkResolved(chunk_id), 0, true);
                 }
             }
         }
