@@ -22,7 +22,8 @@ beside the measured ratio. Needs root (loop devices); every loop device it attac
 detached on the way out, also on failure. Usage:
 
     sudo python3 tools/bench/ablation.py --lds target/release/lds [--repeat 3] [--num 500000]
-        [--configs off,triad-log]   # run these only; the table takes the others' stored runs
+        [--configs 'off;triad-log'] [--groups 'uniform;skewed']   # run these only; the table
+                                    # takes the others' stored runs
 """
 
 import argparse
@@ -152,6 +153,8 @@ def main():
     parser.add_argument("--markdown", default="docs/bench/ablation.md")
     parser.add_argument("--configs", default=";".join(CONFIGS),
                         help="configurations to run, separated by ';' (the table takes the others' stored runs)")
+    parser.add_argument("--groups", default=";".join(GROUPS),
+                        help="workload groups to run, separated by ';' (the others keep their stored runs)")
     parser.add_argument("--from-runs", action="store_true",
                         help="write the markdown from the runs already in --out instead of running them")
     args = parser.parse_args()
@@ -174,7 +177,8 @@ def main():
     with ExitStack() as stack:
         loop = Loop(work / "ablation.img", size_bytes)
         stack.callback(loop.close)
-        for group, workloads in GROUPS.items():
+        groups = [group for group in args.groups.split(";") if group]
+        for group, workloads in [(group, workloads) for group, workloads in GROUPS.items() if group in groups]:
             for config in [config for config in configs(group) if config in chosen]:
                 documents = []
                 for run in range(args.repeat):

@@ -26,8 +26,7 @@ use crate::version::slots::release;
 /// With key-value separation, its large values go to new value chunks written with them
 /// (SPEC.md §8.6), and the delta version adds those and the pending value chunks its pointers
 /// name; pending value chunks only its dropped entries named are freed.
-/// `log_chunk`: the ring has room to retain the memtable's part of the backup log, so that
-/// its puts may become log references (when most of its part is newest versions).
+/// `log_chunk`: its puts may become log references (TRIAD-LOG, `crate::logs::log_chunk_wanted`).
 pub(crate) fn flush_frozen(
     shared: &Shared,
     table: &MemTable,
@@ -37,8 +36,12 @@ pub(crate) fn flush_frozen(
     log_chunk: bool,
 ) -> Result<()> {
     let smallest_snapshot = shared.smallest_snapshot();
-    let batches = if log_chunk { log_batches(shared, table, held, smallest_snapshot) } else { None };
-    let mut references = 0u64;
+    // What the memtable's part of the backup log holds (TRIAD-LOG), and what this flush keeps
+    // of it: the next flush judges TRIAD's condition by it.
+    let tracked = table.batches();
+    let logged: u64 = tracked.iter().flatten().map(|batch| u64::from(batch.num_entries)).sum();
+    let batches = tracked.filter(|_| log_chunk);
+    let (mut references, mut kept_entries) = (0u64, 0u64);
     let mut retention = Retention::new(smallest_snapshot);
     let mut format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
     if shared.sketches {
@@ -52,6 +55,7 @@ pub(crate) fn flush_frozen(
             // Held in the new memtable (TRIAD-MEM): its value chunks, if any, are freed.
             separator.drop_entry(kind, value);
         } else if retention.keep(key, sequence, kind, |_| false) {
+            kept_entries += 1;
             let (kind, value) = separator.keep(shared, kind, value);
             // A put at least as long as its reference stays in the backup log (TRIAD-LOG).
             let reference = batches
@@ -122,30 +126,10 @@ pub(crate) fn flush_frozen(
         state.pending_values.remove(id);
     }
     shared.counters.memtable_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::logs::record_unique(shared, kept_entries, logged);
     if references > 0 {
         shared.counters.log_chunk_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         shared.counters.log_references.fetch_add(references, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(())
-}
-
-/// The memtable's batches, when its flush may write log references: it records them, and
-/// it keeps enough of the entries its part of the log holds (`crate::logs::mostly_unique`;
-/// counted with the flush's own rule, before the flush).
-fn log_batches(
-    shared: &Shared,
-    table: &MemTable,
-    held: &std::collections::HashSet<Vec<u8>>,
-    smallest_snapshot: u64,
-) -> Option<Vec<crate::memtable::BatchPosition>> {
-    let batches = table.batches()?;
-    let logged: u64 = batches.iter().map(|batch| u64::from(batch.num_entries)).sum();
-    let mut retention = Retention::new(smallest_snapshot);
-    let mut kept = 0u64;
-    table.visit(|key, sequence, kind, _| {
-        if !held.contains(key) && retention.keep(key, sequence, kind, |_| false) {
-            kept += 1;
-        }
-    });
-    crate::logs::mostly_unique(shared, kept, logged).then_some(batches)
 }

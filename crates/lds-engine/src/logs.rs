@@ -4,7 +4,7 @@
 //!
 //! 1. Each memtable records where its batches lie in the backup log (`BatchPosition`), so
 //!    that its flush can name every put's batch and index.
-//! 2. A flush writes a log chunk (`log_chunk_room`, `mostly_unique`) only while the ring has room to retain
+//! 2. A flush writes a log chunk (`log_chunk_wanted`) only while the ring has room to retain
 //!    its part of the log and to take the next two memtables, and when most of its part is
 //!    newest versions (TRIAD's condition: retaining a log of overwritten values costs ring
 //!    space for nothing). Otherwise it writes an ordinary chunk, as without the technique.
@@ -25,7 +25,7 @@ use lds_format::label::LogKind;
 use lds_format::logref::LogPosition;
 
 use crate::error::Result;
-use crate::state::{Shared, TreeState};
+use crate::state::{Frozen, Shared, TreeState};
 use crate::table::log::ring_distance;
 use crate::version::published::Published;
 
@@ -35,23 +35,41 @@ fn ring_reserve(shared: &Shared) -> u64 {
     2 * shared.options.write_buffer_size as u64 + 4 * u64::from(shared.geometry.sector_size)
 }
 
-/// True when the flush of a memtable whose part of the log ends at `backup_start` may write
-/// a log chunk: the technique is on and the ring can retain everything from the retention
-/// start to there and still take the next two memtables.
-pub(crate) fn log_chunk_room(shared: &Shared, state: &TreeState, backup_start: (u64, u64)) -> bool {
+/// True when the flush of `frozen` should write a log chunk: the technique is on; the last
+/// flush kept most of its part of the log (`record_unique`); the ring can retain everything
+/// from the retention start to the frozen memtable's end and still take the next two
+/// memtables; and its keys overlap a chunk of level 0 or 1 (or both are empty), so that its
+/// chunk will be merged anyway (a chunk that overlaps what is there, as sequential writes
+/// make, moves down without rewriting as an ordinary chunk, which a log chunk cannot).
+pub(crate) fn log_chunk_wanted(shared: &Shared, state: &TreeState, frozen: &Frozen) -> bool {
     if !shared.log_tables {
         return false;
     }
-    let end = LogPosition { offset: backup_start.0, lsn: backup_start.1 };
+    let unique = shared.log_unique_percent.load(Ordering::Relaxed);
+    if unique < u64::from(shared.options.log_tables_unique_percent.min(100)) {
+        return false;
+    }
+    let end = LogPosition { offset: frozen.backup_start.0, lsn: frozen.backup_start.1 };
     let retained = ring_distance(state.retention, end, shared.geometry.len_backup_log);
-    retained + ring_reserve(shared) <= shared.geometry.len_backup_log
+    if retained + ring_reserve(shared) > shared.geometry.len_backup_log {
+        return false;
+    }
+    let Some((smallest, largest)) = frozen.table.key_range() else { return false };
+    let version = state.version();
+    let upper: Vec<&lds_format::version::ChunkMeta> = (0..2u8).flat_map(|level| version.level(level)).collect();
+    upper.is_empty()
+        || upper.iter().any(|chunk| {
+            chunk.smallest_key.as_slice() <= largest.as_slice() && smallest.as_slice() <= chunk.largest_key.as_slice()
+        })
 }
 
-/// TRIAD's condition: the flush keeps at least `Options::log_tables_unique_percent` of the
-/// entries its part of the log holds (the rest are overwritten versions the ring would keep
-/// for nothing).
-pub(crate) fn mostly_unique(shared: &Shared, kept: u64, logged: u64) -> bool {
-    logged > 0 && kept * 100 >= logged * u64::from(shared.options.log_tables_unique_percent.min(100))
+/// TRIAD's condition, recorded by a flush for the next: it kept at least
+/// `Options::log_tables_unique_percent` of the entries its part of the log holds (the rest are
+/// overwritten versions the ring would keep for nothing).
+pub(crate) fn record_unique(shared: &Shared, kept: u64, logged: u64) {
+    if let Some(percent) = (kept * 100).checked_div(logged) {
+        shared.log_unique_percent.store(percent, Ordering::Relaxed);
+    }
 }
 
 /// True when level 0 should merge now, whatever its chunk count: the version has log chunks

@@ -179,6 +179,12 @@ impl MemTable {
             .collect()
     }
 
+    /// The smallest and largest user keys it holds.
+    pub fn key_range(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        let (first, last) = (self.entries.front()?, self.entries.back()?);
+        Some((first.key().0 .0.clone(), last.key().0 .0.clone()))
+    }
+
     /// Approximate bytes held.
     pub fn approximate_bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)

@@ -233,6 +233,13 @@ pub(crate) struct Shared {
     pub(crate) merger: Mutex<Option<Merger>>,
     /// Slot-sized read buffers merges reuse (`compaction::merge::MergeContext`).
     pub(crate) merge_buffers: Mutex<Vec<Vec<u8>>>,
+    /// The buffer the last merge of log chunks read its retained region into, reused by the
+    /// next (TRIAD-LOG: a fresh one of tens of MiB costs a page fault per page).
+    pub(crate) log_region_buffer: Mutex<Vec<u8>>,
+    /// The percent of its part of the backup log's entries the last flush kept (TRIAD-LOG's
+    /// condition for a log chunk, judged on the flush before: counting first would cost a
+    /// second walk of the memtable).
+    pub(crate) log_unique_percent: AtomicU64,
     /// The label has feature `value_chunks` (SPEC.md §8.6): pointers may be read, and every
     /// commit keeps the value section.
     pub(crate) value_chunks: bool,

@@ -108,6 +108,7 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
         return Ok(None);
     }
     let finished = Finished { manual: merger.manual, source_level: merger.source_level };
+    crate::compaction::keep_log_region_buffer(shared, merger);
     *slot = None;
     Ok(Some(finished))
 }
@@ -130,7 +131,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         let (backup_start, last_sequence) = (frozen.backup_start, frozen.last_sequence);
         let held = frozen.held.clone();
         // TRIAD-LOG: a log chunk while the ring has room to retain its part (`crate::logs`).
-        let log_chunk = crate::logs::log_chunk_room(shared, &state, backup_start);
+        let log_chunk = crate::logs::log_chunk_wanted(shared, &state, frozen);
         drop(state);
         let result = crate::flush::flush_frozen(shared, &table, &held, backup_start, last_sequence, log_chunk);
         state = shared.lock_state();

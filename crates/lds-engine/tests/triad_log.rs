@@ -18,6 +18,11 @@ fn options() -> Options {
         .unwrap_or_else(|error| panic!("{error}"))
 }
 
+/// `options` with room for eight level-0 chunks before a merge.
+fn eight() -> Options {
+    Options { level0_compaction_trigger: 8, ..options() }
+}
+
 fn image(name: &str, len_backup_log: u64) -> Image {
     let layout = lds_format::label::LayoutRequest {
         slot_size: Some(256 << 10),
@@ -47,7 +52,7 @@ fn log_chunks(db: &Db) -> usize {
 fn log_chunks_hold_references_read_back_across_reopens_and_merge_into_ordinary_chunks() {
     let image = image("triad-log", 2 << 20);
     let mut model = BTreeMap::new();
-    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("{error}"));
+    let db = Db::open(image.path(), eight()).unwrap_or_else(|error| panic!("{error}"));
     fill(&db, &mut model, 0..600, 0);
     db.flush().unwrap_or_else(|error| panic!("{error}"));
     let stats = db.stats();
@@ -66,7 +71,7 @@ fn log_chunks_hold_references_read_back_across_reopens_and_merge_into_ordinary_c
     drop(db);
 
     // Reopened: the retention start is the log chunk's start, the references still resolve.
-    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("{error}"));
+    let db = Db::open(image.path(), eight()).unwrap_or_else(|error| panic!("{error}"));
     assert_matches_model(&db, &model, 5, "after a reopen");
     assert_eq!(
         db.chunks().into_iter().find(|chunk| chunk.is_log_chunk()).and_then(|chunk| chunk.log_start),
@@ -86,7 +91,7 @@ fn log_chunks_hold_references_read_back_across_reopens_and_merge_into_ordinary_c
     assert_eq!(db.stats().log_retained_bytes, 0);
     assert_matches_model(&db, &model, 3, "after a full compaction");
     drop(db);
-    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("{error}"));
+    let db = Db::open(image.path(), eight()).unwrap_or_else(|error| panic!("{error}"));
     assert_matches_model(&db, &model, 11, "reopened after the compaction");
     // An engine without the technique reads the volume the same way.
     drop(db);
@@ -157,15 +162,24 @@ fn an_open_iterator_keeps_the_objects_its_version_names() {
 #[test]
 fn mostly_overwritten_memtables_and_a_technique_off_write_ordinary_chunks() {
     let image = image("triad-log-fallback", 2 << 20);
-    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("{error}"));
+    let db = Db::open(image.path(), eight()).unwrap_or_else(|error| panic!("{error}"));
     let mut model = BTreeMap::new();
-    // 20 keys written 30 times each: 1 entry in 30 is kept, far below 80%.
+    // 20 keys written 30 times each: 1 entry in 30 is kept, far below 80%. TRIAD's condition
+    // is judged on the flush before: the first such flush still writes a log chunk (no flush
+    // came before it), the next ones do not.
     for round in 0..30 {
         fill(&db, &mut model, 0..20, round);
     }
     db.flush().unwrap_or_else(|error| panic!("{error}"));
-    assert_eq!(db.stats().log_chunk_flushes, 0);
-    assert_eq!(log_chunks(&db), 0);
+    assert_eq!(db.stats().log_chunk_flushes, 1);
+    for flush in 0..3 {
+        for round in 0..30 {
+            fill(&db, &mut model, 0..20, 100 + 30 * flush + round);
+        }
+        db.flush().unwrap_or_else(|error| panic!("{error}"));
+    }
+    assert_eq!(db.stats().log_chunk_flushes, 1, "mostly overwritten memtables write ordinary chunks");
+    assert_eq!(db.stats().memtable_flushes, 4);
     assert_matches_model(&db, &model, 1, "overwrites");
     drop(db);
     let plain = Options { background: false, write_buffer_size: 64 << 10, ..Options::default() };
@@ -174,6 +188,29 @@ fn mostly_overwritten_memtables_and_a_technique_off_write_ordinary_chunks() {
     db.flush().unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(log_chunks(&db), 0, "the technique is off");
     assert_matches_model(&db, &model, 3, "technique off");
+}
+
+#[test]
+fn sequential_flushes_write_ordinary_chunks_that_move_down() {
+    let image = image("triad-log-sequential", 2 << 20);
+    let db = Db::open(image.path(), eight()).unwrap_or_else(|error| panic!("{error}"));
+    let mut model = BTreeMap::new();
+    // Into an empty tree: a log chunk.
+    fill(&db, &mut model, 0..600, 0);
+    db.flush().unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(db.stats().log_chunk_flushes, 1);
+    // Past every key there: ordinary chunks, which overlap nothing.
+    for batch in 1..4u32 {
+        fill(&db, &mut model, batch * 1_000..batch * 1_000 + 600, 0);
+        db.flush().unwrap_or_else(|error| panic!("{error}"));
+    }
+    assert_eq!(db.stats().log_chunk_flushes, 1, "{:?}", db.stats());
+    assert_eq!(log_chunks(&db), 1);
+    // Overwrites across them: a log chunk again.
+    fill(&db, &mut model, 500..3_100, 1);
+    db.flush().unwrap_or_else(|error| panic!("{error}"));
+    assert!(db.stats().log_chunk_flushes >= 2, "{:?}", db.stats());
+    assert_matches_model(&db, &model, 7, "sequential then overwrites");
 }
 
 #[test]

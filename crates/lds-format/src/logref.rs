@@ -91,48 +91,43 @@ impl PartialOrd for LogPosition {
 
 /// A write batch read from the backup log for its references: the object's lsn and first
 /// sequence number, and where each entry's key and value lie in the object's bytes, so that a
-/// merge following many references into one batch checks and decodes it once.
+/// reader following many references into one batch checks and decodes it once.
 #[derive(Debug, Clone)]
 pub struct LogBatch {
+    /// Where it is and what it starts with.
+    pub at: BatchAt,
+    /// Each entry: kind, and the positions of its key and value in the object's bytes.
+    pub entries: Vec<EntrySpans>,
+}
+
+/// A write batch's place in the log and its first sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchAt {
     /// The object's offset in the area.
     pub offset: u64,
     /// The object's lsn.
     pub lsn: u64,
     /// The sequence number of its first entry.
     pub first_sequence: u64,
-    /// Each entry: kind, and the positions of its key and value in the object's bytes.
-    pub entries: Vec<(EntryKind, Span, Span)>,
 }
 
 /// Where bytes lie in a buffer: start and length.
 pub type Span = (u32, u32);
 
+/// A batch entry's kind and where its key and value lie in the object's bytes.
+pub type EntrySpans = (EntryKind, Span, Span);
+
 impl LogBatch {
     /// Reads the write batch at `offset` of its area from `object` (the area's bytes from
     /// `offset` on, at least the whole object), checked by SPEC.md §5 and §7.
     pub fn read(object: &[u8], offset: u64, context: &AreaContext) -> Result<Self, FormatError> {
-        let at = context.ofs_area + offset;
-        let raw = read_object_at(object, offset, context)?;
-        if raw.object_type != ObjectType::WriteBatch {
-            return Err(FormatError::invalid(
-                "log reference",
-                "ofs_object",
-                at,
-                format!("names a {}, not a write batch", raw.object_type.name()),
-            ));
-        }
-        let base = object.as_ptr() as usize;
-        let position = |part: &[u8]| ((part.as_ptr() as usize - base) as u32, part.len() as u32);
         let mut entries = Vec::new();
-        let first_sequence = decode_entries(raw.payload, at + crate::log::HEADER_LEN as u64, |kind, key, value| {
-            entries.push((kind, position(key), position(value)));
-        })?;
-        Ok(Self { offset, lsn: raw.header.lsn, first_sequence, entries })
+        let at = read_entries(object, offset, context, &mut entries)?;
+        Ok(Self { at, entries })
     }
 
     /// The value `reference` names in this batch (whose bytes are `object`), checked by
-    /// SPEC.md §8.9 against the referencing entry's `key` and `sequence`: the lsn, the entry's
-    /// existence, kind, key, sequence number and value length.
+    /// SPEC.md §8.9 against the referencing entry's `key` and `sequence`.
     pub fn value<'a>(
         &self,
         object: &'a [u8],
@@ -141,50 +136,91 @@ impl LogBatch {
         key: &[u8],
         sequence: u64,
     ) -> Result<&'a [u8], FormatError> {
-        const S: &str = "log reference";
-        let at = context.ofs_area + reference.ofs_object;
-        let slice = |(start, len): Span| &object[start as usize..start as usize + len as usize];
-        if self.offset != reference.ofs_object || self.lsn != reference.lsn {
-            return Err(FormatError::invalid(
-                S,
-                "lsn",
-                at,
-                format!(
-                    "the batch there has lsn {}, the reference names {} (the log moved past it)",
-                    self.lsn, reference.lsn
-                ),
-            ));
-        }
-        let Some(&(kind, entry_key, value)) = self.entries.get(reference.entry_index as usize) else {
-            return Err(FormatError::invalid(
-                S,
-                "entry_index",
-                at,
-                format!("{} but the batch has {} entries", reference.entry_index, self.entries.len()),
-            ));
-        };
-        let entry_sequence = self.first_sequence + u64::from(reference.entry_index);
-        if kind != EntryKind::Put {
-            return Err(FormatError::invalid(S, "entry_index", at, format!("names a {}, not a put", kind.name())));
-        }
-        if slice(entry_key) != key || entry_sequence != sequence {
-            return Err(FormatError::invalid(
-                S,
-                "entry_index",
-                at,
-                format!("names another entry (sequence {entry_sequence}, not {sequence}, or another key)"),
-            ));
-        }
-        if u64::from(value.1) != u64::from(reference.len_value) {
-            return Err(FormatError::invalid(
-                S,
-                "len_value",
-                at,
-                format!("{} but the entry's value has {} bytes", reference.len_value, value.1),
-            ));
-        }
-        Ok(slice(value))
+        entry_value(object, self.at, &self.entries, reference, context, key, sequence)
     }
+}
+
+/// Reads the write batch at `offset` as [`LogBatch::read`] does, appending its entries'
+/// spans to `entries` (a reader of many batches keeps them all in one vector).
+pub fn read_entries(
+    object: &[u8],
+    offset: u64,
+    context: &AreaContext,
+    entries: &mut Vec<EntrySpans>,
+) -> Result<BatchAt, FormatError> {
+    let at = context.ofs_area + offset;
+    let raw = read_object_at(object, offset, context)?;
+    if raw.object_type != ObjectType::WriteBatch {
+        return Err(FormatError::invalid(
+            "log reference",
+            "ofs_object",
+            at,
+            format!("names a {}, not a write batch", raw.object_type.name()),
+        ));
+    }
+    let base = object.as_ptr() as usize;
+    let position = |part: &[u8]| ((part.as_ptr() as usize - base) as u32, part.len() as u32);
+    let first_sequence = decode_entries(raw.payload, at + crate::log::HEADER_LEN as u64, |kind, key, value| {
+        entries.push((kind, position(key), position(value)));
+    })?;
+    Ok(BatchAt { offset, lsn: raw.header.lsn, first_sequence })
+}
+
+/// The value `reference` names in the batch `batch` whose bytes are `object` and whose
+/// entries are `entries`, checked by SPEC.md §8.9 against the referencing entry's `key` and
+/// `sequence`: the lsn, the entry's existence, kind, key, sequence number and value length.
+pub fn entry_value<'a>(
+    object: &'a [u8],
+    batch: BatchAt,
+    entries: &[EntrySpans],
+    reference: &LogRef,
+    context: &AreaContext,
+    key: &[u8],
+    sequence: u64,
+) -> Result<&'a [u8], FormatError> {
+    const S: &str = "log reference";
+    let at = context.ofs_area + reference.ofs_object;
+    let slice = |(start, len): Span| &object[start as usize..start as usize + len as usize];
+    if batch.offset != reference.ofs_object || batch.lsn != reference.lsn {
+        return Err(FormatError::invalid(
+            S,
+            "lsn",
+            at,
+            format!(
+                "the batch there has lsn {}, the reference names {} (the log moved past it)",
+                batch.lsn, reference.lsn
+            ),
+        ));
+    }
+    let Some(&(kind, entry_key, value)) = entries.get(reference.entry_index as usize) else {
+        return Err(FormatError::invalid(
+            S,
+            "entry_index",
+            at,
+            format!("{} but the batch has {} entries", reference.entry_index, entries.len()),
+        ));
+    };
+    let entry_sequence = batch.first_sequence + u64::from(reference.entry_index);
+    if kind != EntryKind::Put {
+        return Err(FormatError::invalid(S, "entry_index", at, format!("names a {}, not a put", kind.name())));
+    }
+    if slice(entry_key) != key || entry_sequence != sequence {
+        return Err(FormatError::invalid(
+            S,
+            "entry_index",
+            at,
+            format!("names another entry (sequence {entry_sequence}, not {sequence}, or another key)"),
+        ));
+    }
+    if u64::from(value.1) != u64::from(reference.len_value) {
+        return Err(FormatError::invalid(
+            S,
+            "len_value",
+            at,
+            format!("{} but the entry's value has {} bytes", reference.len_value, value.1),
+        ));
+    }
+    Ok(slice(value))
 }
 
 /// The value `reference` names, checked by SPEC.md §8.9: `object` holds the backup log area's

@@ -143,9 +143,18 @@ pub(crate) fn read_log_region(
 ) -> Result<()> {
     let context =
         lds_format::image::area_context(&shared.geometry, lds_format::label::LogKind::Backup, shared.instance);
+    let buffer =
+        std::mem::take(&mut *shared.log_region_buffer.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     merger.log_region =
-        crate::table::log::LogRegion::read(shared.device.as_ref(), context, version, merger.inputs.iter())?;
+        crate::table::log::LogRegion::read(shared.device.as_ref(), context, version, merger.inputs.iter(), buffer)?;
     Ok(())
+}
+
+/// Keeps a finished merge's log region buffer for the next merge of log chunks.
+pub(crate) fn keep_log_region_buffer(shared: &Shared, merger: &mut Merger) {
+    if let Some(region) = merger.log_region.take() {
+        *shared.log_region_buffer.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = region.into_buffer();
+    }
 }
 
 /// Outputs a size-tiered merge writes per step (bounding the memory it holds).

@@ -504,6 +504,8 @@ fn assemble(
         search_pool,
         merger: Mutex::new(None),
         merge_buffers: Mutex::new(Vec::new()),
+        log_region_buffer: Mutex::new(Vec::new()),
+        log_unique_percent: AtomicU64::new(100),
         counters: crate::state::Counters::default(),
         value_chunks: label.has_value_chunks(),
         sketches: label.has_chunk_sketches(),

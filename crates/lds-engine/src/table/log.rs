@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use lds_format::log::{AreaContext, ObjectHeader, HEADER_LEN};
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
+use lds_format::logref::{entry_value, read_entries, BatchAt, EntrySpans, LogPosition, LogRef};
 use lds_format::version::Version;
 use lds_volume::BlockDevice;
 
@@ -94,23 +94,34 @@ fn read_object_bytes(device: &dyn BlockDevice, context: &AreaContext, offset: u6
 
 /// The retained region of the backup log a merge of log chunks reads its values from: read
 /// once, sequentially, from the oldest log start of its inputs to the version's backup start
-/// (at most the ring), each batch checked and decoded once.
+/// (at most the ring), each batch checked and decoded once (its entries' places kept in one
+/// vector for the whole region: a batch of one put costs no allocation of its own).
 pub(crate) struct LogRegion {
     context: AreaContext,
     /// The region's bytes: `[start, end)` of the area, the part before the wrap first.
     bytes: Vec<u8>,
     start: u64,
-    batches: HashMap<u64, LogBatch>,
+    /// The batches read so far, by offset: what they are and their entries in `entries`.
+    batches: HashMap<u64, (BatchAt, usize, usize)>,
+    entries: Vec<EntrySpans>,
+}
+
+/// The bytes of `bytes` (the region from area offset `start`) from area offset `offset` on
+/// (empty outside the region).
+fn region_from(bytes: &[u8], start: u64, len_area: u64, offset: u64) -> &[u8] {
+    let index = if offset >= start { offset - start } else { len_area - start + offset };
+    bytes.get(index as usize..).unwrap_or(&[])
 }
 
 impl LogRegion {
-    /// The region the log chunks of `inputs` name in `version`; `None` when none is a log
-    /// chunk.
+    /// The region the log chunks of `inputs` name in `version`, read into `buffer` (an earlier
+    /// region's, reused: its pages are mapped already); `None` when none is a log chunk.
     pub(crate) fn read<'a>(
         device: &dyn BlockDevice,
         context: AreaContext,
         version: &Version,
         inputs: impl Iterator<Item = &'a lds_format::version::ChunkMeta>,
+        buffer: Vec<u8>,
     ) -> Result<Option<Self>> {
         let Some(start) = inputs.filter_map(|chunk| chunk.log_start).min() else { return Ok(None) };
         if start.offset >= context.len_area {
@@ -126,34 +137,40 @@ impl LogRegion {
         }
         let end = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
         let len = ring_distance(start, end, context.len_area);
-        let mut bytes = vec![0u8; len as usize];
+        let mut bytes = buffer;
+        bytes.clear();
+        bytes.resize(len as usize, 0);
         let first = len.min(context.len_area - start.offset);
         device.read_at(context.ofs_area + start.offset, &mut bytes[..first as usize])?;
         if first < len {
             device.read_at(context.ofs_area, &mut bytes[first as usize..])?;
         }
-        Ok(Some(Self { context, bytes, start: start.offset, batches: HashMap::new() }))
+        Ok(Some(Self { context, bytes, start: start.offset, batches: HashMap::new(), entries: Vec::new() }))
     }
 
-    /// The region's bytes from area offset `offset` on (empty outside it).
-    fn from(&self, offset: u64) -> &[u8] {
-        let index =
-            if offset >= self.start { offset - self.start } else { self.context.len_area - self.start + offset };
-        self.bytes.get(index as usize..).unwrap_or(&[])
+    /// The region's buffer, for the next region.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        self.bytes
     }
 
     /// The value a log reference names (checked as `read` checks it).
     pub(crate) fn value(&mut self, device: &dyn BlockDevice, key: &[u8], sequence: u64, value: &[u8]) -> Result<&[u8]> {
         let reference = LogRef::decode(value, 0).map_err(|error| corrupt(device, error))?;
         let offset = reference.ofs_object;
-        if !self.batches.contains_key(&offset) {
-            let batch =
-                LogBatch::read(self.from(offset), offset, &self.context).map_err(|error| corrupt(device, error))?;
-            self.batches.insert(offset, batch);
-        }
-        let batch = &self.batches[&offset];
-        let object = self.from(offset);
-        batch.value(object, &reference, &self.context, key, sequence).map_err(|error| corrupt(device, error))
+        let object = region_from(&self.bytes, self.start, self.context.len_area, offset);
+        let (at, first, count) = match self.batches.get(&offset) {
+            Some(found) => *found,
+            None => {
+                let first = self.entries.len();
+                let at = read_entries(object, offset, &self.context, &mut self.entries)
+                    .map_err(|error| corrupt(device, error))?;
+                let found = (at, first, self.entries.len() - first);
+                self.batches.insert(offset, found);
+                found
+            }
+        };
+        entry_value(object, at, &self.entries[first..first + count], &reference, &self.context, key, sequence)
+            .map_err(|error| corrupt(device, error))
     }
 }
 
