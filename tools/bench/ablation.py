@@ -35,7 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import Loop, parse_size, run_bench  # noqa: E402
+from run import Loop, Throttle, parse_size, run_bench  # noqa: E402
 
 CONFIGS = [
     "off",
@@ -155,6 +155,9 @@ def main():
                         help="configurations to run, separated by ';' (the table takes the others' stored runs)")
     parser.add_argument("--groups", default=";".join(GROUPS),
                         help="workload groups to run, separated by ';' (the others keep their stored runs)")
+    parser.add_argument("--throttle", metavar="MBPS,IOPS",
+                        help="device-bound: throttle the disk under --workdir (as run.sh --throttle); use another "
+                             "--out and --markdown")
     parser.add_argument("--from-runs", action="store_true",
                         help="write the markdown from the runs already in --out instead of running them")
     args = parser.parse_args()
@@ -175,6 +178,10 @@ def main():
     size_bytes = parse_size(args.size)
     summaries = {}
     with ExitStack() as stack:
+        if args.throttle:
+            mbps, iops = (int(part) for part in args.throttle.split(","))
+            limit = Throttle(work, mbps, iops)
+            stack.callback(limit.close)
         loop = Loop(work / "ablation.img", size_bytes)
         stack.callback(loop.close)
         groups = [group for group in args.groups.split(";") if group]
@@ -212,6 +219,10 @@ def stored_summaries(out: Path):
         for config in configs(group):
             documents = [json.loads(path.read_text())
                          for path in sorted(out.glob(f"{group}-{config.replace(',', '+')}-*.json"))]
+            if not documents:
+                # Never run (a subset of the configurations): no row, where a run that lacks a
+                # workload shows as failed.
+                continue
             for workload in workloads:
                 summaries[(group, config, workload)] = summarize(documents, workload)
     return summaries
@@ -220,8 +231,10 @@ def stored_summaries(out: Path):
 def write_markdown(summaries, path: Path, args):
     lines = []
     w = lines.append
-    w("## Compaction techniques of the seed papers: ablation\n")
-    w(f"LDS on a raw loop device ({args.size}); each configuration run {args.repeat} times with seeds 1 to "
+    throttled = f", device-bound: the disk under it throttled to {args.throttle.replace(',', ' MB/s and ')} IOPS" \
+        if args.throttle else ""
+    w(f"## Compaction techniques of the seed papers: ablation{' (device-bound)' if args.throttle else ''}\n")
+    w(f"LDS on a raw loop device ({args.size}{throttled}); each configuration run {args.repeat} times with seeds 1 to "
       f"{args.repeat}, medians shown. Uniform: fillrandom and overwrite of {args.num:,} keys (values 1 to 200 "
       f"bytes), then readrandom. Skewed: fillhot ({args.num * 2:,} puts, 99% of them to 1% of the keys), then "
       f"ycsb-load of {args.num:,} records and YCSB-A ({args.num * 2:,} operations, zipfian). CPU: seconds per "
@@ -235,6 +248,8 @@ def write_markdown(summaries, path: Path, args):
     for group, workloads in GROUPS.items():
         for workload in workloads:
             for config in configs(group):
+                if (group, config, workload) not in summaries:
+                    continue
                 s = summaries.get((group, config, workload))
                 name = f"{workload} ({group})" if group == "device-reads" else workload
                 if not s:
@@ -249,11 +264,12 @@ def write_markdown(summaries, path: Path, args):
                   f"| {fmt(s['log_flushes'])} |")
     w("")
     w("Each technique over the engine without it (ops/s ratio; write amplification off -> on):\n")
-    columns = [(group, workload) for group, workloads in GROUPS.items() for workload in workloads]
+    columns = [(group, workload) for group, workloads in GROUPS.items() for workload in workloads
+               if (group, "off", workload) in summaries]
     w("| technique | " + " | ".join(f"{workload} ({group})" if group == "device-reads" else workload
                                    for group, workload in columns) + " |")
     w("|---|" + "---|" * len(columns))
-    for config in CONFIGS[1:]:
+    for config in [config for config in CONFIGS[1:] if any(key[1] == config for key in summaries)]:
         cells = []
         for group, workload in columns:
             base, mine = summaries.get((group, "off", workload)), summaries.get((group, config, workload))

@@ -354,6 +354,10 @@ def main():
     ablation = Path("docs/bench/ablation.md")
     if ablation.exists():
         w(ablation.read_text())
+    # The same, device-bound (ablation.py --throttle), when it was run.
+    ablation_bound = Path("docs/bench/ablation-device-bound.md")
+    if ablation_bound.exists():
+        w(ablation_bound.read_text())
     w("## Notes\n")
     for setup in setups:
         entry = result(runs, setup, "fillsync")
