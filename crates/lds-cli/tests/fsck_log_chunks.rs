@@ -57,13 +57,15 @@ fn open_triad_log(path: &Path, backup_log: u64, memtable: usize) -> lds_engine::
     lds_engine::Db::open(path, options).unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// Puts keys `keys` with values of 31 to 120 bytes (all above a reference's 24) of `round`.
+/// Puts keys `keys` with values of 31 to 120 bytes (all above a reference's 24) of `round`;
+/// every 50th synced, so that the backup log holds several objects (unsynced puts gather into
+/// one object until a sync or the writer's buffer closes it, SPEC.md §7).
 fn fill(db: &lds_engine::Db, keys: std::ops::Range<u32>, round: u32) {
     for number in keys {
         let key = format!("key-{number:06}");
         let value = format!("value-{round}-{number:06}-{}", "x".repeat((number % 90) as usize + 15));
-        db.put(key.as_bytes(), value.as_bytes(), lds_engine::WriteOptions::default())
-            .unwrap_or_else(|error| panic!("{error}"));
+        let options = lds_engine::WriteOptions { sync: number % 50 == 49 };
+        db.put(key.as_bytes(), value.as_bytes(), options).unwrap_or_else(|error| panic!("{error}"));
     }
 }
 

@@ -121,7 +121,12 @@ impl MemTable {
         if let Some(batches) = &self.batches {
             let mut batches = batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let num_entries = u32::try_from(num_entries).unwrap_or(u32::MAX);
-            batches.push(BatchPosition { first_sequence, num_entries, position });
+            // A batch that joined the object of the one before (SPEC.md §7): one object, its
+            // entries indexed from the object's first.
+            match batches.last_mut().filter(|last| last.position == position) {
+                Some(last) => last.num_entries = last.num_entries.saturating_add(num_entries),
+                None => batches.push(BatchPosition { first_sequence, num_entries, position }),
+            }
         }
     }
 

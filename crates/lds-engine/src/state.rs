@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use lds_format::batch::{encode_entry, EntryRef, BATCH_ENTRY_FIXED_LEN};
 use lds_format::label::Geometry;
 use lds_format::version::{CompactionJournal, Version};
 use lds_format::writer::LogAppender;
@@ -84,11 +85,39 @@ pub(crate) struct WriterState {
     /// (every object up to it was issued to the device): what a flush makes durable.
     pub(crate) gathered_lsn: u64,
     pub(crate) drained_lsn: u64,
+    /// The write batch object at the end of `buffer`, while later batches may join it.
+    pub(crate) open: Option<OpenBatch>,
+    /// The encoded and payload lengths of the object an append just planned, until it is
+    /// gathered and opened.
+    pub(crate) opening: Option<(usize, usize)>,
 }
+
+/// A write batch object at the end of the writer's buffer that later write batches join
+/// (SPEC.md §7: a writer may gather several write batches into one object, all-or-nothing
+/// together), so that a put of a few bytes does not cost a header of 64 bytes and a batch
+/// header of 16. Its header and the batch's entry count are written when it is closed: when
+/// the buffer is written out, or when a freeze needs the next batch in an object of its own.
+pub(crate) struct OpenBatch {
+    /// Where its header starts in the buffer.
+    pub(crate) start: usize,
+    /// Its header's fields (`len_payload` and `payload_crc32c` are computed when it closes).
+    pub(crate) object: lds_format::log::NewObject,
+    /// Bytes of payload and entries so far.
+    pub(crate) len_payload: usize,
+    pub(crate) num_entries: u32,
+    /// The sequence number of its first entry.
+    pub(crate) first_sequence: u64,
+    /// A later batch joined it: its header must be encoded again.
+    pub(crate) grown: bool,
+}
+
+/// Entries one object holds at most (its count is a u32).
+const OPEN_BATCH_ENTRIES_MAX: u32 = u32::MAX / 2;
 
 impl WriterState {
     /// Writes the gathered appends to the device.
     pub(crate) fn drain(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
+        self.close_open();
         if self.buffer.is_empty() {
             return Ok(());
         }
@@ -99,6 +128,50 @@ impl WriterState {
         Ok(())
     }
 
+    /// Closes the open batch object: no later batch joins it, and it is whole in the buffer
+    /// (its entry count, payload checksum and header written).
+    pub(crate) fn close_open(&mut self) {
+        let Some(open) = self.open.take().filter(|open| open.grown) else { return };
+        let header_len = lds_format::log::HEADER_LEN;
+        let payload = &mut self.buffer[open.start + header_len..open.start + header_len + open.len_payload];
+        // The batch's entry count (SPEC.md §7: bytes 8..12 of the payload).
+        payload[8..12].copy_from_slice(&open.num_entries.to_le_bytes());
+        let crc = lds_format::codec::crc32c(payload);
+        let header = lds_format::log::encode_header(&open.object, open.len_payload as u32, crc);
+        self.buffer[open.start..open.start + header_len].copy_from_slice(&header);
+    }
+
+    /// Adds the entries of a write batch starting at `first_sequence` to the open batch object
+    /// when the log lets it grow; false (nothing changed) when there is none, the sequence
+    /// numbers do not follow its own, or the log refuses.
+    pub(crate) fn join_open(&mut self, first_sequence: u64, entries: &[EntryRef<'_>]) -> bool {
+        let Some(open) = self.open.as_ref() else { return false };
+        let count = entries.len() as u64;
+        if open.first_sequence + u64::from(open.num_entries) != first_sequence
+            || u64::from(open.num_entries) + count > u64::from(OPEN_BATCH_ENTRIES_MAX)
+        {
+            return false;
+        }
+        let added: usize = entries.iter().map(|(_, key, value)| BATCH_ENTRY_FIXED_LEN + key.len() + value.len()).sum();
+        if self.backup_log.extend_last(added as u64).is_err() {
+            return false;
+        }
+        let Some(open) = self.open.as_mut() else { return false };
+        // Drop the padding to 8 bytes, add the entries, pad again (SPEC.md §5).
+        self.buffer.truncate(open.start + lds_format::log::HEADER_LEN + open.len_payload);
+        let mut writer = lds_format::codec::Writer::with_capacity(added);
+        for &(kind, key, value) in entries {
+            encode_entry(&mut writer, kind, key, value);
+        }
+        self.buffer.extend_from_slice(writer.as_slice());
+        open.len_payload += added;
+        open.num_entries += count as u32;
+        open.grown = true;
+        let padded = (self.buffer.len() - open.start).next_multiple_of(8);
+        self.buffer.resize(open.start + padded, 0);
+        true
+    }
+
     /// Adds an append; a discontiguous one (a WOR or WOL) writes out what was gathered first.
     pub(crate) fn gather(
         &mut self,
@@ -106,6 +179,7 @@ impl WriterState {
         offset: u64,
         bytes: &[u8],
     ) -> std::result::Result<(), DeviceError> {
+        self.close_open();
         if !self.buffer.is_empty() && offset != self.buffer_offset + self.buffer.len() as u64 {
             self.drain(device)?;
         }
@@ -116,6 +190,33 @@ impl WriterState {
         assert_eq!(offset, self.buffer_offset + self.buffer.len() as u64, "a gathered append is not contiguous");
         self.buffer.extend_from_slice(bytes);
         Ok(())
+    }
+
+    /// Where the open batch object lies.
+    pub(crate) fn open_position(&self) -> Option<lds_format::logref::LogPosition> {
+        self.open
+            .as_ref()
+            .map(|open| lds_format::logref::LogPosition { offset: open.object.log_offset, lsn: open.object.lsn })
+    }
+
+    /// Marks the write batch object just gathered (`object`, its encoded bytes the last of
+    /// the buffer, holding `num_entries` from `first_sequence`) open: later batches may join it.
+    pub(crate) fn open_last(
+        &mut self,
+        object: lds_format::log::NewObject,
+        encoded_len: usize,
+        len_payload: usize,
+        num_entries: u32,
+        first_sequence: u64,
+    ) {
+        self.open = Some(OpenBatch {
+            start: self.buffer.len() - encoded_len,
+            object,
+            len_payload,
+            num_entries,
+            first_sequence,
+            grown: false,
+        });
     }
 }
 

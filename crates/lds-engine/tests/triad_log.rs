@@ -107,7 +107,7 @@ fn a_small_ring_merges_level_0_early_and_writers_wait_instead_of_failing() {
     let image = image("triad-log-small", 128 << 10);
     let mut model = BTreeMap::new();
     for background in [false, true] {
-        let options = Options { background, write_buffer_size: 32 << 10, ..options() };
+        let options = Options { background, write_buffer_size: 32 << 10, ..eight() };
         let db = Db::open(image.path(), options).unwrap_or_else(|error| panic!("{error}"));
         for round in 0..6 {
             fill(&db, &mut model, 0..4_000, round);

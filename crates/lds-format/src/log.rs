@@ -410,6 +410,17 @@ pub fn encode_object(object: &NewObject, payload: &[u8]) -> Vec<u8> {
     let len_payload = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     let total = align8(HEADER_LEN as u64 + u64::from(len_payload)) as usize;
     let mut writer = Writer::with_capacity(total);
+    writer.bytes(&encode_header(object, len_payload, crc32c(payload)));
+    writer.bytes(payload);
+    writer.zeros(total - writer.len());
+    writer.into_bytes()
+}
+
+/// Encodes an object's header for a payload of `len_payload` bytes whose crc32c is
+/// `payload_crc32c` (a writer that grows an object before writing it out encodes its header
+/// once, at the end).
+pub fn encode_header(object: &NewObject, len_payload: u32, payload_crc32c: u32) -> [u8; HEADER_LEN] {
+    let mut writer = Writer::with_capacity(HEADER_LEN);
     writer
         .bytes(&OBJECT_MAGIC)
         .u32(0)
@@ -421,13 +432,13 @@ pub fn encode_object(object: &NewObject, payload: &[u8]) -> Vec<u8> {
         .u64(object.lsn)
         .u64(object.log_offset)
         .u32(len_payload)
-        .u32(crc32c(payload))
+        .u32(payload_crc32c)
         .bytes(&object.volume_uuid);
     let header_crc = crc32c(&writer.as_slice()[8..HEADER_LEN]);
     writer.as_mut_slice()[4..8].copy_from_slice(&header_crc.to_le_bytes());
-    writer.bytes(payload);
-    writer.zeros(total - writer.len());
-    writer.into_bytes()
+    let mut header = [0u8; HEADER_LEN];
+    header.copy_from_slice(writer.as_slice());
+    header
 }
 
 /// The payload of a WOL (SPEC.md §5.2).

@@ -64,13 +64,16 @@ pub struct LogAppender {
     head: LogHead,
     live_start: u64,
     live_start_lsn: u64,
+    /// The last object appended, `(offset, len_payload)`, while it may still grow
+    /// (`extend_last`).
+    last: Option<(u64, u64)>,
 }
 
 impl LogAppender {
     /// An appender continuing after `head`, with the live region starting at `live_start`
     /// (whose object has `live_start_lsn`).
     pub fn new(context: AreaContext, head: LogHead, live_start: u64, live_start_lsn: u64) -> Self {
-        Self { context, head, live_start, live_start_lsn }
+        Self { context, head, live_start, live_start_lsn, last: None }
     }
 
     /// The area.
@@ -189,7 +192,40 @@ impl LogAppender {
         let sn = sn.max(self.head.sn);
         writes.push(self.encode(object_type, sn, lsn, object_offset, payload));
         self.head = LogHead { offset: object_offset + len, next_lsn: lsn + 1, after_wrap_right: false, sn };
+        self.last = Some((object_offset, len_payload));
         Ok(writes)
+    }
+
+    /// Grows the last object appended by `extra` payload bytes, in place: the writer has not
+    /// written it out yet and rewrites its header before it does (a batch object gathering
+    /// several write batches, SPEC.md §7). Refused, with nothing changed, when another object
+    /// came after it, when it would pass the area's object limit, leave no room for a WOR
+    /// before the area's end, or reach the live region.
+    pub fn extend_last(&mut self, extra: u64) -> Result<(), AppendError> {
+        let Some((offset, len_payload)) = self.last else {
+            return Err(AppendError::LogFull { offset: self.head.offset });
+        };
+        let old_len = align8(HEADER_LEN as u64 + len_payload);
+        if self.head.after_wrap_right || self.head.offset != offset + old_len {
+            return Err(AppendError::LogFull { offset: self.head.offset });
+        }
+        let new_payload = len_payload + extra;
+        if new_payload > self.context.payload_len_max() {
+            return Err(AppendError::TooLarge {
+                len_payload: new_payload,
+                len_payload_max: self.context.payload_len_max(),
+            });
+        }
+        let new_len = align8(HEADER_LEN as u64 + new_payload);
+        let sector = u64::from(self.context.sector_size);
+        if align_up(offset + new_len, sector) + sector > self.context.len_area
+            || self.overlaps_live(offset + old_len, offset + new_len)
+        {
+            return Err(AppendError::LogFull { offset: self.head.offset });
+        }
+        self.head.offset = offset + new_len;
+        self.last = Some((offset, new_payload));
+        Ok(())
     }
 
     /// Bytes from the start of the live region to the head, across the wrap (what recovery
@@ -257,6 +293,53 @@ mod tests {
         assert!(!left.objects.is_empty());
         assert_eq!(left.objects[0].object_type, ObjectType::WrapLeft);
         assert!(matches!(left.end, ChainEnd::Invalid { .. } | ChainEnd::Stale { .. } | ChainEnd::AreaEnd));
+    }
+
+    #[test]
+    fn the_last_object_grows_in_place_until_something_follows_it() {
+        use crate::log::{encode_header, read_object, NewObject};
+        let context = AreaContext { kind: LogKind::Backup, ..context() };
+        let head = LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 };
+        let mut appender = LogAppender::new(context, head, 0, 1);
+        let writes = appender.append(ObjectType::WriteBatch, 1, &[7u8; 100]).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(appender.head().offset, 168);
+        appender.extend_last(60).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(appender.head().offset, 224, "64 + 160 bytes, aligned");
+        // The grown object, its header encoded again, reads back whole.
+        let mut area = vec![0u8; context.len_area as usize];
+        let payload = [7u8; 160];
+        let object = NewObject {
+            object_type: ObjectType::WriteBatch,
+            kind: LogKind::Backup,
+            instance: 0,
+            sn: 1,
+            lsn: writes[0].lsn,
+            log_offset: 0,
+            volume_uuid: context.volume_uuid,
+        };
+        area[..64].copy_from_slice(&encode_header(&object, 160, crate::codec::crc32c(&payload)));
+        area[64..224].copy_from_slice(&payload);
+        let raw = read_object(&area, 0, &context).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(raw.payload.len(), 160);
+        // Not past the object limit, nor past the area's room for a WOR.
+        assert!(matches!(appender.extend_last(context.len_area), Err(AppendError::TooLarge { .. })));
+        assert_eq!(appender.head().offset, 224, "a refused growth changes nothing");
+        let late = LogHead { offset: 7000, next_lsn: 5, after_wrap_right: false, sn: 1 };
+        let mut near_end = LogAppender::new(context, late, 0, 1);
+        near_end.append(ObjectType::WriteBatch, 1, &[0u8; 100]).unwrap_or_else(|error| panic!("{error}"));
+        assert!(matches!(near_end.extend_last(600), Err(AppendError::LogFull { .. })));
+        near_end.extend_last(16).unwrap_or_else(|error| panic!("{error}"));
+        // Once another object follows, the first one no longer grows; the new one does.
+        appender.append(ObjectType::WriteBatch, 1, &[1u8; 10]).unwrap_or_else(|error| panic!("{error}"));
+        let head = appender.head().offset;
+        appender.extend_last(8).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(appender.head().offset, head + 8);
+        // Into the live region: refused.
+        let mut wrapped =
+            LogAppender::new(context, LogHead { offset: 512, next_lsn: 9, after_wrap_right: false, sn: 1 }, 1024, 3);
+        wrapped.append(ObjectType::WriteBatch, 1, &[0u8; 400]).unwrap_or_else(|error| panic!("{error}"));
+        assert!(matches!(wrapped.extend_last(200), Err(AppendError::LogFull { .. })));
+        wrapped.extend_last(40).unwrap_or_else(|error| panic!("{error}"));
     }
 
     #[test]

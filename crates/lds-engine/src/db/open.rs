@@ -461,6 +461,8 @@ fn assemble(
             buffer_offset: 0,
             gathered_lsn: 0,
             drained_lsn: 0,
+            open: None,
+            opening: None,
         }),
         state: Mutex::new(TreeState {
             mem: Arc::new(memtable),

@@ -137,10 +137,20 @@ impl Db {
             } else {
                 0
             };
+            // The batch joins the object still gathering in the buffer when it can (one header
+            // for many small batches, SPEC.md §7).
+            if writer.join_open(first_sequence, entries) {
+                break (Vec::new(), mem, first_sequence, last_sequence);
+            }
             let payload = encode_refs(first_sequence, entries, synced_lsn_low);
             let sn = shared.lock_state().sn;
             match writer.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
-                Ok(pending) => break (pending, mem, first_sequence, last_sequence),
+                Ok(pending) => {
+                    if let Some(object) = pending.last() {
+                        writer.opening = Some((object.bytes.len(), payload.len()));
+                    }
+                    break (pending, mem, first_sequence, last_sequence);
+                }
                 // The live region reached the start point: a flush of the memtable moves it.
                 Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
                 Err(AppendError::LogFull { .. }) => {
@@ -155,6 +165,21 @@ impl Db {
         };
         let mut written =
             pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
+        // A new batch object stays open for the next batches while it waits in the buffer.
+        let opening = writer.opening.take();
+        if let (Some((encoded_len, len_payload)), Some(object), true) = (opening, pending.last(), written.is_ok()) {
+            let context = *writer.backup_log.context();
+            let new_object = lds_format::log::NewObject {
+                object_type: ObjectType::WriteBatch,
+                kind: context.kind,
+                instance: context.instance,
+                sn: writer.backup_log.head().sn,
+                lsn: object.lsn,
+                log_offset: object.offset,
+                volume_uuid: context.volume_uuid,
+            };
+            writer.open_last(new_object, encoded_len, len_payload, entries.len() as u32, first_sequence);
+        }
         writer.gathered_lsn = writer.backup_log.head().next_lsn - 1;
         if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
             written = writer.drain(shared.device.as_ref());
@@ -164,8 +189,13 @@ impl Db {
             let mut state = shared.lock_state();
             return Err(shared.poison(&mut state, error.into()));
         }
-        if let Some(object) = pending.last() {
-            let position = lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn };
+        // Where the batch lies (its object, which other batches may share), for a flush's log
+        // references (TRIAD-LOG).
+        let position = match pending.last() {
+            Some(object) => Some(lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn }),
+            None => writer.open_position(),
+        };
+        if let Some(position) = position {
             mem.record_batch(first_sequence, entries.len(), position);
         }
         for (index, &(kind, key, value)) in entries.iter().enumerate() {
@@ -203,6 +233,7 @@ impl Db {
         if let Err(error) = crate::version::commit::raise_sn(shared, &mut state) {
             return Err(shared.poison(&mut state, error));
         }
+        writer.close_open();
         writer.backup_log.set_sn(state.sn);
         state.raise_sn_before_append = false;
         Ok(())
@@ -386,6 +417,9 @@ impl Db {
                 // Nothing to flush: room is all there is.
                 return Ok(Arc::clone(&state.mem));
             }
+            // The next batch goes to an object of its own, after the backup start this freeze
+            // records: one joining the open object would lie before it, and not be replayed.
+            writer.close_open();
             // The frozen memtable's batches reach the device now, so that the device flush
             // before its delta version makes them durable: its log chunks name them (TRIAD-LOG,
             // SPEC.md §8.9).
