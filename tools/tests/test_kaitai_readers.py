@@ -242,7 +242,14 @@ def test_readers_match_lds(image_gz, kaitai_dump, tmp_path):
     volume = compare(image, what, devices)
     state = compare_state(image, what, volume, devices)
     chunks = compare_chunks(image, what, devices)
-    assert (state is None) == (chunks is None), f"{what}: the readers read the state but not the chunks, or back"
+    if state is None and chunks is not None:
+        # The chunks read but the state does not: only a log reference that does not resolve
+        # (a damaged batch in the backup log, SPEC.md §8.9) explains it, and fsck says so.
+        fsck = json.loads(run_lds("fsck", image, "--json").stdout)
+        codes = {problem["code"] for problem in fsck["problems"]}
+        assert 801 in codes, f"{what}: the readers read the chunks but not the state, and fsck finds no 801: {codes}"
+    else:
+        assert (state is None) == (chunks is None), f"{what}: the readers read the state but not the chunks, or back"
     frozen = image_gz.parent / "state.ndjson"
     if frozen.is_file():
         assert state is not None, f"{what}: the readers cannot read a frozen fixture"
