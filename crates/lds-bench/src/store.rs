@@ -235,18 +235,24 @@ impl Store for LdsStore {
     }
 
     fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+        // Borrowed entries, as the peers' raw iterators give them.
+        let mut iterator = self.db().range(start, None).map_err(|error| lds_error("seek", error))?;
         let mut read = 0;
-        for entry in self.db().range(start, None).map_err(|error| lds_error("seek", error))?.take(count) {
-            entry.map_err(|error| lds_error("next", error))?;
+        while read < count {
+            match iterator.next_ref() {
+                Some(entry) => std::hint::black_box(entry.map_err(|error| lds_error("next", error))?),
+                None => break,
+            };
             read += 1;
         }
         Ok(read)
     }
 
     fn scan_all(&mut self) -> Result<usize, String> {
+        let mut iterator = self.db().iter().map_err(|error| lds_error("iterate", error))?;
         let mut read = 0;
-        for entry in self.db().iter().map_err(|error| lds_error("iterate", error))? {
-            entry.map_err(|error| lds_error("next", error))?;
+        while let Some(entry) = iterator.next_ref() {
+            std::hint::black_box(entry.map_err(|error| lds_error("next", error))?);
             read += 1;
         }
         Ok(read)

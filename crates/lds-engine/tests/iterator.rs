@@ -38,3 +38,39 @@ fn memtable_iteration_spans_batches_and_holds_its_snapshot() {
     let fresh: Vec<Vec<u8>> = db.range(&key(7), Some(&key(12))).expect("range").map(|e| e.expect("entry").0).collect();
     assert_eq!(fresh, vec![key(8), key(9)]);
 }
+
+/// `next_ref` (entries borrowed until the next call) gives what `next` gives, across
+/// memtables, level-0 chunks and deeper levels, older versions and tombstones.
+#[test]
+fn borrowed_entries_are_the_owned_ones() {
+    let image = common::Image::new("iterator-ref", &common::small_layout(32 << 20, 256 << 10, 1 << 20));
+    let options = Options { background: false, write_buffer_size: 64 << 10, ..Options::default() };
+    let db = Db::open(image.path(), options).expect("open");
+    for round in 0..4u32 {
+        for index in (round..6000).step_by(3) {
+            db.put(&key(index), format!("v{round}-{index}").as_bytes(), WriteOptions::default()).expect("put");
+        }
+        for index in (0..6000).step_by(17) {
+            db.delete(&key(index + round), WriteOptions::default()).expect("delete");
+        }
+        if round == 1 {
+            db.compact_range().expect("compact");
+        }
+    }
+    let owned: Vec<(Vec<u8>, Vec<u8>)> = db.iter().expect("iter").map(|entry| entry.expect("entry")).collect();
+    assert!(owned.len() > 3_000, "{}", owned.len());
+    let mut borrowed = Vec::new();
+    let mut iterator = db.range(b"", None).expect("range");
+    while let Some(entry) = iterator.next_ref() {
+        let (key, value) = entry.expect("entry");
+        borrowed.push((key.to_vec(), value.to_vec()));
+    }
+    assert_eq!(borrowed, owned);
+    // A range and a partial read, then the owned iterator takes over where it stopped.
+    let mut iterator = db.range(&key(100), Some(&key(200))).expect("range");
+    let first = iterator.next_ref().expect("an entry").expect("entry").0.to_vec();
+    let rest: Vec<Vec<u8>> = iterator.map(|entry| entry.expect("entry").0).collect();
+    let expected: Vec<Vec<u8>> =
+        owned.iter().map(|(key, _)| key.clone()).filter(|found| *found >= key(100) && *found < key(200)).collect();
+    assert_eq!([vec![first], rest].concat(), expected);
+}

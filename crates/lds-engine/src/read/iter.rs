@@ -2,7 +2,7 @@
 //! key first, as of one sequence number.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -87,30 +87,55 @@ impl ChunkCursor {
         }
     }
 
-    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
-        // Bounded by the blocks of the cursor's sub-chunks: each round consumes one.
+    /// The entry the cursor is at, borrowed from its block.
+    fn current(&self) -> Option<View<'_>> {
+        let (block, position) = self.block.as_ref()?;
+        let entry = block.entries.get(*position)?;
+        Some(View {
+            key: block.slice(entry.key),
+            sequence: entry.sequence,
+            kind: entry.kind,
+            value: block.slice(entry.value),
+        })
+    }
+
+    /// Moves past the current entry.
+    fn advance(&mut self, shared: &Shared) -> Result<()> {
+        if let Some((_, position)) = &mut self.block {
+            *position += 1;
+        }
+        self.settle(shared)
+    }
+
+    /// Moves to the first entry from the cursor's position on that its filters let through
+    /// (loading blocks and sub-chunks as needed), or to the end.
+    fn settle(&mut self, shared: &Shared) -> Result<()> {
+        // Bounded by the entries and blocks of the cursor's sub-chunks: each round consumes one.
         loop {
             if let Some((block, position)) = &mut self.block {
-                if *position < block.entries.len() {
-                    *position += 1;
-                    let key = block.slice(block.entries[*position - 1].key);
+                while let Some(entry) = block.entries.get(*position) {
+                    let key = block.slice(entry.key);
                     if self.through.as_deref().is_some_and(|through| key > through) {
                         self.slots.clear();
                         self.index = None;
                         self.block = None;
-                        return Ok(None);
+                        return Ok(());
                     }
                     if self.after.as_deref().is_some_and(|after| key <= after) {
+                        *position += 1;
                         continue;
                     }
-                    return Ok(Some(block.owned(*position - 1)));
+                    return Ok(());
                 }
                 self.block = None;
             }
             let tail = match &self.index {
                 Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
                 _ => {
-                    let Some(sub_chunk) = self.slots.pop() else { return Ok(None) };
+                    let Some(sub_chunk) = self.slots.pop() else {
+                        self.index = None;
+                        return Ok(());
+                    };
                     let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
                     self.slot = sub_chunk.slot;
                     self.next_block =
@@ -131,6 +156,15 @@ impl ChunkCursor {
     }
 }
 
+/// An entry a source is at, borrowed from it.
+#[derive(Debug, Clone, Copy)]
+struct View<'a> {
+    key: &'a [u8],
+    sequence: u64,
+    kind: EntryKind,
+    value: &'a [u8],
+}
+
 /// Walks a memtable from a start key in growing batches, so that a seek copies a few
 /// entries rather than the whole rest of the table. Entries inserted after the iterator
 /// began carry newer sequence numbers, which the iterator's snapshot filters out.
@@ -138,7 +172,9 @@ struct MemCursor {
     table: Arc<MemTable>,
     from: Bound<InternalKey>,
     end: Option<Vec<u8>>,
-    buffer: std::vec::IntoIter<Entry>,
+    /// The entries of the last batch, and the one the cursor is at.
+    buffer: Vec<Entry>,
+    position: usize,
     batch: usize,
     exhausted: bool,
 }
@@ -153,18 +189,32 @@ impl MemCursor {
             table: Arc::clone(table),
             from: Bound::Included((UserKey(start.to_vec()), Reverse(u64::MAX))),
             end: end.map(<[u8]>::to_vec),
-            buffer: Vec::new().into_iter(),
+            buffer: Vec::new(),
+            // `Source::start` loads the first batch.
+            position: 0,
             batch: Self::FIRST_BATCH,
             exhausted: false,
         }
     }
 
-    fn next(&mut self) -> Option<Entry> {
-        if let Some(entry) = self.buffer.next() {
-            return Some(entry);
+    /// The entry the cursor is at.
+    fn current(&self) -> Option<View<'_>> {
+        let (key, sequence, kind, value) = self.buffer.get(self.position)?;
+        Some(View { key, sequence: *sequence, kind: *kind, value })
+    }
+
+    /// Moves past the current entry.
+    fn advance(&mut self) {
+        self.position += 1;
+        if self.position >= self.buffer.len() {
+            self.load();
         }
+    }
+
+    /// Replaces the buffer by the next batch (nothing once the table is exhausted).
+    fn load(&mut self) {
         if self.exhausted {
-            return None;
+            return;
         }
         let entries = self.table.batch(&self.from, self.end.as_deref(), self.batch);
         self.exhausted = entries.len() < self.batch;
@@ -172,8 +222,8 @@ impl MemCursor {
             self.from = Bound::Excluded((UserKey(key.clone()), Reverse(*sequence)));
         }
         self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
-        self.buffer = entries.into_iter();
-        self.buffer.next()
+        self.buffer = entries;
+        self.position = 0;
     }
 }
 
@@ -183,16 +233,65 @@ enum Source {
 }
 
 impl Source {
-    fn next(&mut self, shared: &Shared) -> Result<Option<Entry>> {
+    fn current(&self) -> Option<View<'_>> {
         match self {
-            Self::Mem(cursor) => Ok(cursor.next()),
-            Self::Chunks(cursor) => cursor.next(shared),
+            Self::Mem(cursor) => cursor.current(),
+            Self::Chunks(cursor) => cursor.current(),
+        }
+    }
+
+    fn advance(&mut self, shared: &Shared) -> Result<()> {
+        match self {
+            Self::Mem(cursor) => {
+                cursor.advance();
+                Ok(())
+            }
+            Self::Chunks(cursor) => cursor.advance(shared),
+        }
+    }
+
+    /// Moves to the source's first entry.
+    fn start(&mut self, shared: &Shared) -> Result<()> {
+        match self {
+            Self::Mem(cursor) => {
+                cursor.load();
+                Ok(())
+            }
+            Self::Chunks(cursor) => cursor.settle(shared),
         }
     }
 }
 
-/// A merge candidate: user key, sequence (newest first), source index, kind, value.
-type HeapItem = Reverse<(UserKey, Reverse<u64>, usize, EntryKind, Vec<u8>)>;
+/// True when source `a`'s entry comes before source `b`'s: user key ascending, newest first,
+/// then the earlier source (every source has an entry).
+fn before(sources: &[Source], a: usize, b: usize) -> bool {
+    match (sources[a].current(), sources[b].current()) {
+        (Some(x), Some(y)) => compare_keys(x.key, y.key).then(y.sequence.cmp(&x.sequence)).then(a.cmp(&b)).is_lt(),
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// Restores the heap order of `heap` (source indices, the first one's entry the smallest)
+/// below `at`.
+fn sift_down(sources: &[Source], heap: &mut [usize], mut at: usize) {
+    // Bounded by the heap's depth: each round goes one level down.
+    loop {
+        let (left, right) = (2 * at + 1, 2 * at + 2);
+        let mut smallest = at;
+        if left < heap.len() && before(sources, heap[left], heap[smallest]) {
+            smallest = left;
+        }
+        if right < heap.len() && before(sources, heap[right], heap[smallest]) {
+            smallest = right;
+        }
+        if smallest == at {
+            return;
+        }
+        heap.swap(at, smallest);
+        at = smallest;
+    }
+}
 
 /// An iterator over live keys and values in key order, as of one sequence number. It holds
 /// the version it started on, so the chunks it reads stay in place until it is dropped.
@@ -202,11 +301,17 @@ pub struct DbIterator {
     /// in place; pointers are read through it.
     published: Arc<Published>,
     sources: Vec<Source>,
-    heap: BinaryHeap<HeapItem>,
+    /// The sources that have an entry, as a binary min-heap of their entries (no entry is
+    /// copied to order them: each source keeps its block or memtable batch).
+    heap: Vec<usize>,
     snapshot: u64,
     end: Option<Vec<u8>>,
     /// The key whose newest visible version was decided last (reused: no allocation per key).
     decided: Option<Vec<u8>>,
+    /// The source whose entry `next_ref` returned last: it moves on at the next call.
+    returned: Option<usize>,
+    /// The value `next_ref` returned last when it was read from value chunks or the log.
+    resolved: Vec<u8>,
     failed: bool,
 }
 
@@ -278,23 +383,105 @@ impl DbIterator {
             shared: Arc::clone(shared),
             published: view.published,
             sources,
-            heap: BinaryHeap::new(),
+            heap: Vec::new(),
             snapshot,
             end: end.map(<[u8]>::to_vec),
             decided: None,
+            returned: None,
+            resolved: Vec::new(),
             failed: false,
         };
         for index in 0..iterator.sources.len() {
-            iterator.refill(index)?;
+            iterator.sources[index].start(shared)?;
+            if iterator.sources[index].current().is_some() {
+                iterator.heap.push(index);
+            }
+        }
+        for at in (0..iterator.heap.len() / 2).rev() {
+            sift_down(&iterator.sources, &mut iterator.heap, at);
         }
         Ok(iterator)
     }
 
-    fn refill(&mut self, index: usize) -> Result<()> {
-        if let Some((key, sequence, kind, value)) = self.sources[index].next(&self.shared)? {
-            self.heap.push(Reverse((UserKey(key), Reverse(sequence), index, kind, value)));
+    /// Moves the heap's source `top` past its entry: it keeps its place in the heap or
+    /// leaves it.
+    fn step(&mut self, top: usize) -> Result<()> {
+        self.sources[top].advance(&self.shared)?;
+        if self.sources[top].current().is_none() {
+            let last = self.heap.len() - 1;
+            self.heap.swap(0, last);
+            self.heap.pop();
         }
+        sift_down(&self.sources, &mut self.heap, 0);
         Ok(())
+    }
+
+    /// The next live key and its value, borrowed from the iterator until the next call (no
+    /// copy: the key and a put's value lie in a cached block or a memtable batch; a value in
+    /// value chunks or the backup log is read into a buffer the iterator keeps).
+    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        if self.failed {
+            return None;
+        }
+        // The source of the entry returned last moves on only now: it was borrowed until here.
+        if let Some(top) = self.returned.take() {
+            if let Err(error) = self.step(top) {
+                self.failed = true;
+                return Some(Err(error));
+            }
+        }
+        // Bounded by the entries of the sources: each round moves one source past one.
+        loop {
+            let top = *self.heap.first()?;
+            let entry = self.sources[top].current()?;
+            if self.end.as_deref().is_some_and(|end| entry.key >= end) {
+                self.heap.clear();
+                return None;
+            }
+            let visible = entry.sequence <= self.snapshot && self.decided.as_deref() != Some(entry.key);
+            if visible {
+                match &mut self.decided {
+                    Some(decided) => {
+                        decided.clear();
+                        decided.extend_from_slice(entry.key);
+                    }
+                    None => self.decided = Some(entry.key.to_vec()),
+                }
+                let resolved = match entry.kind {
+                    EntryKind::Delete => None,
+                    EntryKind::Put => Some(Ok(false)),
+                    EntryKind::Pointer => {
+                        Some(crate::values::read(&self.shared, &self.published.version, entry.value).map(|value| {
+                            self.resolved = value;
+                            true
+                        }))
+                    }
+                    EntryKind::LogRef => {
+                        Some(crate::logs::read(&self.shared, entry.key, entry.sequence, entry.value).map(|value| {
+                            self.resolved = value;
+                            true
+                        }))
+                    }
+                };
+                match resolved {
+                    Some(Ok(from_buffer)) => {
+                        self.returned = Some(top);
+                        let entry = self.sources[top].current()?;
+                        let value = if from_buffer { self.resolved.as_slice() } else { entry.value };
+                        return Some(Ok((entry.key, value)));
+                    }
+                    Some(Err(error)) => {
+                        self.failed = true;
+                        return Some(Err(error));
+                    }
+                    None => {}
+                }
+            }
+            if let Err(error) = self.step(top) {
+                self.failed = true;
+                return Some(Err(error));
+            }
+        }
     }
 }
 
@@ -302,66 +489,6 @@ impl Iterator for DbIterator {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        // Bounded by the entries of the sources: each round takes one.
-        loop {
-            // The smallest entry leaves and its source's next one takes its place in one
-            // sift (`PeekMut`), instead of a pop and a push (the heap was a quarter of a scan's
-            // time).
-            let index = self.heap.peek()?.0 .2;
-            let next = match self.sources[index].next(&self.shared) {
-                Ok(next) => next,
-                Err(error) => {
-                    self.failed = true;
-                    return Some(Err(error));
-                }
-            };
-            let taken = match (next, self.heap.peek_mut()) {
-                (Some((key, sequence, kind, value)), Some(mut top)) => {
-                    std::mem::replace(&mut *top, Reverse((UserKey(key), Reverse(sequence), index, kind, value)))
-                }
-                (None, Some(top)) => std::collections::binary_heap::PeekMut::pop(top),
-                (_, None) => return None,
-            };
-            let Reverse((UserKey(key), Reverse(sequence), _, kind, value)) = taken;
-            if self.end.as_ref().is_some_and(|end| &key >= end) {
-                self.heap.clear();
-                return None;
-            }
-            if sequence > self.snapshot || self.decided.as_ref() == Some(&key) {
-                continue;
-            }
-            match &mut self.decided {
-                Some(decided) => {
-                    decided.clear();
-                    decided.extend_from_slice(&key);
-                }
-                None => self.decided = Some(key.clone()),
-            }
-            match kind {
-                EntryKind::Put => return Some(Ok((key, value))),
-                EntryKind::Pointer => {
-                    return match crate::values::read(&self.shared, &self.published.version, &value) {
-                        Ok(value) => Some(Ok((key, value))),
-                        Err(error) => {
-                            self.failed = true;
-                            Some(Err(error))
-                        }
-                    };
-                }
-                EntryKind::LogRef => {
-                    return match crate::logs::read(&self.shared, &key, sequence, &value) {
-                        Ok(value) => Some(Ok((key, value))),
-                        Err(error) => {
-                            self.failed = true;
-                            Some(Err(error))
-                        }
-                    };
-                }
-                EntryKind::Delete => {}
-            }
-        }
+        self.next_ref().map(|found| found.map(|(key, value)| (key.to_vec(), value.to_vec())))
     }
 }
