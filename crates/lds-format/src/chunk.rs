@@ -326,7 +326,7 @@ pub fn decode_index(bytes: &[u8], offset: u64, footer: &Footer) -> Result<Vec<In
 
 /// Orders internal keys: user key ascending, then `seq_kind` descending (newest first).
 pub fn compare_internal(key_a: &[u8], seq_kind_a: u64, key_b: &[u8], seq_kind_b: u64) -> std::cmp::Ordering {
-    key_a.cmp(key_b).then(seq_kind_b.cmp(&seq_kind_a))
+    crate::codec::compare_keys(key_a, key_b).then(seq_kind_b.cmp(&seq_kind_a))
 }
 
 /// One decoded entry, borrowing the block's bytes.
@@ -381,19 +381,38 @@ pub fn visit_block_checked<'a>(
     let count_at = bytes.len() - BLOCK_TRAILER_LEN;
     let num_entries =
         u32::from_le_bytes([bytes[count_at], bytes[count_at + 1], bytes[count_at + 2], bytes[count_at + 3]]);
-    let mut reader = Reader::new(&bytes[..count_at], S, offset);
-    let count = reader.count(u64::from(num_entries), ENTRY_FIXED_LEN + 1, "num_entries")?;
+    let body = &bytes[..count_at];
+    let count = Reader::new(body, S, offset).count(u64::from(num_entries), ENTRY_FIXED_LEN + 1, "num_entries")?;
     if count == 0 {
         return Err(FormatError::invalid(S, "num_entries", offset, "an empty block"));
     }
+    // A tight parse (reads decode every block they load): each entry's fixed fields, then its
+    // key and value, every length checked against the bytes that remain before it is used.
+    let truncated = |at: usize, needed: usize| FormatError::Truncated {
+        structure: S,
+        offset: offset + at as u64,
+        needed: needed as u64,
+        available: (body.len() - at) as u64,
+    };
+    let mut at = 0usize;
     let mut previous: Option<(&[u8], u64)> = None;
     for _ in 0..count {
-        let entry_offset = reader.offset();
-        let seq_kind = reader.u64()?;
-        let len_key = reader.u16()?;
-        let len_value = reader.u32()?;
-        let key = reader.bytes(usize::from(len_key))?;
-        let value = reader.bytes(len_value as usize)?;
+        let entry_offset = offset + at as u64;
+        let Some(fixed) = body.get(at..at + ENTRY_FIXED_LEN) else {
+            return Err(truncated(at, ENTRY_FIXED_LEN));
+        };
+        let seq_kind = u64::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]]);
+        let len_key = usize::from(u16::from_le_bytes([fixed[8], fixed[9]]));
+        let len_value = u32::from_le_bytes([fixed[10], fixed[11], fixed[12], fixed[13]]) as usize;
+        let key_start = at + ENTRY_FIXED_LEN;
+        let Some(key) = body.get(key_start..key_start + len_key) else {
+            return Err(truncated(key_start, len_key));
+        };
+        let value_start = key_start + len_key;
+        let Some(value) = value_start.checked_add(len_value).and_then(|end| body.get(value_start..end)) else {
+            return Err(truncated(value_start, len_value));
+        };
+        at = value_start + len_value;
         let (sequence, kind) = unpack_seq_kind(seq_kind)
             .ok_or_else(|| FormatError::invalid(S, "seq_kind", entry_offset, "unknown kind"))?;
         if key.is_empty() {
@@ -423,7 +442,9 @@ pub fn visit_block_checked<'a>(
         previous = Some((key, seq_kind));
         visit(EntryRef { key, sequence, kind, value });
     }
-    reader.finish()?;
+    if at != body.len() {
+        return Err(FormatError::TrailingBytes { structure: S, offset: offset + at as u64, len: (body.len() - at) as u64 });
+    }
     Ok(num_entries)
 }
 
