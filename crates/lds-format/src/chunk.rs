@@ -401,7 +401,8 @@ pub fn visit_block_checked<'a>(
         let Some(fixed) = body.get(at..at + ENTRY_FIXED_LEN) else {
             return Err(truncated(at, ENTRY_FIXED_LEN));
         };
-        let seq_kind = u64::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]]);
+        let seq_kind =
+            u64::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]]);
         let len_key = usize::from(u16::from_le_bytes([fixed[8], fixed[9]]));
         let len_value = u32::from_le_bytes([fixed[10], fixed[11], fixed[12], fixed[13]]) as usize;
         let key_start = at + ENTRY_FIXED_LEN;
@@ -443,7 +444,11 @@ pub fn visit_block_checked<'a>(
         visit(EntryRef { key, sequence, kind, value });
     }
     if at != body.len() {
-        return Err(FormatError::TrailingBytes { structure: S, offset: offset + at as u64, len: (body.len() - at) as u64 });
+        return Err(FormatError::TrailingBytes {
+            structure: S,
+            offset: offset + at as u64,
+            len: (body.len() - at) as u64,
+        });
     }
     Ok(num_entries)
 }
