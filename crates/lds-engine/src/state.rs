@@ -87,9 +87,6 @@ pub(crate) struct WriterState {
     pub(crate) drained_lsn: u64,
     /// The write batch object at the end of `buffer`, while later batches may join it.
     pub(crate) open: Option<OpenBatch>,
-    /// The encoded and payload lengths of the object an append just planned, until it is
-    /// gathered and opened.
-    pub(crate) opening: Option<(usize, usize)>,
 }
 
 /// A write batch object at the end of the writer's buffer that later write batches join

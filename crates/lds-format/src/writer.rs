@@ -123,7 +123,14 @@ impl LogAppender {
     }
 
     fn encode(&self, object_type: ObjectType, sn: u64, lsn: u64, offset: u64, payload: &[u8]) -> PendingWrite {
-        let object = NewObject {
+        let object = self.object_header(object_type, sn, lsn, offset);
+        PendingWrite { offset, bytes: encode_object(&object, payload), object_type, lsn }
+    }
+
+    /// The header fields of an object of this area at `offset` (a writer that grows the last
+    /// object, `extend_last`, encodes its header again from them).
+    pub fn object_header(&self, object_type: ObjectType, sn: u64, lsn: u64, offset: u64) -> NewObject {
+        NewObject {
             object_type,
             kind: self.context.kind,
             instance: self.context.instance,
@@ -131,8 +138,7 @@ impl LogAppender {
             lsn,
             log_offset: offset,
             volume_uuid: self.context.volume_uuid,
-        };
-        PendingWrite { offset, bytes: encode_object(&object, payload), object_type, lsn }
+        }
     }
 
     /// Plans the append of one object with `sn` and returns the writes, in order (a WOR and a

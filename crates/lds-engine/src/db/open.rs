@@ -462,7 +462,6 @@ fn assemble(
             gathered_lsn: 0,
             drained_lsn: 0,
             open: None,
-            opening: None,
         }),
         state: Mutex::new(TreeState {
             mem: Arc::new(memtable),

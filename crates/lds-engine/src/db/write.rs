@@ -119,7 +119,7 @@ impl Db {
         // after that is held by log chunks (TRIAD-LOG), and the writer waits for the level-0
         // merge that releases them (`wait_for_log_room`), which fails the write when it cannot.
         let mut rounds = 0u64;
-        let (pending, mem, first_sequence, last_sequence) = loop {
+        let (pending, mem, first_sequence, last_sequence, len_payload) = loop {
             rounds += 1;
             if rounds > ROOM_WAITS_MAX {
                 return Err(Error::Invariant { what: "a writer found the backup log full too many times".into() });
@@ -140,17 +140,12 @@ impl Db {
             // The batch joins the object still gathering in the buffer when it can (one header
             // for many small batches, SPEC.md §7).
             if writer.join_open(first_sequence, entries) {
-                break (Vec::new(), mem, first_sequence, last_sequence);
+                break (Vec::new(), mem, first_sequence, last_sequence, 0);
             }
             let payload = encode_refs(first_sequence, entries, synced_lsn_low);
             let sn = shared.lock_state().sn;
             match writer.backup_log.append(ObjectType::WriteBatch, sn, &payload) {
-                Ok(pending) => {
-                    if let Some(object) = pending.last() {
-                        writer.opening = Some((object.bytes.len(), payload.len()));
-                    }
-                    break (pending, mem, first_sequence, last_sequence);
-                }
+                Ok(pending) => break (pending, mem, first_sequence, last_sequence, payload.len()),
                 // The live region reached the start point: a flush of the memtable moves it.
                 Err(AppendError::LogFull { .. }) if !force_freeze => force_freeze = true,
                 Err(AppendError::LogFull { .. }) => {
@@ -165,20 +160,12 @@ impl Db {
         };
         let mut written =
             pending.iter().try_for_each(|write| writer.gather(shared.device.as_ref(), write.offset, &write.bytes));
-        // A new batch object stays open for the next batches while it waits in the buffer.
-        let opening = writer.opening.take();
-        if let (Some((encoded_len, len_payload)), Some(object), true) = (opening, pending.last(), written.is_ok()) {
-            let context = *writer.backup_log.context();
-            let new_object = lds_format::log::NewObject {
-                object_type: ObjectType::WriteBatch,
-                kind: context.kind,
-                instance: context.instance,
-                sn: writer.backup_log.head().sn,
-                lsn: object.lsn,
-                log_offset: object.offset,
-                volume_uuid: context.volume_uuid,
-            };
-            writer.open_last(new_object, encoded_len, len_payload, entries.len() as u32, first_sequence);
+        // A new batch object (the last write of an append) stays open for the next batches
+        // while it waits in the buffer.
+        if let (Some(object), true) = (pending.last(), written.is_ok()) {
+            let sn = writer.backup_log.head().sn;
+            let header = writer.backup_log.object_header(ObjectType::WriteBatch, sn, object.lsn, object.offset);
+            writer.open_last(header, object.bytes.len(), len_payload, entries.len() as u32, first_sequence);
         }
         writer.gathered_lsn = writer.backup_log.head().next_lsn - 1;
         if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
