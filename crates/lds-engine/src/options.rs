@@ -2,8 +2,9 @@
 
 /// Options of an open store, with their defaults. Memory is bounded by
 /// `2 * write_buffer_size` (memtable and frozen memtable) plus `block_cache_bytes` plus the
-/// decoded tails of chunks in use (about 1/300 of the data) plus, during a compaction, its
-/// input and output chunks.
+/// decoded tails of chunks in use (about 1/300 of the data) plus, during a compaction, one
+/// slot per sorted run of its inputs (a level-0 chunk each, one for a deeper level) and two
+/// output slots (outputs are written as they are packed).
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Which instance of the volume to open (default 0).

@@ -104,8 +104,19 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
         }
     }
     let Some(merger) = slot.as_mut() else { return Ok(None) };
-    if !crate::compaction::step(shared, merger)? {
-        return Ok(None);
+    match crate::compaction::step(shared, merger) {
+        Ok(false) => return Ok(None),
+        Ok(true) => {}
+        Err(error) => {
+            // An unjournaled merge that failed (no free slot, say) is given up: its outputs
+            // so far are freed and a later merge starts from the version, which still holds
+            // every input. A journaled one goes on from where it stopped (its record names
+            // the outputs it cleaned inputs for).
+            if let Some(merger) = slot.take_if(|merger| !merger.journaled()) {
+                crate::compaction::abandon(shared, merger);
+            }
+            return Err(error);
+        }
     }
     let finished = Finished { manual: merger.manual, source_level: merger.source_level };
     crate::compaction::keep_log_region_buffer(shared, merger);

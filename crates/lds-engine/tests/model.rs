@@ -386,3 +386,45 @@ fn inline_mode_matches_the_model_and_repeats_byte_for_byte() {
     let other = inline_run("inline-c", 78);
     assert!(first != other, "different seeds gave the same image");
 }
+
+/// Random keys, so that merges run when the volume fills: a merge that meets "space full"
+/// must lose nothing, whatever runs after it (flushes freeing slots, more puts, a reopen).
+#[test]
+fn a_merge_meeting_space_full_loses_nothing() {
+    let tiered = Options { size_tiered_threshold: 4, ..Options::default() };
+    for (seed, options) in (1..6u64).map(|seed| (seed, Options::default())).chain([(6, tiered)]) {
+        let image = image(&format!("full-merge-{seed}"), 3 << 20);
+        let mut random = Random(seed);
+        let mut model = BTreeMap::new();
+        let db = Db::open(image.path(), options.clone()).unwrap_or_else(|error| panic!("open: {error}"));
+        let mut fulls = 0;
+        for step in 0..200_000u32 {
+            let key = format!("k-{:06}", random.below(20_000)).into_bytes();
+            let value = value(&mut random);
+            match db.put(&key, &value, WriteOptions::default()) {
+                Ok(()) => {
+                    model.insert(key, value);
+                }
+                Err(Error::SpaceFull { .. }) => {
+                    fulls += 1;
+                    check_all(&db, &model, &format!("seed {seed} step {step}: after space full {fulls}"));
+                    if fulls == 20 {
+                        break;
+                    }
+                    // Deleting makes room for merges to drop entries.
+                    for _ in 0..200 {
+                        let key = format!("k-{:06}", random.below(20_000)).into_bytes();
+                        if db.delete(&key, WriteOptions::default()).is_ok() {
+                            model.remove(&key);
+                        }
+                    }
+                }
+                Err(error) => panic!("seed {seed} step {step}: {error}"),
+            }
+        }
+        check_all(&db, &model, &format!("seed {seed}: end"));
+        drop(db);
+        let db = Db::open(image.path(), options).unwrap_or_else(|error| panic!("reopen: {error}"));
+        check_all(&db, &model, &format!("seed {seed}: reopened"));
+    }
+}

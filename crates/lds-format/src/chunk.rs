@@ -912,6 +912,12 @@ pub struct BuiltSubChunk {
     digest_prefix: DigestState,
 }
 
+impl AsMut<BuiltSubChunk> for BuiltSubChunk {
+    fn as_mut(&mut self) -> &mut BuiltSubChunk {
+        self
+    }
+}
+
 impl BuiltSubChunk {
     fn seal(&mut self) {
         let mut hasher = self.digest_prefix.clone();

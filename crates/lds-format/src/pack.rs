@@ -83,6 +83,12 @@ pub struct Packed {
     pub key_boundary: bool,
 }
 
+impl AsMut<BuiltSubChunk> for Packed {
+    fn as_mut(&mut self) -> &mut BuiltSubChunk {
+        &mut self.chunk
+    }
+}
+
 /// Packs sorted entries (user key ascending, newest version first) into chunks of at most
 /// one slot each, one entry at a time, never cutting between two versions of one key unless
 /// they alone exceed a slot (SPEC.md §8.1 keeps a level's chunks disjoint).

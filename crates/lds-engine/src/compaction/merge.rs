@@ -294,8 +294,12 @@ pub(crate) struct Merger {
     pub(crate) victims: Vec<ChunkMeta>,
     /// Every input: victims and the overlapping chunks of the target level.
     pub(crate) inputs: Vec<ChunkMeta>,
-    /// Outputs a durable journal record names.
+    /// Outputs written: those a durable journal record names, then those written since
+    /// (unflushed until the step's flush; no version names them before the final delta).
     pub(crate) persisted: Vec<ChunkMeta>,
+    /// Outputs packed and not written yet, in key order (written as soon as they are packed;
+    /// a write that found no free slot leaves them here for the step's next attempt).
+    pub(crate) unwritten: Vec<Packed>,
     /// Keys at or below it are in `persisted`.
     pub(crate) resume_key: Option<Vec<u8>>,
     /// Inputs a durable journal record lists as cleaned.
@@ -490,6 +494,7 @@ impl Merger {
             victims,
             inputs,
             persisted: Vec::new(),
+            unwritten: Vec::new(),
             resume_key: None,
             cleaned: BTreeSet::new(),
             pointer,

@@ -220,6 +220,24 @@ fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     commit_final(shared, merger, added, Vec::new())
 }
 
+/// Gives up an unjournaled merge: the slots of the outputs it wrote (no version names them)
+/// and of the value chunks it allocated are free again, and no merge is in progress.
+pub(crate) fn abandon(shared: &Shared, mut merger: Merger) {
+    let mut slots: Vec<u64> = merger.persisted.iter().flat_map(ChunkMeta::slots).collect();
+    slots.extend(merger.tiered_written.drain(..).map(|(slot, _)| slot));
+    if let Some(relocation) = merger.relocation.take() {
+        slots.extend(relocation.finish().1);
+    }
+    for &slot in &slots {
+        shared.cache.forget_slot(slot);
+    }
+    crate::version::slots::release(&shared.slots, &slots);
+    keep_log_region_buffer(shared, &mut merger);
+    let mut state = shared.lock_state();
+    state.merging = false;
+    state.merge_delta_reserve = 0;
+}
+
 /// What a merge reads its inputs through.
 fn merge_context(shared: &Shared) -> MergeContext<'_> {
     MergeContext {
@@ -290,59 +308,58 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         return step_tiered(shared, merger);
     }
     let context = merge_context(shared);
-    let chunks_max = if merger.journaling { shared.options.journal_every_outputs.max(1) } else { usize::MAX };
-    let produced = merger.produce(&context, chunks_max)?;
-    let built = produced.chunks;
-    let version = Arc::clone(shared.lock_state().version());
-    let placement = if produced.complete {
-        merger.placement(&built, merger.persisted.len() + built.len(), &version, shared.geometry.slot_size)
-    } else {
-        vec![(merger.target_level, 0u8); built.len()]
+    let step_outputs = merger.journaling.then(|| shared.options.journal_every_outputs.max(1));
+    let written_before = merger.persisted.len();
+    // Outputs are written as they are packed: the merge holds its inputs' current sub-chunks
+    // and an output or two, not all of its outputs. Only the last ones (those packed when the
+    // inputs end) may stay behind as the source level's odd chunk (`Merger::placement`).
+    // Bounded by the entries of the inputs: each round packs at least one output or ends them.
+    let complete = loop {
+        let produced = merger.produce(&context, 1)?;
+        merger.unwritten.extend(produced.chunks);
+        if produced.complete {
+            break true;
+        }
+        let placement = vec![(merger.target_level, 0u8); merger.unwritten.len()];
+        #[cfg(feature = "fault-clean-before-journal")]
+        clean_before_journal(shared, merger);
+        write_unwritten(shared, merger, &placement)?;
+        // A journaled step ends once it wrote its outputs, at a key boundary (`produce`
+        // returns at one): the record's resume key is the last output's largest key.
+        if step_outputs.is_some_and(|outputs| merger.persisted.len() - written_before >= outputs) {
+            break false;
+        }
     };
-    #[cfg(feature = "fault-clean-before-journal")]
-    if !produced.complete && merger.journaling {
-        // The broken order the oracle self-check must catch: inputs cleaned by the record
-        // about to be written are reused before the record is durable.
-        if let Some(last) = built.last() {
-            let resume = last.chunk.last_key.clone();
-            let mut state = shared.lock_state();
-            for chunk in &merger.inputs {
-                if chunk.largest_key <= resume && !merger.cleaned.contains(&chunk.chunk_id) {
-                    state.compaction_pool.extend(chunk.slots());
-                }
-            }
-        }
-    }
-    let mut chunks: Vec<_> = built.into_iter().map(|packed| packed.chunk).collect();
-    // Relocated values (a merge that relocates is unjournaled: one step, `complete`).
     let mut value_added = Vec::new();
-    if let Some(relocation) = merger.relocation.take().filter(|_| produced.complete) {
-        let bytes = relocation.bytes;
-        let (values, slots) = relocation.finish();
-        if let Err(error) = crate::values::write(shared, &values) {
-            crate::version::slots::release(&shared.slots, &slots);
-            return Err(error);
+    if complete {
+        let version = Arc::clone(shared.lock_state().version());
+        let total = merger.persisted.len() + merger.unwritten.len();
+        let placement = merger.placement(&merger.unwritten, total, &version, shared.geometry.slot_size);
+        write_unwritten(shared, merger, &placement)?;
+        // Relocated values (a merge that relocates is unjournaled: one step).
+        if let Some(relocation) = merger.relocation.take() {
+            let bytes = relocation.bytes;
+            let (values, slots) = relocation.finish();
+            if let Err(error) = crate::values::write(shared, &values) {
+                crate::version::slots::release(&shared.slots, &slots);
+                return Err(error);
+            }
+            shared.counters.values_relocated_bytes.fetch_add(bytes, Ordering::Relaxed);
+            value_added = values.iter().map(lds_format::value::BuiltValueChunk::meta).collect();
         }
-        shared.counters.values_relocated_bytes.fetch_add(bytes, Ordering::Relaxed);
-        value_added = values.iter().map(lds_format::value::BuiltValueChunk::meta).collect();
     }
-    let added = write_chunks(shared, &mut chunks, &placement, merger.journaled())?;
-    shared.counters.merge_outputs.fetch_add(added.len() as u64, Ordering::Relaxed);
     // The outputs must be durable before the record or delta version that names them; the
     // inputs stay in place until that record is durable (NobLSM's shadows).
     flush_device(shared)?;
-    if produced.complete {
-        let mut outputs = std::mem::take(&mut merger.persisted);
-        outputs.extend(added);
-        return commit_final(shared, merger, outputs, value_added);
+    if complete {
+        return commit_final(shared, merger, merger.persisted.clone(), value_added);
     }
-    let Some(record) = merger.record(&added) else { return Ok(false) };
+    let Some(record) = merger.record(&[]) else { return Ok(false) };
     let mut state = shared.lock_state();
     if !room_for(shared, &state, &[record.encode().len(), state.merge_delta_reserve]) {
         // No room for another record before the final delta: the merge goes on to its end
         // unjournaled from here (the last durable record still covers what it cleaned).
         merger.journaling = false;
-        merger.persisted.extend(added);
         return Ok(false);
     }
     let newly_cleaned: Vec<u64> = merger
@@ -357,4 +374,34 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     merger.cleaned = record.cleaned.into_iter().collect();
     merger.resume_key = Some(record.resume_key);
     Ok(false)
+}
+
+/// The broken order the oracle self-check must catch: the inputs a journaled step's record
+/// will clean (those at or below the last output about to be written) are reused before the
+/// record is durable.
+#[cfg(feature = "fault-clean-before-journal")]
+fn clean_before_journal(shared: &Shared, merger: &Merger) {
+    let Some(last) = merger.unwritten.last().filter(|_| merger.journaling) else { return };
+    let resume = &last.chunk.last_key;
+    let mut state = shared.lock_state();
+    for chunk in &merger.inputs {
+        if chunk.largest_key <= *resume && !merger.cleaned.contains(&chunk.chunk_id) {
+            state.compaction_pool.extend(chunk.slots());
+        }
+    }
+}
+
+/// Writes the first `placement.len()` unwritten outputs of `merger` at their `(level,
+/// flags)` (unflushed) and moves them to its written outputs. A write that fails (no free
+/// slot) leaves them unwritten, for the step's next attempt.
+fn write_unwritten(shared: &Shared, merger: &mut Merger, placement: &[(u8, u8)]) -> Result<()> {
+    if placement.is_empty() {
+        return Ok(());
+    }
+    let pool = merger.journaled();
+    let added = write_chunks(shared, &mut merger.unwritten[..placement.len()], placement, pool)?;
+    merger.unwritten.drain(..placement.len());
+    shared.counters.merge_outputs.fetch_add(added.len() as u64, Ordering::Relaxed);
+    merger.persisted.extend(added);
+    Ok(())
 }

@@ -13,13 +13,14 @@ use crate::version::slots::{allocate, release};
 /// its flags. On failure the slots are released.
 pub(crate) fn write_chunks(
     shared: &Shared,
-    built: &mut [BuiltSubChunk],
+    built: &mut [impl AsMut<BuiltSubChunk>],
     placement: &[(u8, u8)],
     pool: bool,
 ) -> Result<Vec<ChunkMeta>> {
     let slots = allocate(&mut shared.lock_state(), &shared.slots, &shared.cache, built.len() as u64, pool)?;
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
+        let chunk = chunk.as_mut();
         let meta = lds_format::pack::place(chunk, slot, level, flags);
         let offset = shared.geometry.slot_offset(slot);
         let tail = chunk.tail();
