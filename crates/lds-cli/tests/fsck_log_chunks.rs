@@ -229,13 +229,13 @@ fn a_small_ring_wrapped_under_retention_checks_clean_with_the_engines_count() {
     let db = open_triad_log(&image.0, 128 << 10, 32 << 10);
     let mut wrapped = false;
     let mut checked = 0;
-    // Checked after each flush of 600 keys until a check saw the retained region wrap.
+    // Checked after each flush of 700 keys until a check saw the retained region wrap.
     for round in 0..60 {
         if wrapped && checked >= 3 {
             break;
         }
-        let first = round * 600 % 3_000;
-        fill(&db, first..first + 600, round);
+        let first = round * 700 % 3_000;
+        fill(&db, first..first + 700, round);
         db.flush().unwrap_or_else(|error| panic!("{error}"));
         let stats = db.stats();
         let chunks = db.chunks();

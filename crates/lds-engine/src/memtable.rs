@@ -216,9 +216,8 @@ pub(crate) struct BatchPosition {
 /// allocator's headers and rounding of the node and of the key-and-value allocation.
 /// Measured with a counting allocator (glibc's 8-byte header, 16-byte rounding): 84 bytes
 /// per entry over its key and value, for 100,000 entries of 16-byte keys and 1 to 200-byte
-/// values (with a key and a value allocated apart, as before: 133). Counted as 96, the
-/// figure the crash and repair workloads' shapes were made with.
-const ENTRY_OVERHEAD_BYTES: usize = 96;
+/// values (with a key and a value allocated apart, as before: 133).
+const ENTRY_OVERHEAD_BYTES: usize = 84;
 
 impl MemTable {
     /// An empty memtable for about `bytes` of entries, with a filter of its keys sized for

@@ -437,6 +437,11 @@ pub struct SweepCounts {
 struct Placement {
     chunks: Vec<ChunkPlace>,
     batches: Vec<BatchPlace>,
+    /// The version log's newest object (a delta version) and where the data lives without
+    /// it. Damage there cannot be told from a write a crash interrupted (SPEC.md §9.6):
+    /// recovery and repair fall back to the version before it, whose backup log replay
+    /// starts earlier and must then bring back what that delta committed.
+    head: Option<(Span, Box<Placement>)>,
 }
 
 /// A byte range of the device.
@@ -449,11 +454,31 @@ type ChunkPlace = (Vec<u8>, Vec<u8>, Vec<Span>);
 type BatchPlace = (Span, Vec<Vec<u8>>);
 
 fn placement(volume: &Volume) -> Result<Placement, String> {
+    placement_of(&volume.image, &volume.geometry, true)
+}
+
+fn placement_of(image: &[u8], geometry: &lds_format::label::Geometry, with_head: bool) -> Result<Placement, String> {
     use lds_format::label::LogKind;
-    let geometry = &volume.geometry;
     let (_, recovery) =
-        lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
+        lds_volume::inspect::recover(&MemoryImage(image), geometry, 0).map_err(|error| error.to_string())?;
     let recovery = recovery.map_err(|error| error.to_string())?;
+    let version_context = lds_format::image::area_context(geometry, LogKind::Version, 0);
+    let newest = recovery
+        .version_log
+        .sequence
+        .last()
+        .filter(|object| with_head && object.object_type == lds_format::log::ObjectType::DeltaVersion);
+    let head = match newest {
+        Some(object) => {
+            let start = version_context.ofs_area + object.offset;
+            let span = (start, start + object.header.total_len());
+            // The volume as recovery sees it when that object does not validate.
+            let mut without = image.to_vec();
+            without[start as usize..(start + lds_format::log::HEADER_LEN as u64) as usize].fill(0);
+            Some((span, Box::new(placement_of(&without, geometry, false)?)))
+        }
+        None => None,
+    };
     let chunks = recovery
         .version_log
         .version
@@ -469,7 +494,7 @@ fn placement(volume: &Volume) -> Result<Placement, String> {
         })
         .collect();
     let context = lds_format::image::area_context(geometry, LogKind::Backup, 0);
-    let area = &volume.image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
+    let area = &image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
     let mut batches = Vec::new();
     if let Some(state) = recovery.backup_state() {
         for batch in &state.batches {
@@ -483,7 +508,7 @@ fn placement(volume: &Volume) -> Result<Placement, String> {
             batches.push(((start, start + raw.header.total_len()), keys));
         }
     }
-    Ok(Placement { chunks, batches })
+    Ok(Placement { chunks, batches, head })
 }
 
 impl Placement {
@@ -498,9 +523,17 @@ impl Placement {
             .map(|(smallest, largest, _)| (smallest.clone(), largest.clone()))
             .collect();
         let first = self.batches.iter().position(|(range, _)| hit(*range));
-        let keys = first.map_or_else(HashSet::new, |first| {
+        let mut keys: HashSet<Vec<u8>> = first.map_or_else(HashSet::new, |first| {
             self.batches[first..].iter().flat_map(|(_, keys)| keys.iter().cloned()).collect()
         });
+        let mut ranges: Vec<KeyRange> = ranges;
+        // Damage in the newest delta version: what it committed is exposed the way the
+        // version before it places it.
+        if let Some((_, without)) = self.head.as_ref().filter(|(span, _)| hit(*span)) {
+            let (more_ranges, more_keys) = without.exposed(damaged, sector);
+            ranges.extend(more_ranges);
+            keys.extend(more_keys);
+        }
         (ranges, keys)
     }
 }
