@@ -284,6 +284,7 @@ impl Store for LdsStore {
             ("compaction_device_flushes", stats.compaction_device_flushes),
             ("peak_slots_in_use", stats.peak_slots_in_use),
             ("level0_merges", stats.level0_merges),
+            ("read_triggered_merges", stats.read_triggered_merges),
             ("level0_chunks_merged", stats.level0_chunks_merged),
             ("hot_entries_held", stats.hot_entries_held),
             ("forest_moved_chunks", stats.forest_moved_chunks),

@@ -51,6 +51,11 @@ pub(crate) struct Counters {
     pub(crate) log_reads: AtomicU64,
     pub(crate) log_pressure_merges: AtomicU64,
     pub(crate) log_waits: AtomicU64,
+    /// Level-0 chunks iterators had to walk since the last level-0 merge began (each seek
+    /// positions a cursor in every one): past a budget, level 0 merges early
+    /// (`Limits::level0_read_triggered`).
+    pub(crate) level0_iterator_sources: AtomicU64,
+    pub(crate) read_triggered_merges: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.

@@ -51,6 +51,9 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
     // merges now, waiting for nothing (`crate::logs::pressure`).
     limits.level0_urgent = crate::logs::pressure(shared, state);
     limits.level0_deferred = !limits.level0_urgent && crate::compaction::defer::level0_deferred(&shared.options, state);
+    let walks = shared.counters.level0_iterator_sources.load(std::sync::atomic::Ordering::Relaxed);
+    limits.level0_read_triggered =
+        !limits.level0_deferred && crate::compaction::pick::read_triggered(state.version(), walks);
     // Value chunks are collected only where new ones are written (separation on).
     let gc = shared.value_separation_min.map(|_| shared.options.value_gc_live_percent);
     choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size, gc)

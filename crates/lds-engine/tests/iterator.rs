@@ -74,3 +74,39 @@ fn borrowed_entries_are_the_owned_ones() {
         owned.iter().map(|(key, _)| key.clone()).filter(|found| *found >= key(100) && *found < key(200)).collect();
     assert_eq!([vec![first], rest].concat(), expected);
 }
+
+/// LevelDB's seek compaction, for level 0: seeks walk every level-0 chunk, and once they
+/// walked them more often than a merge would cost, level 0 merges below its trigger of four
+/// chunks. Without the seeks, the same writes leave the chunks in level 0.
+#[test]
+fn seeks_walking_level0_merge_it_early() {
+    let level0_after = |seeks: u32| {
+        let image =
+            common::Image::new(&format!("iterator-seeks-{seeks}"), &common::small_layout(32 << 20, 256 << 10, 1 << 20));
+        let db = Db::open(image.path(), Options { background: false, ..Options::default() }).expect("open");
+        for round in 0..2u32 {
+            for index in (round..4000).step_by(2) {
+                db.put(&key(index), format!("v{round}-{index}").as_bytes(), WriteOptions::default()).expect("put");
+            }
+            db.flush().expect("flush");
+        }
+        for seek in 0..seeks {
+            let mut iterator = db.range(&key(seek * 7 % 4000), None).expect("range");
+            assert!(iterator.next().is_some_and(|entry| entry.is_ok()));
+        }
+        // The next write runs the compaction due (inline: background off).
+        db.put(&key(1), b"last", WriteOptions::default()).expect("put");
+        db.flush().expect("flush");
+        let level0 = db.chunks().iter().filter(|chunk| chunk.level == 0).count();
+        let expected: Vec<Vec<u8>> = (0..4000).map(key).collect();
+        let keys: Vec<Vec<u8>> = db.iter().expect("iter").map(|entry| entry.expect("entry").0).collect();
+        assert_eq!(keys, expected, "seeks {seeks}");
+        assert_eq!(db.get(&key(1)).expect("get"), Some(b"last".to_vec()));
+        (level0, db.stats().read_triggered_merges)
+    };
+    let (quiet, quiet_merges) = level0_after(0);
+    assert_eq!((quiet, quiet_merges), (3, 0), "no seeks: level 0 stays below its trigger");
+    let (sought, merges) = level0_after(300);
+    assert_eq!(merges, 1, "300 seeks over two level-0 chunks merge them");
+    assert!(sought < quiet, "{sought} level-0 chunks after the seeks");
+}

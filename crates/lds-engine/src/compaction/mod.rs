@@ -36,6 +36,9 @@ fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
 
 /// Commits a trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
 pub(crate) fn trivial_move(shared: &Shared, plan: &Plan) -> Result<()> {
+    if plan.source_level == 0 {
+        shared.counters.level0_iterator_sources.store(0, Ordering::Relaxed);
+    }
     let flushes_before = shared.counters.device_flushes.load(Ordering::Relaxed);
     let moved = commit_move(shared, plan);
     let flushes = shared.counters.device_flushes.load(Ordering::Relaxed) - flushes_before;
@@ -110,6 +113,11 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     state.merging = true;
     drop(state);
     if plan.source_level == 0 {
+        let walks = shared.counters.level0_iterator_sources.swap(0, Ordering::Relaxed);
+        let trigger = shared.options.level0_compaction_trigger.max(1);
+        if plan.victims.len() < trigger && pick::read_triggered(&version, walks) {
+            shared.counters.read_triggered_merges.fetch_add(1, Ordering::Relaxed);
+        }
         shared.counters.level0_merges.fetch_add(1, Ordering::Relaxed);
         shared.counters.level0_chunks_merged.fetch_add(plan.victims.len() as u64, Ordering::Relaxed);
     }

@@ -87,6 +87,23 @@ pub(crate) struct Limits {
     /// Level 0 merges first whatever its chunk count (TRIAD-LOG: its log chunks hold too much
     /// of the backup log, `logs::pressure`).
     pub(crate) level0_urgent: bool,
+    /// Level 0 is over its limit however few its chunks: iterators walked them more often
+    /// than their merge would cost (`read_triggered`).
+    pub(crate) level0_read_triggered: bool,
+}
+
+/// Bytes a merge may write per level-0 chunk an iterator walks (LevelDB's seek compaction
+/// allows a file one seek per 16 KiB: a seek costs about what compacting 16 KiB does).
+const READ_TRIGGER_BYTES_PER_WALK: u64 = 16 << 10;
+
+/// True when iterators walked level 0's chunks (`walks`, each chunk counted once per
+/// iterator) more often than its bytes allow (one walk per 16 KiB, at least 100): merging
+/// level 0 into level 1 then costs less than the walks it saves (LevelDB's seek compaction,
+/// for level 0, where every seek reads each chunk; a point lookup's filter spares it).
+pub(crate) fn read_triggered(version: &Version, walks: u64) -> bool {
+    let chunks = version.level(0);
+    let bytes: u64 = chunks.iter().map(|chunk| chunk.len_data).sum();
+    !chunks.is_empty() && walks >= (bytes / READ_TRIGGER_BYTES_PER_WALK).max(100)
 }
 
 impl Limits {
@@ -119,6 +136,7 @@ impl Limits {
             multiplier: options.level_size_multiplier.max(2),
             level0_deferred: false,
             level0_urgent: false,
+            level0_read_triggered: false,
         }
     }
 }
@@ -163,6 +181,8 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             f64::MAX
         } else if level == 0 && limits.level0_deferred {
             0.0
+        } else if level == 0 && limits.level0_read_triggered && !chunks.is_empty() {
+            (chunks.len() as f64 / limits.level0_trigger as f64).max(1.0)
         } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
@@ -376,14 +396,37 @@ mod tests {
         crate::compaction::testing::version(7, &chunks)
     }
 
-    const LIMITS: Limits =
-        Limits { level0_trigger: 4, level1_bytes: 1000, multiplier: 10, level0_deferred: false, level0_urgent: false };
+    const LIMITS: Limits = Limits {
+        level0_trigger: 4,
+        level1_bytes: 1000,
+        multiplier: 10,
+        level0_deferred: false,
+        level0_urgent: false,
+        level0_read_triggered: false,
+    };
 
     #[test]
     fn nothing_to_do_below_the_limits() {
         let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
         assert!(pick(&version(chunks), &LIMITS, None).is_none());
         assert!(matches!(choose(&version(Vec::new()), &LIMITS, None, 20, None), Choice::DoNothing));
+    }
+
+    #[test]
+    fn iterators_walking_level0_often_enough_merge_it_early() {
+        let chunks = vec![meta(1, 0, "a", "m", 3200 << 10, 0), meta(2, 1, "a", "z", 10, 0)];
+        let version = version(chunks);
+        // 3.2 MiB of level 0: 200 walks allowed.
+        assert!(!read_triggered(&version, 199));
+        assert!(read_triggered(&version, 200));
+        assert!(read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 100));
+        assert!(!read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 99));
+        assert!(!read_triggered(&crate::compaction::testing::version(7, &[]), 1_000));
+        // One chunk is below the trigger of four, unless iterators walked it enough.
+        assert!(pick(&version, &LIMITS, None).is_none());
+        let triggered = Limits { level0_read_triggered: true, ..LIMITS };
+        let plan = pick(&version, &triggered, None).expect("level 0 merges early");
+        assert_eq!((plan.source_level, plan.victims.len()), (0, 1));
     }
 
     #[test]

@@ -100,6 +100,9 @@ pub struct Stats {
     pub hot_entries_held: u64,
     /// Merges of level 0 into level 1 started since open.
     pub level0_merges: u64,
+    /// Of those, merges started early because iterators walked level 0's chunks too often
+    /// (LevelDB's seek compaction), since open.
+    pub read_triggered_merges: u64,
     /// The level-0 chunks those merges took (with `triad-disk`, more per merge).
     pub level0_chunks_merged: u64,
     /// Chunks forest drains moved to the next stage without rewriting them (SifrDB's split
@@ -356,6 +359,7 @@ impl Db {
             values_relocated_bytes: get(&counters.values_relocated_bytes),
             value_collections: get(&counters.value_collections),
             level0_merges: get(&counters.level0_merges),
+            read_triggered_merges: get(&counters.read_triggered_merges),
             hot_entries_held: get(&counters.hot_entries_held),
             level0_chunks_merged: get(&counters.level0_chunks_merged),
             forest_moved_chunks: get(&counters.forest_moved_chunks),

@@ -361,6 +361,10 @@ impl DbIterator {
                 in_level.into_iter().partition(|chunk| is_input(chunk));
             if level == 0 {
                 sources.extend(others.iter().map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
+                shared
+                    .counters
+                    .level0_iterator_sources
+                    .fetch_add(others.len() as u64, std::sync::atomic::Ordering::Relaxed);
             } else if !others.is_empty() {
                 sources.push(Source::Chunks(ChunkCursor::new(&others, start)));
             }
