@@ -509,7 +509,7 @@ def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
     lds("mkfs", "--log-tables", "--size", "256MiB", "--sector-size", "512", "--slot-size", "4MiB",
         "--version-log-size", "1MiB", "--backup-log-size", "16MiB", image)
     lds("load", image, *triad, "--format", "tsv",
-        input="".join(f"key{n * 7919 % 120000:06}\tvalue-{n}-{'x' * (20 + n * 37 % 90)}\n" for n in range(150000)))
+        input="".join(f"key{n * 7919 % 120000:06}\tvalue-{n}-{'x' * (20 + n * 37 % 90)}\n" for n in range(140000)))
     lds("load", image, *triad, "--format", "tsv",
         input="".join(f"key{(n * 104729 + 13) % 150000:06}\tround2-{n}-{'y' * (20 + n * 53 % 90)}\n" for n in range(30000)))
     for n in (5, 77, 1234):
