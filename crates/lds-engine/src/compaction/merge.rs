@@ -649,13 +649,11 @@ impl Merger {
         placement
     }
 
-    /// The journal record once `outputs` are persisted too (SPEC.md §6.3): every input, all
-    /// outputs so far, the resume key (the largest key of the last output) and the inputs
-    /// cleaned (those entirely at or below it).
-    pub(crate) fn record(&self, outputs: &[ChunkMeta]) -> Option<CompactionJournal> {
-        let mut all = self.persisted.clone();
-        all.extend_from_slice(outputs);
-        let resume_key = all.last()?.largest_key.clone();
+    /// The journal record of the outputs written so far (SPEC.md §6.3): every input, those
+    /// outputs, the resume key (the largest key of the last output) and the inputs cleaned
+    /// (those entirely at or below it).
+    pub(crate) fn record(&self) -> Option<CompactionJournal> {
+        let resume_key = self.persisted.last()?.largest_key.clone();
         let cleaned = self
             .inputs
             .iter()
@@ -669,7 +667,7 @@ impl Merger {
             resume_key,
             inputs: self.inputs.iter().map(|chunk| chunk.chunk_id).collect(),
             cleaned,
-            outputs: all,
+            outputs: self.persisted.clone(),
         })
     }
 }

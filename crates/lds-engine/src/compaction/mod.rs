@@ -174,27 +174,12 @@ const TIERED_STEP_OUTPUTS: usize = 4;
 /// and one delta version replaces the inputs with the chunk.
 fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     let context = merge_context(shared);
-    let release_written = |merger: &mut Merger| {
-        let slots: Vec<u64> = merger.tiered_written.drain(..).map(|(slot, _)| slot).collect();
-        crate::version::slots::release(&shared.slots, &slots);
-    };
-    let produced = match merger.produce(&context, TIERED_STEP_OUTPUTS) {
-        Ok(produced) => produced,
-        Err(error) => {
-            release_written(merger);
-            return Err(error);
-        }
-    };
+    // On an error the merge is given up and the slots written so far freed (`abandon`).
+    let produced = merger.produce(&context, TIERED_STEP_OUTPUTS)?;
     let mut built: Vec<_> = produced.chunks.into_iter().map(|packed| packed.chunk).collect();
     if !built.is_empty() {
         let placement = vec![(0u8, 0u8); built.len()];
-        let metas = match write_chunks(shared, &mut built, &placement, false) {
-            Ok(metas) => metas,
-            Err(error) => {
-                release_written(merger);
-                return Err(error);
-            }
-        };
+        let metas = write_chunks(shared, &mut built, &placement, false)?;
         shared.counters.merge_outputs.fetch_add(metas.len() as u64, Ordering::Relaxed);
         for (meta, mut chunk) in metas.iter().zip(built) {
             // Written: only the tail is written again.
@@ -362,7 +347,7 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     if complete {
         return commit_final(shared, merger, merger.persisted.clone(), value_added);
     }
-    let Some(record) = merger.record(&[]) else { return Ok(false) };
+    let Some(record) = merger.record() else { return Ok(false) };
     let mut state = shared.lock_state();
     if !room_for(shared, &state, &[record.encode().len(), state.merge_delta_reserve]) {
         // No room for another record before the final delta: the merge goes on to its end
