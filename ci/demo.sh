@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build lds, format a 1 GiB image file, use it as a key-value store, inspect it.
 set -euo pipefail
+# Long listings are cut with `sed -n 1,Np`, which reads all its input: `head` would end lds
+# with SIGPIPE, which pipefail turns into a failure whenever the listing outgrows the cut.
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)"; exit 1; }
 cargo build --release --quiet -p lds-cli
@@ -29,7 +31,7 @@ echo "== use it: put (one synced), get, delete, scan, load, recover"
 seq 1 10000 | awk '{printf "key%06d\tvalue-%d\n", $1, $1}' | "$lds" load "$image" --format tsv
 "$lds" get "$image" key004242 user:3
 "$lds" recover "$image"
-"$lds" dump "$image" tree | head -4
+"$lds" dump "$image" tree | sed -n 1,4p
 echo "== lds fsck --deep $image (0: clean)"
 "$lds" fsck --deep "$image"
 echo "== damage the primary label; fsck finds it, repair -n reports, repair -y fixes it (undo file first), lds undo puts the damage back"
@@ -57,7 +59,7 @@ values() { awk -v m="$1" -v b="$2" '{ n = b + ($1 * m) % 16000; s = $1 "-"; whil
 seq 1 3000 | values 37 1024 | "$lds" load "$kv" --format tsv --technique kv-separation
 seq 1 2 3000 | values 53 2048 | "$lds" load "$kv" --format tsv --technique kv-separation
 "$lds" fsck --deep "$kv"
-"$lds" dump "$kv" value-chunks | head -8
+"$lds" dump "$kv" value-chunks | sed -n 1,8p
 [ "$("$lds" scan "$kv" | wc -l)" -eq 3000 ] || { echo "kv-separation lost keys"; exit 1; }
 rm -f "$kv"
 echo "== lds crashtest --workload basic (every crash state of a small workload, recovered and checked)"
