@@ -145,6 +145,10 @@ impl BlockDevice for CountingDevice {
         BlockDevice::read_at(&self.inner, offset, buffer)
     }
 
+    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        BlockDevice::read_vec_mapped(&self.inner, offset, len)
+    }
+
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let started = self.now();
         BlockDevice::write_at(&self.inner, offset, bytes)?;

@@ -107,6 +107,8 @@ pub struct Device {
     /// The device acknowledges writes from a cache it can lose on power failure, so a range
     /// flush must also flush that cache (SPEC.md §2.5).
     volatile_cache: bool,
+    /// The read-only mapping lookups read through, made at the first such read.
+    mapping: std::sync::OnceLock<Option<crate::mapped::Mapping>>,
 }
 
 /// Whether the block device `metadata` describes keeps a volatile write cache, from
@@ -192,7 +194,7 @@ impl Device {
         }
         let len = file.seek(SeekFrom::End(0)).map_err(open_error)?;
         let volatile_cache = kind == DeviceKind::BlockDevice && volatile_write_cache(&metadata);
-        Ok(Self { file, path: path.to_path_buf(), len, kind, volatile_cache })
+        Ok(Self { file, path: path.to_path_buf(), len, kind, volatile_cache, mapping: std::sync::OnceLock::new() })
     }
 
     /// Creates a new image file of `len` bytes, pre-allocated on its file system (paper
@@ -206,7 +208,14 @@ impl Device {
             .open(path)
             .map_err(|source| DeviceError::Open { path: path.to_path_buf(), source })?;
         lock(&file, path, true, std::time::Duration::ZERO)?;
-        let device = Self { file, path: path.to_path_buf(), len, kind: DeviceKind::ImageFile, volatile_cache: false };
+        let device = Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+            kind: DeviceKind::ImageFile,
+            volatile_cache: false,
+            mapping: std::sync::OnceLock::new(),
+        };
         device.allocate(len)?;
         Ok(device)
     }
@@ -275,6 +284,21 @@ impl Device {
     /// Reads `len` bytes at `offset` into a new buffer.
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         BlockDevice::read_vec(self, offset, len)
+    }
+
+    /// Reads `len` bytes at `offset` through a shared read-only mapping of the device (made at
+    /// the first call): from the page cache with a copy and no system call. Falls back to
+    /// `pread` when the device cannot be mapped or a mapped page cannot be read, so errors
+    /// are those of `read_vec`.
+    pub fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        use std::os::fd::AsFd;
+        let mapping = self.mapping.get_or_init(|| crate::mapped::Mapping::new(self.file.as_fd(), self.len));
+        if let (Some(mapping), Ok(size)) = (mapping, usize::try_from(len)) {
+            if let Some(bytes) = mapping.read(self.file.as_fd(), offset, size) {
+                return Ok(bytes);
+            }
+        }
+        self.read_vec(offset, len)
     }
 
     /// Writes all of `bytes` at `offset`.
@@ -375,6 +399,12 @@ pub trait BlockDevice: Send + Sync {
         self.read_at(offset, &mut buffer)?;
         Ok(buffer)
     }
+    /// Reads `len` bytes at `offset` for a lookup or an iterator: like `read_vec`, where a
+    /// device may serve it from a mapping of the page cache (`Device::read_vec_mapped`).
+    /// Wrappers that read what the device holds forward it.
+    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        self.read_vec(offset, len)
+    }
 }
 
 impl BlockDevice for Device {
@@ -386,6 +416,9 @@ impl BlockDevice for Device {
     }
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         Device::read_at(self, offset, buffer)
+    }
+    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        Device::read_vec_mapped(self, offset, len)
     }
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         Device::write_at(self, offset, bytes)

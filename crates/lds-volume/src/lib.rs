@@ -9,6 +9,7 @@
 
 pub mod device;
 pub mod inspect;
+mod mapped;
 pub mod members;
 pub mod signature;
 pub mod undo;

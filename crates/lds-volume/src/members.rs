@@ -239,6 +239,15 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
+    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        if self.layout.is_none() {
+            return self.devices[0].read_vec_mapped(offset, len);
+        }
+        match self.pieces(offset, len).as_deref() {
+            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_vec_mapped(*device_offset, len),
+            _ => BlockDevice::read_vec(self, offset, len),
+        }
+    }
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].write_at(offset, bytes);

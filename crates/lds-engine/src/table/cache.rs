@@ -350,7 +350,7 @@ impl TableCache {
         let slot_offset = geometry.slot_offset(slot);
         let slot_size = geometry.slot_size;
         let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
-        let footer_bytes = device.read_vec(footer_offset, FOOTER_LEN as u64)?;
+        let footer_bytes = device.read_vec_mapped(footer_offset, FOOTER_LEN as u64)?;
         let footer = Footer::decode(&footer_bytes, footer_offset, slot_size).map_err(|error| corrupt(device, error))?;
         // A valid footer of another chunk (the slot's previous chunk after a lost write, or a
         // misdirected read) must not be used: the version names the sub-chunk by its digest,
@@ -358,7 +358,7 @@ impl TableCache {
         if footer.digest != sub_chunk.digest {
             return Err(corrupt(device, footer_not_the_versions(footer_offset, slot)));
         }
-        let tail_bytes = device.read_vec(
+        let tail_bytes = device.read_vec_mapped(
             slot_offset + u64::from(footer.ofs_index),
             u64::from(footer.len_index) + u64::from(footer.len_filter),
         )?;
@@ -392,7 +392,7 @@ impl TableCache {
         }
         let offset = geometry.slot_offset(slot) + u64::from(entry.ofs_block);
         let started = std::time::Instant::now();
-        let bytes = device.read_vec(offset, u64::from(entry.len_block))?;
+        let bytes = device.read_vec_mapped(offset, u64::from(entry.len_block))?;
         let block = Arc::new(Block::decode(bytes, offset).map_err(|error| corrupt(device, error))?);
         self.miss.record(started.elapsed());
         let footprint = block.footprint();
