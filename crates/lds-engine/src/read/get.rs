@@ -4,8 +4,6 @@
 use lds_format::batch::EntryKind;
 use lds_format::version::{ChunkMeta, SubChunkRef};
 
-use lds_format::codec::compare_keys;
-
 use crate::error::Result;
 use crate::read::view;
 use crate::state::Shared;
@@ -87,7 +85,7 @@ fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<
 /// The index of the first block of a sub-chunk that may hold `key`: the first whose last key
 /// is at or past it.
 fn first_block(tail: &crate::table::cache::Tail, key: &[u8]) -> usize {
-    tail.index.partition_point(|entry| compare_keys(&entry.last_key, key).is_lt())
+    tail.first_block(key)
 }
 
 /// The candidate chunks for `key` whose filters may hold it, in search order, how many of

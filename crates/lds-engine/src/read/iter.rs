@@ -138,8 +138,7 @@ impl ChunkCursor {
                     };
                     let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
                     self.slot = sub_chunk.slot;
-                    self.next_block =
-                        tail.index.partition_point(|entry| compare_keys(&entry.last_key, &self.start).is_lt());
+                    self.next_block = tail.first_block(&self.start);
                     self.index = Some(Arc::clone(&tail));
                     continue;
                 }

@@ -19,10 +19,61 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub(crate) struct Tail {
     pub(crate) index: Vec<IndexEntry>,
+    /// The index's last keys laid out for binary search.
+    search: IndexSearch,
     pub(crate) filter: Filter,
     /// The digest of the sub-chunk it was read from (its footer's): a slot freed and taken
     /// by another chunk must not serve the old chunk's tail.
     digest: [u8; 32],
+}
+
+/// The last keys of a block index as a binary search wants them: the bytes every one of them
+/// starts with, kept once, and the next 8 bytes of each as a big-endian word in one dense
+/// array. A search probes the words (8 bytes apart, a few cache lines) and compares whole keys
+/// only among equal words, where probing `IndexEntry::last_key` loads a separate allocation
+/// per step (perf: 9-11% of readrandom and seekrandom in that search).
+#[derive(Debug, Default)]
+struct IndexSearch {
+    shared: Vec<u8>,
+    heads: Vec<u64>,
+}
+
+/// The first 8 bytes of `bytes` as a big-endian word, zero-padded.
+fn head_word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let len = bytes.len().min(8);
+    word[..len].copy_from_slice(&bytes[..len]);
+    u64::from_be_bytes(word)
+}
+
+impl IndexSearch {
+    fn new(index: &[IndexEntry]) -> Self {
+        let Some(first) = index.first() else { return Self::default() };
+        let mut shared = first.last_key.as_slice();
+        for entry in &index[1..] {
+            let common = shared.iter().zip(&entry.last_key).take_while(|(a, b)| a == b).count();
+            shared = &shared[..common];
+        }
+        let heads = index.iter().map(|entry| head_word(&entry.last_key[shared.len()..])).collect();
+        Self { shared: shared.to_vec(), heads }
+    }
+
+    /// The first position of `index` (the entries this was built from) whose last key is at
+    /// or past `key`.
+    fn first_at_or_after(&self, index: &[IndexEntry], key: &[u8]) -> usize {
+        let shared = self.shared.len();
+        match compare_keys(&key[..shared.min(key.len())], &self.shared) {
+            // A key below the shared start (or a proper prefix of it) precedes every last key.
+            std::cmp::Ordering::Less => return 0,
+            std::cmp::Ordering::Greater => return index.len(),
+            std::cmp::Ordering::Equal => {}
+        }
+        let word = head_word(&key[shared..]);
+        let low = self.heads.partition_point(|&head| head < word);
+        let high = low + self.heads[low..].partition_point(|&head| head == word);
+        // Equal words: the keys decide (beyond 8 bytes, or zero padding against zero bytes).
+        low + index[low..high].partition_point(|entry| compare_keys(&entry.last_key, key).is_lt())
+    }
 }
 
 /// A block whose checksum was verified once, when it was read, with the position of each
@@ -198,13 +249,22 @@ impl Tail {
         let (index_bytes, filter_bytes) = bytes.split_at((footer.len_index as usize).min(bytes.len()));
         let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), footer)?;
         let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), footer)?;
-        Ok(Self { index, filter, digest: footer.digest })
+        let search = IndexSearch::new(&index);
+        Ok(Self { index, search, filter, digest: footer.digest })
+    }
+
+    /// The position of the first block that may hold `key`: the first whose last key is at
+    /// or past it (`index.len()` when `key` is past them all).
+    pub(crate) fn first_block(&self, key: &[u8]) -> usize {
+        self.search.first_at_or_after(&self.index, key)
     }
 
     /// Bytes it holds in memory.
     pub(crate) fn footprint(&self) -> usize {
         self.index.iter().map(|entry| std::mem::size_of::<IndexEntry>() + entry.last_key.len()).sum::<usize>()
             + self.filter.bits.len()
+            + self.search.shared.len()
+            + self.search.heads.len() * std::mem::size_of::<u64>()
             + std::mem::size_of::<Self>()
     }
 }
@@ -415,5 +475,66 @@ impl TableCache {
             tails.others.remove(&slot);
         }
         locked(&self.blocks).remove_where(|key| key.0 == slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IndexEntry, IndexSearch};
+    use lds_format::codec::compare_keys;
+    use proptest::prelude::*;
+
+    fn entries(mut keys: Vec<Vec<u8>>) -> Vec<IndexEntry> {
+        keys.sort();
+        keys.into_iter()
+            .enumerate()
+            .map(|(at, last_key)| IndexEntry {
+                ofs_block: at as u32 * 4096,
+                len_block: 4096,
+                last_seq_kind: 0,
+                last_key,
+            })
+            .collect()
+    }
+
+    /// Keys over a small alphabet with long shared starts, so that words tie, keys are
+    /// prefixes of others, and zero bytes meet zero padding.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        (0usize..3, proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(b'7'), Just(255u8)], 0..14))
+            .prop_map(|(shared, tail)| [&b"0000000000"[..shared * 5], &tail[..]].concat())
+    }
+
+    proptest! {
+        #[test]
+        fn the_dense_search_finds_what_a_search_of_the_entries_finds(
+            keys in proptest::collection::vec(key(), 0..40),
+            probes in proptest::collection::vec(key(), 1..40),
+        ) {
+            let index = entries(keys);
+            let search = IndexSearch::new(&index);
+            for probe in probes.iter().chain(index.iter().map(|entry| &entry.last_key)) {
+                let expected = index.partition_point(|entry| compare_keys(&entry.last_key, probe).is_lt());
+                prop_assert_eq!(search.first_at_or_after(&index, probe), expected, "probe {:?}", probe);
+            }
+        }
+    }
+
+    #[test]
+    fn a_search_past_every_last_key_or_before_the_shared_start_ends_at_the_bounds() {
+        let index = entries(vec![
+            b"user000017".to_vec(),
+            b"user000042".to_vec(),
+            b"user000042".to_vec(),
+            b"user000100".to_vec(),
+        ]);
+        let search = IndexSearch::new(&index);
+        assert_eq!(search.shared, b"user000");
+        assert_eq!(search.first_at_or_after(&index, b"user"), 0);
+        assert_eq!(search.first_at_or_after(&index, b"aaa"), 0);
+        assert_eq!(search.first_at_or_after(&index, b"user000042"), 1);
+        assert_eq!(search.first_at_or_after(&index, b"user0000420"), 3);
+        assert_eq!(search.first_at_or_after(&index, b"user000101"), 4);
+        assert_eq!(search.first_at_or_after(&index, b"zzz"), 4);
+        assert_eq!(IndexSearch::new(&[]).first_at_or_after(&[], b"any"), 0);
     }
 }
