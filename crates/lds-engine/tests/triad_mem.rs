@@ -78,13 +78,15 @@ fn hot_keys_stay_in_memory_and_read_back_across_reopens() {
     let smallest = level0_smallest(&db);
     let with_hot = smallest.iter().filter(|key| key.starts_with(b"a-hot-")).count();
     assert!(smallest.len() >= 3 && with_hot <= 1, "{smallest:?}");
-    // Without the technique every level-0 chunk holds hot keys.
+    // Without the technique every level-0 chunk holds hot keys, but perhaps the last flush's
+    // (when it holds fewer than the 10 cold keys written between two hot ones).
     let plain = Image::new("triad-mem-plain", &layout());
     let other = Db::open(plain.path(), plain_options()).unwrap_or_else(|error| panic!("open: {error}"));
     skewed(&other, &mut BTreeMap::new(), 0);
     other.flush().unwrap_or_else(|error| panic!("{error}"));
     let smallest = level0_smallest(&other);
-    assert!(smallest.len() >= 3 && smallest.iter().all(|key| key.starts_with(b"a-hot-")), "{smallest:?}");
+    let with_hot = smallest.iter().filter(|key| key.starts_with(b"a-hot-")).count();
+    assert!(smallest.len() >= 3 && with_hot + 1 >= smallest.len(), "{smallest:?}");
     check(&db, &model, "after the flush");
     // Held entries are in the backup log: a reopen replays them.
     db.close().unwrap_or_else(|error| panic!("{error}"));
