@@ -149,6 +149,10 @@ impl BlockDevice for CountingDevice {
         BlockDevice::read_vec_mapped(&self.inner, offset, len)
     }
 
+    fn drop_cached(&self, offset: u64, len: u64) {
+        BlockDevice::drop_cached(&self.inner, offset, len);
+    }
+
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let started = self.now();
         BlockDevice::write_at(&self.inner, offset, bytes)?;

@@ -237,6 +237,9 @@ pub(crate) struct TreeState {
     /// Slots of inputs the running journaled compaction cleaned, no longer read by anyone:
     /// marked in use, reused only by that compaction's outputs (SPEC.md §12).
     pub(crate) compaction_pool: Vec<u64>,
+    /// Slots freed since the worker last told the device their pages are not needed
+    /// (`worker::drop_freed_pages`).
+    pub(crate) uncached: Vec<u64>,
     /// The largest compaction id this instance used (SPEC.md §6.3: ids increase).
     pub(crate) compaction_id_max: u64,
     /// The last durable journal record of the running compaction, appended again after a

@@ -301,6 +301,19 @@ impl Device {
         self.read_vec(offset, len)
     }
 
+    /// A hint that `len` bytes at `offset` hold nothing anyone will read (a freed slot): their
+    /// pages leave this process's mapping and the page cache, so that memory goes back to the
+    /// system, and the next chunk written there takes pages just freed rather than new ones.
+    /// Dirty pages stay (their write-back starts); nothing on the device changes.
+    pub fn drop_cached(&self, offset: u64, len: u64) {
+        if let Some(Some(mapping)) = self.mapping.get() {
+            mapping.forget(offset, len);
+        }
+        let Ok(len) = std::num::NonZeroU64::try_from(len) else { return };
+        // Only a hint: a device that refuses it keeps the pages.
+        let _ = rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::DontNeed);
+    }
+
     /// Writes all of `bytes` at `offset`.
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         self.file.write_all_at(bytes, offset).map_err(|source| DeviceError::Write {
@@ -405,6 +418,9 @@ pub trait BlockDevice: Send + Sync {
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         self.read_vec(offset, len)
     }
+    /// A hint that `len` bytes at `offset` hold nothing anyone will read (a freed slot); a
+    /// device may drop them from memory (`Device::drop_cached`). Wrappers forward it.
+    fn drop_cached(&self, _offset: u64, _len: u64) {}
 }
 
 impl BlockDevice for Device {
@@ -419,6 +435,9 @@ impl BlockDevice for Device {
     }
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         Device::read_vec_mapped(self, offset, len)
+    }
+    fn drop_cached(&self, offset: u64, len: u64) {
+        Device::drop_cached(self, offset, len);
     }
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         Device::write_at(self, offset, bytes)

@@ -117,6 +117,26 @@ impl Mapping {
         Some(bytes)
     }
 
+    /// Unmaps the pages of `len` bytes at `offset` from this process (they map again, from
+    /// the page cache or the device, when read), so that the page cache may drop them.
+    pub(crate) fn forget(&self, offset: u64, len: u64) {
+        let page = PAGE.load(Ordering::Acquire) as u64;
+        let start = offset.div_ceil(page) * page;
+        let end = (offset.saturating_add(len) / page * page).min(self.len as u64);
+        if start >= end {
+            return;
+        }
+        // SAFETY: whole pages inside our mapping; no reference into it exists (reads copy
+        // through raw pointers), and a later read maps the pages again.
+        unsafe {
+            libc::madvise(
+                (self.base + start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+    }
+
     /// Maps the device back over the pages of zeros the handler put in.
     fn restore(&self, file: BorrowedFd<'_>) {
         let _restoring = self.restoring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -267,6 +287,47 @@ mod tests {
         let error = device.read_vec_mapped(256 * 1024 - 10, 20).expect_err("past the end");
         assert!(error.to_string().contains(&path.display().to_string()), "{error}");
         drop(device);
+        std::fs::remove_file(&path).expect("remove");
+    }
+
+    /// Pages of `path`'s first `len` bytes in the page cache.
+    fn resident_pages(path: &std::path::Path, len: usize) -> usize {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path).expect("open");
+        let page = super::PAGE.load(std::sync::atomic::Ordering::Acquire);
+        let mut vector = vec![0u8; len.div_ceil(page)];
+        // SAFETY: a fresh read-only mapping of an open file, unmapped before returning; the
+        // vector has a byte per page of it.
+        unsafe {
+            let base = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+            assert_ne!(base, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(base, len, vector.as_mut_ptr()), 0);
+            libc::munmap(base, len);
+        }
+        vector.iter().filter(|&&flags| flags & 1 == 1).count()
+    }
+
+    #[test]
+    fn dropping_cached_pages_frees_clean_ones_and_loses_no_write() {
+        let (path, bytes) = image("dropped", 1024 * 1024);
+        let device = Device::open(&path, OpenMode::ReadWrite).expect("open");
+        assert_eq!(device.read_vec_mapped(0, 1024 * 1024).expect("read"), bytes);
+        device.flush().expect("flush");
+        let before = resident_pages(&path, 1024 * 1024);
+        assert!(before > 0, "nothing cached after reading the whole image");
+        // Clean pages leave the page cache and the mapping (whole folios only: the page
+        // cache may hold the image in folios larger than a page).
+        device.drop_cached(0, 1024 * 1024);
+        let after = resident_pages(&path, 1024 * 1024);
+        assert_eq!(after, 0, "{before} pages cached before");
+        assert_eq!(device.read_vec_mapped(512 * 1024, 8192).expect("read"), bytes[512 * 1024..520 * 1024]);
+        // A write not flushed yet stays, whatever the hint.
+        device.write_at(700 * 1024, &[0xCD; 8192]).expect("write");
+        device.drop_cached(0, 1024 * 1024);
+        assert!(device.read_vec_mapped(700 * 1024, 8192).expect("read").iter().all(|&byte| byte == 0xCD));
+        drop(device);
+        let on_disk = std::fs::read(&path).expect("read the image");
+        assert!(on_disk[700 * 1024..708 * 1024].iter().all(|&byte| byte == 0xCD));
         std::fs::remove_file(&path).expect("remove");
     }
 

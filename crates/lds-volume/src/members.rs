@@ -239,6 +239,11 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
+    fn drop_cached(&self, offset: u64, len: u64) {
+        for (device, device_offset, _, piece) in self.pieces(offset, len).unwrap_or_default() {
+            self.devices[device].drop_cached(device_offset, piece as u64);
+        }
+    }
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].read_vec_mapped(offset, len);

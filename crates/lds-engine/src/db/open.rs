@@ -471,6 +471,7 @@ fn assemble(
             version_log,
             pending_free: Vec::new(),
             compaction_pool,
+            uncached: Vec::new(),
             compaction_id_max: state.compaction_id_max,
             last_journal: journal.clone(),
             resume: if read_only { None } else { journal.clone() },

@@ -29,6 +29,7 @@ pub(crate) fn reclaim(state: &mut TreeState, slots: &Mutex<SlotMap>, cache: &Tab
                 Release::Free => {
                     map.online[slot as usize] = false;
                     map.slots_in_use -= 1;
+                    state.uncached.push(slot);
                 }
                 Release::CompactionPool => state.compaction_pool.push(slot),
             }
