@@ -146,9 +146,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         let held = frozen.held.clone();
         // TRIAD-LOG: a log chunk while the ring has room to retain its part (`crate::logs`).
         let log_chunk = crate::logs::log_chunk_wanted(shared, &state, frozen);
-        let uncached = std::mem::take(&mut state.uncached);
-        drop(state);
-        drop_freed_pages(shared, &uncached);
+        unlock_dropping_freed_pages(shared, state);
         let result = crate::flush::flush_frozen(shared, &table, &held, backup_start, last_sequence, log_chunk);
         state = shared.lock_state();
         match result {
@@ -192,9 +190,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
         }
         return (state, false);
     }
-    let uncached = std::mem::take(&mut state.uncached);
-    drop(state);
-    drop_freed_pages(shared, &uncached);
+    unlock_dropping_freed_pages(shared, state);
     let result = match &choice {
         Choice::Move(plan) => crate::compaction::trivial_move(shared, plan)
             .map(|()| Some(Finished { manual: plan.manual, source_level: plan.source_level })),
@@ -217,14 +213,16 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
     (state, true)
 }
 
-/// Tells the device that freed `slots` hold nothing anyone reads (outside the state lock: a
-/// call per slot). Their pages leave the page cache, so the next chunks written take pages
+/// Unlocks the state, then tells the device that the slots freed since the last call hold
+/// nothing anyone reads (outside the state lock: a call per slot). Their pages leave the page cache, so the next chunks written take pages
 /// just freed instead of growing the cache over the whole device as threaded logging moves
 /// on: perf had the kernel's copy into newly allocated page-cache pages at 29% of the
 /// background thread's samples in overwrite. A slot taken again meanwhile loses nothing: the
 /// hint drops clean pages only.
-fn drop_freed_pages(shared: &Shared, slots: &[u64]) {
-    for &slot in slots {
+fn unlock_dropping_freed_pages(shared: &Shared, mut state: MutexGuard<'_, TreeState>) {
+    let slots = std::mem::take(&mut state.uncached);
+    drop(state);
+    for slot in slots {
         shared.device.drop_cached(shared.geometry.slot_offset(slot), shared.geometry.slot_size);
     }
 }

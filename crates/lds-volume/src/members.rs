@@ -245,9 +245,7 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
     }
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        if self.layout.is_none() {
-            return self.devices[0].read_vec_mapped(offset, len);
-        }
+        // One device (no layout) is one piece too.
         match self.pieces(offset, len).as_deref() {
             Ok([(device, device_offset, _, _)]) => self.devices[*device].read_vec_mapped(*device_offset, len),
             _ => BlockDevice::read_vec(self, offset, len),
