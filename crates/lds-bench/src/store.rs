@@ -74,6 +74,7 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
         "technique" => *options = options.clone().with_techniques(value)?,
+        "block_size" => options.block_size = number()? as usize,
         "pinned_levels" => options.pinned_levels = number()? as u8,
         "tail_cache_bytes" => options.tail_cache_bytes = number()? as usize,
         "search_threads" => options.search_threads = number()? as usize,

@@ -17,8 +17,8 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    for entry in &tail.index[first_block(&tail, key)..] {
-        let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, entry)?;
+    for at in first_block(&tail, key)..tail.len() {
+        let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, tail.span(at))?;
         for index in block.seek(key)..block.entries.len() {
             let found = &block.entries[index];
             if block.slice(found.key) != key {
@@ -30,7 +30,7 @@ fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: 
                 return Ok(Some((found.sequence, found.kind, value)));
             }
         }
-        if entry.last_key.as_slice() > key {
+        if tail.last_key(at) > key {
             return Ok(None);
         }
     }
@@ -47,7 +47,7 @@ fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) 
         while low < high {
             let middle = (low + high) / 2;
             let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &chunk.sub_chunks[middle])?;
-            if tail.index.last().is_some_and(|last| last.last_key.as_slice() < key) {
+            if tail.largest_key().is_some_and(|last| last < key) {
                 low = middle + 1;
             } else {
                 high = middle;
@@ -62,7 +62,7 @@ fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) 
         // The next sub-chunk starts past this one's last key, unless `key` is that last key
         // (one key's versions exceeding a slot go on in the next).
         let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
-        if tail.index.last().is_none_or(|last| last.last_key.as_slice() > key) {
+        if tail.largest_key().is_none_or(|last| last > key) {
             break;
         }
     }
@@ -78,8 +78,8 @@ fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    let first = tail.index.get(first_block(&tail, key));
-    Ok(Some(first.is_some_and(|entry| !shared.cache.holds_block(sub_chunk.slot, entry))))
+    let first = first_block(&tail, key);
+    Ok(Some(first < tail.len() && !shared.cache.holds_block(sub_chunk.slot, tail.span(first))))
 }
 
 /// The index of the first block of a sub-chunk that may hold `key`: the first whose last key

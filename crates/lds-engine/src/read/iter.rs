@@ -58,8 +58,10 @@ struct ChunkCursor {
     index: Option<Arc<Tail>>,
     slot: u64,
     next_block: usize,
-    /// The block being read and the next entry in it.
+    /// The block (or run of blocks) being read and the next entry in it.
     block: Option<(Arc<Block>, usize)>,
+    /// Blocks the next run reads (see `settle`).
+    run: usize,
     start: Vec<u8>,
     /// Skip keys at or below this (the inputs of an unfinished compaction, past its resume
     /// key).
@@ -69,6 +71,12 @@ struct ChunkCursor {
 }
 
 impl ChunkCursor {
+    /// Runs grow 2, 4, 8, ... blocks up to `RUN_BYTES`: a seek followed by a few entries
+    /// reads a block or two past its first, a long scan streams.
+    const FIRST_RUN: usize = 2;
+    const RUN_BYTES: u64 = 64 << 10;
+    const LARGEST_RUN: usize = 64;
+
     fn new(chunks: &[&ChunkMeta], start: &[u8]) -> Self {
         let slots = Pending::List(chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()).collect());
         Self::of(slots, start)
@@ -81,6 +89,7 @@ impl ChunkCursor {
             slot: 0,
             next_block: 0,
             block: None,
+            run: Self::FIRST_RUN,
             start: start.to_vec(),
             after: None,
             through: None,
@@ -130,7 +139,7 @@ impl ChunkCursor {
                 self.block = None;
             }
             let tail = match &self.index {
-                Some(tail) if self.next_block < tail.index.len() => Arc::clone(tail),
+                Some(tail) if self.next_block < tail.len() => Arc::clone(tail),
                 _ => {
                     let Some(sub_chunk) = self.slots.pop() else {
                         self.index = None;
@@ -143,14 +152,34 @@ impl ChunkCursor {
                     continue;
                 }
             };
-            let entry = &tail.index[self.next_block];
-            self.next_block += 1;
-            let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, self.slot, entry)?;
-            // Only the first block holds keys below the start: later ones are read whole,
-            // with no search (and later sub-chunks from their first block).
-            let position = if self.start.is_empty() { 0 } else { block.seek(&self.start) };
-            self.start.clear();
-            self.block = Some((block, position));
+            let slot = self.slot;
+            let (device, geometry) = (shared.device.as_ref(), &shared.geometry);
+            if !self.start.is_empty() {
+                // The first block of a seek, which a lookup may have cached or may want
+                // next, goes through the cache; it alone holds keys below the start.
+                let block = shared.cache.block(device, geometry, slot, tail.span(self.next_block))?;
+                self.next_block += 1;
+                let position = block.seek(&self.start);
+                self.start.clear();
+                self.block = Some((block, position));
+                continue;
+            }
+            // Past it, the cursor streams: runs of consecutive blocks, read whole.
+            let spans = tail.spans_from(self.next_block);
+            let mut bytes = 0u64;
+            let count = spans
+                .iter()
+                .take(self.run)
+                .take_while(|span| {
+                    bytes += u64::from(span.len);
+                    bytes <= Self::RUN_BYTES
+                })
+                .count()
+                .max(1);
+            let run = shared.cache.run(device, geometry, slot, &spans[..count])?;
+            self.next_block += count;
+            self.run = (self.run * 2).min(Self::LARGEST_RUN);
+            self.block = Some((Arc::new(run), 0));
         }
     }
 }

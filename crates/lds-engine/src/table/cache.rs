@@ -15,11 +15,14 @@ use lds_volume::BlockDevice;
 
 use crate::error::{Error, Result};
 
-/// The decoded tail of one sub-chunk (SPEC.md §8.2, §8.3).
+/// The decoded tail of one sub-chunk (SPEC.md §8.2, §8.3): its block index, kept dense (a
+/// few flat arrays rather than an allocation per block, at about 36 bytes a block), and its
+/// filter.
 #[derive(Debug)]
 pub(crate) struct Tail {
-    pub(crate) index: Vec<IndexEntry>,
-    /// The index's last keys laid out for binary search.
+    /// Where each block lies in the slot.
+    blocks: Vec<BlockSpan>,
+    /// The blocks' last keys, laid out for binary search.
     search: IndexSearch,
     pub(crate) filter: Filter,
     /// The digest of the sub-chunk it was read from (its footer's): a slot freed and taken
@@ -27,15 +30,26 @@ pub(crate) struct Tail {
     digest: [u8; 32],
 }
 
+/// Where a block lies in its slot: its offset and its length with the trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockSpan {
+    pub(crate) ofs: u32,
+    pub(crate) len: u32,
+}
+
 /// The last keys of a block index as a binary search wants them: the bytes every one of them
 /// starts with, kept once, and the next 8 bytes of each as a big-endian word in one dense
 /// array. A search probes the words (8 bytes apart, a few cache lines) and compares whole keys
-/// only among equal words, where probing `IndexEntry::last_key` loads a separate allocation
-/// per step (perf: 9-11% of readrandom and seekrandom in that search).
+/// only among equal words, where probing a key per entry loads a separate allocation per step
+/// (perf: 9-11% of readrandom and seekrandom in that search). The whole keys lie end to end
+/// in one buffer.
 #[derive(Debug, Default)]
 struct IndexSearch {
     shared: Vec<u8>,
     heads: Vec<u64>,
+    keys: Vec<u8>,
+    /// Where each key ends in `keys`.
+    ends: Vec<u32>,
 }
 
 /// The first 8 bytes of `bytes` as a big-endian word, zero-padded.
@@ -55,24 +69,49 @@ impl IndexSearch {
             shared = &shared[..common];
         }
         let heads = index.iter().map(|entry| head_word(&entry.last_key[shared.len()..])).collect();
-        Self { shared: shared.to_vec(), heads }
+        let mut keys = Vec::with_capacity(index.iter().map(|entry| entry.last_key.len()).sum());
+        let mut ends = Vec::with_capacity(index.len());
+        for entry in index {
+            keys.extend_from_slice(&entry.last_key);
+            // Within u32: a tail is read from one slot, whose offsets are u32 (SPEC.md §4).
+            ends.push(keys.len() as u32);
+        }
+        Self { shared: shared.to_vec(), heads, keys, ends }
     }
 
-    /// The first position of `index` (the entries this was built from) whose last key is at
-    /// or past `key`.
-    fn first_at_or_after(&self, index: &[IndexEntry], key: &[u8]) -> usize {
+    /// The last key of the `at`th block.
+    fn key(&self, at: usize) -> &[u8] {
+        let start = if at == 0 { 0 } else { self.ends[at - 1] as usize };
+        &self.keys[start..self.ends[at] as usize]
+    }
+
+    /// The first position whose last key is at or past `key`.
+    fn first_at_or_after(&self, key: &[u8]) -> usize {
         let shared = self.shared.len();
         match compare_keys(&key[..shared.min(key.len())], &self.shared) {
             // A key below the shared start (or a proper prefix of it) precedes every last key.
             std::cmp::Ordering::Less => return 0,
-            std::cmp::Ordering::Greater => return index.len(),
+            std::cmp::Ordering::Greater => return self.heads.len(),
             std::cmp::Ordering::Equal => {}
         }
         let word = head_word(&key[shared..]);
         let low = self.heads.partition_point(|&head| head < word);
         let high = low + self.heads[low..].partition_point(|&head| head == word);
         // Equal words: the keys decide (beyond 8 bytes, or zero padding against zero bytes).
-        low + index[low..high].partition_point(|entry| compare_keys(&entry.last_key, key).is_lt())
+        let (mut low, mut high) = (low, high);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if compare_keys(self.key(middle), key).is_lt() {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        low
+    }
+
+    fn footprint(&self) -> usize {
+        self.shared.len() + self.heads.len() * 8 + self.keys.len() + self.ends.len() * 4
     }
 }
 
@@ -94,28 +133,52 @@ pub(crate) struct BlockEntry {
 
 impl Block {
     fn decode(bytes: Vec<u8>, offset: u64) -> std::result::Result<Self, lds_format::FormatError> {
+        let len = bytes.len() as u32;
+        Self::decode_run(bytes, offset, std::iter::once(len))
+    }
+
+    /// Decodes the blocks laid end to end in `bytes` (at device `offset`), of lengths `lens`
+    /// (which add up to the bytes' length), into one sequence of entries.
+    fn decode_run(
+        bytes: Vec<u8>,
+        offset: u64,
+        lens: impl Iterator<Item = u32>,
+    ) -> std::result::Result<Self, lds_format::FormatError> {
         let base = bytes.as_ptr() as usize;
         // Positions within `bytes`, which moves into the block without moving its contents.
         let at = |part: &[u8]| match part.len() {
             0 => (0, 0),
             len => ((part.as_ptr() as usize - base) as u32, len as u32),
         };
-        // One pass, straight into the positions, sized by the trailer's entry count (checked
-        // by `visit_block`; bounded here by what the bytes can hold).
-        let count = bytes
-            .len()
-            .checked_sub(8)
-            .and_then(|at| bytes.get(at..at + 4))
-            .map_or(0, |count| u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize);
-        let mut entries = Vec::with_capacity(count.min(bytes.len() / 15));
-        visit_block(&bytes, offset, |found| {
-            entries.push(BlockEntry {
-                key: at(found.key),
-                sequence: found.sequence,
-                kind: found.kind,
-                value: at(found.value),
-            })
-        })?;
+        let mut entries = Vec::new();
+        let mut start = 0usize;
+        for len in lens {
+            let Some(block) = bytes.get(start..start + len as usize) else {
+                return Err(lds_format::FormatError::Truncated {
+                    structure: "block",
+                    offset: offset + start as u64,
+                    needed: u64::from(len),
+                    available: (bytes.len() - start.min(bytes.len())) as u64,
+                });
+            };
+            // One pass, straight into the positions, sized by the trailer's entry count
+            // (checked by `visit_block`; bounded here by what the bytes can hold).
+            let count = block
+                .len()
+                .checked_sub(8)
+                .and_then(|at| block.get(at..at + 4))
+                .map_or(0, |count| u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize);
+            entries.reserve(count.min(block.len() / 15));
+            visit_block(block, offset + start as u64, |found| {
+                entries.push(BlockEntry {
+                    key: at(found.key),
+                    sequence: found.sequence,
+                    kind: found.kind,
+                    value: at(found.value),
+                })
+            })?;
+            start += len as usize;
+        }
         Ok(Self { bytes, entries })
     }
 
@@ -250,21 +313,47 @@ impl Tail {
         let index = decode_index(index_bytes, slot_offset + u64::from(footer.ofs_index), footer)?;
         let filter = Filter::decode(filter_bytes, slot_offset + u64::from(footer.ofs_filter), footer)?;
         let search = IndexSearch::new(&index);
-        Ok(Self { index, search, filter, digest: footer.digest })
+        let blocks = index.iter().map(|entry| BlockSpan { ofs: entry.ofs_block, len: entry.len_block }).collect();
+        Ok(Self { blocks, search, filter, digest: footer.digest })
+    }
+
+    /// The number of blocks.
+    pub(crate) fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Where the `at`th block lies.
+    pub(crate) fn span(&self, at: usize) -> BlockSpan {
+        self.blocks[at]
+    }
+
+    /// The blocks from the `at`th on.
+    pub(crate) fn spans_from(&self, at: usize) -> &[BlockSpan] {
+        &self.blocks[at..]
+    }
+
+    /// The last key of the `at`th block.
+    pub(crate) fn last_key(&self, at: usize) -> &[u8] {
+        self.search.key(at)
+    }
+
+    /// The last key of the sub-chunk (none for a sub-chunk of no blocks, which no valid
+    /// tail is).
+    pub(crate) fn largest_key(&self) -> Option<&[u8]> {
+        self.len().checked_sub(1).map(|last| self.last_key(last))
     }
 
     /// The position of the first block that may hold `key`: the first whose last key is at
-    /// or past it (`index.len()` when `key` is past them all).
+    /// or past it (`len()` when `key` is past them all).
     pub(crate) fn first_block(&self, key: &[u8]) -> usize {
-        self.search.first_at_or_after(&self.index, key)
+        self.search.first_at_or_after(key)
     }
 
     /// Bytes it holds in memory.
     pub(crate) fn footprint(&self) -> usize {
-        self.index.iter().map(|entry| std::mem::size_of::<IndexEntry>() + entry.last_key.len()).sum::<usize>()
+        self.blocks.len() * std::mem::size_of::<BlockSpan>()
             + self.filter.bits.len()
-            + self.search.shared.len()
-            + self.search.heads.len() * std::mem::size_of::<u64>()
+            + self.search.footprint()
             + std::mem::size_of::<Self>()
     }
 }
@@ -444,15 +533,15 @@ impl TableCache {
         device: &dyn BlockDevice,
         geometry: &Geometry,
         slot: u64,
-        entry: &IndexEntry,
+        span: BlockSpan,
     ) -> Result<Arc<Block>> {
-        let key = (slot, entry.ofs_block);
+        let key = (slot, span.ofs);
         if let Some(block) = locked(&self.blocks).get(&key) {
             return Ok(block);
         }
-        let offset = geometry.slot_offset(slot) + u64::from(entry.ofs_block);
+        let offset = geometry.slot_offset(slot) + u64::from(span.ofs);
         let started = std::time::Instant::now();
-        let bytes = device.read_vec_mapped(offset, u64::from(entry.len_block))?;
+        let bytes = device.read_vec_mapped(offset, u64::from(span.len))?;
         let block = Arc::new(Block::decode(bytes, offset).map_err(|error| corrupt(device, error))?);
         self.miss.record(started.elapsed());
         let footprint = block.footprint();
@@ -460,9 +549,29 @@ impl TableCache {
         Ok(block)
     }
 
-    /// True when the block `entry` names in `slot` is cached: reading it costs no device read.
-    pub(crate) fn holds_block(&self, slot: u64, entry: &IndexEntry) -> bool {
-        locked(&self.blocks).contains(&(slot, entry.ofs_block))
+    /// Consecutive blocks of the sub-chunk in `slot` (`spans`, contiguous), read with one
+    /// copy and verified block by block into one `Block`, which is not cached: an iterator
+    /// that walks on past its first block streams, at one device read, one allocation and
+    /// no cache lock per run rather than per block, and leaves the cache to lookups.
+    pub(crate) fn run(
+        &self,
+        device: &dyn BlockDevice,
+        geometry: &Geometry,
+        slot: u64,
+        spans: &[BlockSpan],
+    ) -> Result<Block> {
+        let (Some(first), Some(last)) = (spans.first(), spans.last()) else {
+            return Ok(Block { bytes: Vec::new(), entries: Vec::new() });
+        };
+        let offset = geometry.slot_offset(slot) + u64::from(first.ofs);
+        let len = u64::from(last.ofs) + u64::from(last.len) - u64::from(first.ofs);
+        let bytes = device.read_vec_mapped(offset, len)?;
+        Block::decode_run(bytes, offset, spans.iter().map(|span| span.len)).map_err(|error| corrupt(device, error))
+    }
+
+    /// True when the block at `span` in `slot` is cached: reading it costs no device read.
+    pub(crate) fn holds_block(&self, slot: u64, span: BlockSpan) -> bool {
+        locked(&self.blocks).contains(&(slot, span.ofs))
     }
 
     /// Forgets a freed slot's tail and blocks (a later chunk may take the slot).
@@ -480,9 +589,78 @@ impl TableCache {
 
 #[cfg(test)]
 mod tests {
-    use super::{IndexEntry, IndexSearch};
+    use super::{Block, IndexEntry, IndexSearch};
+    use lds_format::batch::EntryKind;
+    use lds_format::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions, DigestKind, SubChunkView};
     use lds_format::codec::compare_keys;
     use proptest::prelude::*;
+
+    /// A sub-chunk of `count` entries in blocks of about 1 KiB, as a slot image.
+    fn slot_image(count: u32) -> Vec<u8> {
+        let options = ChunkOptions {
+            slot_size: 256 * 1024,
+            block_size: 1024,
+            bloom_bits_per_key: 10,
+            digest: DigestKind::Blake3,
+            sketch_precision: 0,
+        };
+        let mut builder = ChunkBuilder::new(options);
+        for number in 0..count {
+            let kind = if number % 7 == 3 { EntryKind::Delete } else { EntryKind::Put };
+            let value = if kind == EntryKind::Put { vec![number as u8; (number % 90) as usize] } else { Vec::new() };
+            assert!(builder.add(format!("key-{number:06}").as_bytes(), u64::from(number) + 1, kind, &value));
+        }
+        let identity = ChunkIdentity {
+            volume_uuid: [3; 16],
+            instance: 0,
+            chunk_id: 9,
+            sub_chunk_index: 0,
+            num_sub_chunks: 1,
+            level: 1,
+            flags: 0,
+        };
+        builder.finish(identity).expect("not empty").slot_image()
+    }
+
+    fn entries_of(block: &Block) -> Vec<(Vec<u8>, u64, EntryKind, Vec<u8>)> {
+        block
+            .entries
+            .iter()
+            .map(|entry| {
+                (block.slice(entry.key).to_vec(), entry.sequence, entry.kind, block.slice(entry.value).to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_of_blocks_decodes_to_the_entries_of_its_blocks_in_order_and_names_a_damaged_one() {
+        const BASE: u64 = 1 << 30;
+        let image = slot_image(600);
+        let view = SubChunkView::open(&image, 0).expect("opens");
+        assert!(view.index.len() > 8, "{} blocks", view.index.len());
+        let (first, last) = (&view.index[2], &view.index[7]);
+        let span = first.ofs_block as usize..(last.ofs_block + last.len_block) as usize;
+        let lens = view.index[2..8].iter().map(|entry| entry.len_block);
+        let run =
+            Block::decode_run(image[span.clone()].to_vec(), BASE + span.start as u64, lens.clone()).expect("decodes");
+        let mut expected = Vec::new();
+        for (number, entry) in view.index.iter().enumerate().take(8).skip(2) {
+            let block = Block::decode(view.block(number).to_vec(), BASE + u64::from(entry.ofs_block)).expect("block");
+            expected.extend(entries_of(&block));
+        }
+        assert_eq!(entries_of(&run), expected);
+        assert_eq!(run.entries.len(), expected.len());
+        // A flipped byte in the fifth block fails the run, at that block's offset.
+        let mut damaged = image[span.clone()].to_vec();
+        let fifth = (view.index[6].ofs_block as usize - span.start) + 20;
+        damaged[fifth] ^= 1;
+        let error = Block::decode_run(damaged, BASE + span.start as u64, lens.clone()).expect_err("crc");
+        let message = error.to_string();
+        assert!(message.contains(&(BASE + u64::from(view.index[6].ofs_block)).to_string()), "{message}");
+        // Lengths that overrun the bytes are a truncation, not a panic.
+        let short = image[span.start..span.end - 10].to_vec();
+        assert!(Block::decode_run(short, BASE, lens).is_err());
+    }
 
     fn entries(mut keys: Vec<Vec<u8>>) -> Vec<IndexEntry> {
         keys.sort();
@@ -512,9 +690,12 @@ mod tests {
         ) {
             let index = entries(keys);
             let search = IndexSearch::new(&index);
+            for (at, entry) in index.iter().enumerate() {
+                prop_assert_eq!(search.key(at), entry.last_key.as_slice());
+            }
             for probe in probes.iter().chain(index.iter().map(|entry| &entry.last_key)) {
                 let expected = index.partition_point(|entry| compare_keys(&entry.last_key, probe).is_lt());
-                prop_assert_eq!(search.first_at_or_after(&index, probe), expected, "probe {:?}", probe);
+                prop_assert_eq!(search.first_at_or_after(probe), expected, "probe {:?}", probe);
             }
         }
     }
@@ -529,12 +710,12 @@ mod tests {
         ]);
         let search = IndexSearch::new(&index);
         assert_eq!(search.shared, b"user000");
-        assert_eq!(search.first_at_or_after(&index, b"user"), 0);
-        assert_eq!(search.first_at_or_after(&index, b"aaa"), 0);
-        assert_eq!(search.first_at_or_after(&index, b"user000042"), 1);
-        assert_eq!(search.first_at_or_after(&index, b"user0000420"), 3);
-        assert_eq!(search.first_at_or_after(&index, b"user000101"), 4);
-        assert_eq!(search.first_at_or_after(&index, b"zzz"), 4);
-        assert_eq!(IndexSearch::new(&[]).first_at_or_after(&[], b"any"), 0);
+        assert_eq!(search.first_at_or_after(b"user"), 0);
+        assert_eq!(search.first_at_or_after(b"aaa"), 0);
+        assert_eq!(search.first_at_or_after(b"user000042"), 1);
+        assert_eq!(search.first_at_or_after(b"user0000420"), 3);
+        assert_eq!(search.first_at_or_after(b"user000101"), 4);
+        assert_eq!(search.first_at_or_after(b"zzz"), 4);
+        assert_eq!(IndexSearch::new(&[]).first_at_or_after(b"any"), 0);
     }
 }
