@@ -146,8 +146,8 @@ impl BlockDevice for CountingDevice {
         BlockDevice::read_at(&self.inner, offset, buffer)
     }
 
-    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        BlockDevice::read_vec_mapped(&self.inner, offset, len)
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+        BlockDevice::read_mapped(&self.inner, offset, len, into)
     }
 
     fn drop_cached(&self, offset: u64, len: u64) {

@@ -291,14 +291,22 @@ impl Device {
     /// `pread` when the device cannot be mapped or a mapped page cannot be read, so errors
     /// are those of `read_vec`.
     pub fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let mut bytes = Vec::new();
+        self.read_mapped(offset, len, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// As `read_vec_mapped`, into `into` (its contents replaced, its capacity reused).
+    pub fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
         use std::os::fd::AsFd;
         let mapping = self.mapping.get_or_init(|| crate::mapped::Mapping::new(self.file.as_fd(), self.len));
         if let (Some(mapping), Ok(size)) = (mapping, usize::try_from(len)) {
-            if let Some(bytes) = mapping.read(self.file.as_fd(), offset, size) {
-                return Ok(bytes);
+            if mapping.read_into(self.file.as_fd(), offset, size, into) {
+                return Ok(());
             }
         }
-        self.read_vec(offset, len)
+        *into = self.read_vec(offset, len)?;
+        Ok(())
     }
 
     /// A hint that `len` bytes at `offset` hold nothing anyone will read (a freed slot): their
@@ -414,9 +422,16 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Reads `len` bytes at `offset` for a lookup or an iterator: like `read_vec`, where a
     /// device may serve it from a mapping of the page cache (`Device::read_vec_mapped`).
-    /// Wrappers that read what the device holds forward it.
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        self.read_vec(offset, len)
+        let mut bytes = Vec::new();
+        self.read_mapped(offset, len, &mut bytes)?;
+        Ok(bytes)
+    }
+    /// As `read_vec_mapped`, into `into` (its contents replaced; a device that maps reuses
+    /// its capacity). Wrappers that read what the device holds forward it.
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+        *into = self.read_vec(offset, len)?;
+        Ok(())
     }
     /// A hint that `len` bytes at `offset` hold nothing anyone will read (a freed slot); a
     /// device may drop them from memory (`Device::drop_cached`). Wrappers forward it.
@@ -433,8 +448,8 @@ impl BlockDevice for Device {
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         Device::read_at(self, offset, buffer)
     }
-    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        Device::read_vec_mapped(self, offset, len)
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+        Device::read_mapped(self, offset, len, into)
     }
     fn drop_cached(&self, offset: u64, len: u64) {
         Device::drop_cached(self, offset, len);

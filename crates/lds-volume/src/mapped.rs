@@ -89,32 +89,35 @@ impl Mapping {
         None
     }
 
-    /// A copy of `len` bytes at `offset`; `None` when the range lies outside the mapping
-    /// or a page of it could not be read (then read with `pread`, which reports why).
-    pub(crate) fn read(&self, file: BorrowedFd<'_>, offset: u64, len: usize) -> Option<Vec<u8>> {
-        let start = usize::try_from(offset).ok()?;
-        if start.checked_add(len)? > self.len {
-            return None;
+    /// Replaces the contents of `into` by a copy of `len` bytes at `offset` (its capacity
+    /// reused); false when the range lies outside the mapping or a page of it could not be
+    /// read (then read with `pread`, which reports why).
+    pub(crate) fn read_into(&self, file: BorrowedFd<'_>, offset: u64, len: usize, into: &mut Vec<u8>) -> bool {
+        let Some(start) = usize::try_from(offset).ok() else { return false };
+        if start.checked_add(len).is_none_or(|end| end > self.len) {
+            return false;
         }
         let registered = &REGISTRY[self.entry];
         if registered.zeroed.load(Ordering::Acquire) > 0 {
             self.restore(file);
-            return None;
+            return false;
         }
         let faults = registered.faults.load(Ordering::Acquire);
-        let mut bytes = Vec::with_capacity(len);
+        into.clear();
+        into.reserve(len);
         // SAFETY: the source lies inside the live mapping (checked above), which stays mapped
-        // while `self` lives; the destination is `len` bytes of fresh capacity. A page that
+        // while `self` lives; the destination is `len` bytes of reserved capacity. A page that
         // faults is replaced by zeros by the handler, so the copy always completes.
         unsafe {
-            std::ptr::copy_nonoverlapping((self.base + start) as *const u8, bytes.as_mut_ptr(), len);
-            bytes.set_len(len);
+            std::ptr::copy_nonoverlapping((self.base + start) as *const u8, into.as_mut_ptr(), len);
+            into.set_len(len);
         }
         if registered.faults.load(Ordering::Acquire) != faults {
+            into.clear();
             self.restore(file);
-            return None;
+            return false;
         }
-        Some(bytes)
+        true
     }
 
     /// Unmaps the pages of `len` bytes at `offset` from this process (they map again, from
@@ -277,6 +280,10 @@ mod tests {
         let device = Device::open(&path, OpenMode::ReadWrite).expect("open");
         assert_eq!(device.read_vec_mapped(4096, 8192).expect("read"), bytes[4096..12288]);
         assert_eq!(device.read_vec_mapped(100, 5000).expect("read"), bytes[100..5100]);
+        // Into a buffer that held more: its contents are replaced, not appended to.
+        let mut reused = vec![0xEE; 20_000];
+        device.read_mapped(300, 700, &mut reused).expect("read");
+        assert_eq!(reused, bytes[300..1000]);
         // Written through the file after the mapping was made: the mapping shares the page
         // cache, so the next read sees the new bytes.
         device.write_at(8192, &[0xAB; 4096]).expect("write");

@@ -244,11 +244,14 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
             self.devices[device].drop_cached(device_offset, piece as u64);
         }
     }
-    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
         // One device (no layout) is one piece too.
         match self.pieces(offset, len).as_deref() {
-            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_vec_mapped(*device_offset, len),
-            _ => BlockDevice::read_vec(self, offset, len),
+            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_mapped(*device_offset, len, into),
+            _ => {
+                *into = BlockDevice::read_vec(self, offset, len)?;
+                Ok(())
+            }
         }
     }
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {

@@ -62,6 +62,8 @@ struct ChunkCursor {
     block: Option<(Arc<Block>, usize)>,
     /// Blocks the next run reads (see `settle`).
     run: usize,
+    /// A run read before, whose buffers the next run reuses.
+    spare: Option<Block>,
     start: Vec<u8>,
     /// Skip keys at or below this (the inputs of an unfinished compaction, past its resume
     /// key).
@@ -90,6 +92,7 @@ impl ChunkCursor {
             next_block: 0,
             block: None,
             run: Self::FIRST_RUN,
+            spare: None,
             start: start.to_vec(),
             after: None,
             through: None,
@@ -136,7 +139,10 @@ impl ChunkCursor {
                     }
                     return Ok(());
                 }
-                self.block = None;
+                // Done with it: a run (which only this cursor holds) is kept for its buffers.
+                if let Some((block, _)) = self.block.take() {
+                    self.spare = Arc::try_unwrap(block).ok();
+                }
             }
             let tail = match &self.index {
                 Some(tail) if self.next_block < tail.len() => Arc::clone(tail),
@@ -176,7 +182,7 @@ impl ChunkCursor {
                 })
                 .count()
                 .max(1);
-            let run = shared.cache.run(device, geometry, slot, &spans[..count])?;
+            let run = shared.cache.run(device, geometry, slot, &spans[..count], self.spare.take())?;
             self.next_block += count;
             self.run = (self.run * 2).min(Self::LARGEST_RUN);
             self.block = Some((Arc::new(run), 0));
