@@ -225,7 +225,9 @@ def main():
       f"{a['num']:,} YCSB records and {a['ycsb_ops']:,} operations per YCSB workload (zipfian 0.99, D latest). "
       "Each fill starts from an empty store; the other workloads run on what the previous fill left, in the order of the tables.")
     w("- Same settings for all: 4 MiB write buffer, 8 MiB block cache, 4 MiB SST target (the LDS slot), level 1 of 40 MiB "
-      "and x10 per level, 10 bloom bits per key, no compression. Durable writes: LDS `sync: true`, RocksDB and LevelDB "
+      "and x10 per level, 10 bloom bits per key, no compression. Data blocks are each engine's default: 2 KiB for LDS "
+      "(every block LDS reads is copied and checksummed whole), 4 KiB for RocksDB and LevelDB (db_bench's), fjall's own. "
+      "Durable writes: LDS `sync: true`, RocksDB and LevelDB "
       "`sync=true`, fjall `persist(SyncAll)`, sled `flush()`, redb a commit with `Durability::Immediate` "
       "(other redb commits use `Durability::None`).")
     w("- Bytes written and flushes are the loop device's own counters (/sys/block/loopN/stat), so file-system "
