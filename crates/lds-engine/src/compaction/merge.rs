@@ -28,7 +28,7 @@ use lds_volume::BlockDevice;
 
 use crate::compaction::pick::{key_range, overlaps, Plan};
 use crate::error::{Error, Result};
-use crate::retention::Retention;
+use crate::retention::{KeyRanges, Retention};
 use crate::table::build::{ChunkFormat, ChunkPacker, Packed};
 use crate::table::cache::footer_not_the_versions;
 use crate::table::log::LogRegion;
@@ -313,7 +313,7 @@ pub(crate) struct Merger {
     packer: Option<ChunkPacker>,
     retention: Retention,
     /// Key ranges of the levels below the target: a tombstone may go where none overlaps.
-    deeper: Vec<(Vec<u8>, Vec<u8>)>,
+    deeper: KeyRanges,
     /// Values being moved out of value chunks with much garbage (unjournaled merges only).
     pub(crate) relocation: Option<Relocation>,
     /// The retained region of the backup log its log chunk inputs name (TRIAD-LOG, SPEC.md
@@ -364,12 +364,14 @@ impl Merger {
             // merge overlaps its key (older versions may be anywhere).
             let (smallest, largest) = key_range(&merger.inputs);
             let inputs: BTreeSet<u64> = merger.inputs.iter().map(|chunk| chunk.chunk_id).collect();
-            merger.deeper = version
-                .chunks
-                .values()
-                .filter(|chunk| !inputs.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest))
-                .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-                .collect();
+            merger.deeper = KeyRanges::new(
+                version
+                    .chunks
+                    .values()
+                    .filter(|chunk| !inputs.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest))
+                    .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+                    .collect(),
+            );
             merger.tiered = true;
         }
         if plan.forest {
@@ -456,16 +458,18 @@ impl Merger {
         // Older chunks outside the merge (a forest drain of the last stage takes victims from
         // levels past its target).
         let input_ids: BTreeSet<u64> = inputs.iter().map(|chunk| chunk.chunk_id).collect();
-        let deeper = version
-            .chunks
-            .values()
-            .filter(|chunk| {
-                chunk.level > target_level
-                    && !input_ids.contains(&chunk.chunk_id)
-                    && overlaps(chunk, &smallest, &largest)
-            })
-            .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-            .collect();
+        let deeper = KeyRanges::new(
+            version
+                .chunks
+                .values()
+                .filter(|chunk| {
+                    chunk.level > target_level
+                        && !input_ids.contains(&chunk.chunk_id)
+                        && overlaps(chunk, &smallest, &largest)
+                })
+                .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
+                .collect(),
+        );
         // Level-0 inputs overlap: a run each. A deeper level's inputs are disjoint and sorted:
         // one run per level (the victims' level and the target's; a forest drain's several).
         let mut runs: Vec<Vec<&ChunkMeta>> = Vec::new();
@@ -584,10 +588,8 @@ impl Merger {
             loaded.next += 1;
             let loaded = &*loaded;
             let key = loaded.slice(entry.key);
-            let deeper = &self.deeper;
-            let keep = self.retention.keep(key, entry.sequence, entry.kind, |key| {
-                !deeper.iter().any(|(low, high)| low.as_slice() <= key && key <= high.as_slice())
-            });
+            let deeper = &mut self.deeper;
+            let keep = self.retention.keep(key, entry.sequence, entry.kind, |key| !deeper.overlap(key));
             if keep {
                 // A moved chunk lies between the last output entry and this one: cut.
                 while self.cuts.front().is_some_and(|cut| cut.as_slice() <= key) {
