@@ -61,6 +61,11 @@ pub(crate) struct KeyRanges {
 }
 
 impl KeyRanges {
+    /// The key ranges of `chunks`.
+    pub(crate) fn of<'a>(chunks: impl Iterator<Item = &'a lds_format::version::ChunkMeta>) -> Self {
+        Self::new(chunks.map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone())).collect())
+    }
+
     pub(crate) fn new(mut ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Self {
         ranges.sort_by(|a, b| a.1.cmp(&b.1));
         let mut least_from = vec![0; ranges.len()];

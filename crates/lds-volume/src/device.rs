@@ -286,17 +286,11 @@ impl Device {
         BlockDevice::read_vec(self, offset, len)
     }
 
-    /// Reads `len` bytes at `offset` through a shared read-only mapping of the device (made at
-    /// the first call): from the page cache with a copy and no system call. Falls back to
-    /// `pread` when the device cannot be mapped or a mapped page cannot be read, so errors
-    /// are those of `read_vec`.
-    pub fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        let mut bytes = Vec::new();
-        self.read_mapped(offset, len, &mut bytes)?;
-        Ok(bytes)
-    }
-
-    /// As `read_vec_mapped`, into `into` (its contents replaced, its capacity reused).
+    /// Reads `len` bytes at `offset` into `into` (its contents replaced, its capacity reused)
+    /// through a shared read-only mapping of the device (made at the first call): from the
+    /// page cache with a copy and no system call. Falls back to `pread` when the device
+    /// cannot be mapped or a mapped page cannot be read, so errors are those of `read_vec`.
+    /// `BlockDevice::read_vec_mapped` returns a new buffer.
     pub fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
         use std::os::fd::AsFd;
         let mapping = self.mapping.get_or_init(|| crate::mapped::Mapping::new(self.file.as_fd(), self.len));
@@ -421,7 +415,7 @@ pub trait BlockDevice: Send + Sync {
         Ok(buffer)
     }
     /// Reads `len` bytes at `offset` for a lookup or an iterator: like `read_vec`, where a
-    /// device may serve it from a mapping of the page cache (`Device::read_vec_mapped`).
+    /// device may serve it from a mapping of the page cache (`Device::read_mapped`).
     fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         let mut bytes = Vec::new();
         self.read_mapped(offset, len, &mut bytes)?;

@@ -265,7 +265,7 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
 
 #[cfg(test)]
 mod tests {
-    use crate::device::{Device, OpenMode};
+    use crate::device::{BlockDevice, Device, OpenMode};
 
     fn image(name: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
         let path = std::env::temp_dir().join(format!("lds-mapped-{}-{name}.img", std::process::id()));

@@ -364,13 +364,11 @@ impl Merger {
             // merge overlaps its key (older versions may be anywhere).
             let (smallest, largest) = key_range(&merger.inputs);
             let inputs: BTreeSet<u64> = merger.inputs.iter().map(|chunk| chunk.chunk_id).collect();
-            merger.deeper = KeyRanges::new(
+            merger.deeper = KeyRanges::of(
                 version
                     .chunks
                     .values()
-                    .filter(|chunk| !inputs.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest))
-                    .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-                    .collect(),
+                    .filter(|chunk| !inputs.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest)),
             );
             merger.tiered = true;
         }
@@ -458,18 +456,9 @@ impl Merger {
         // Older chunks outside the merge (a forest drain of the last stage takes victims from
         // levels past its target).
         let input_ids: BTreeSet<u64> = inputs.iter().map(|chunk| chunk.chunk_id).collect();
-        let deeper = KeyRanges::new(
-            version
-                .chunks
-                .values()
-                .filter(|chunk| {
-                    chunk.level > target_level
-                        && !input_ids.contains(&chunk.chunk_id)
-                        && overlaps(chunk, &smallest, &largest)
-                })
-                .map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone()))
-                .collect(),
-        );
+        let deeper = KeyRanges::of(version.chunks.values().filter(|chunk| {
+            chunk.level > target_level && !input_ids.contains(&chunk.chunk_id) && overlaps(chunk, &smallest, &largest)
+        }));
         // Level-0 inputs overlap: a run each. A deeper level's inputs are disjoint and sorted:
         // one run per level (the victims' level and the target's; a forest drain's several).
         let mut runs: Vec<Vec<&ChunkMeta>> = Vec::new();
