@@ -13,7 +13,7 @@ fn fixtures() -> Vec<String> {
 }
 
 /// Unpacks to a file named after the test too: tests run in parallel in one process.
-fn unpack(name: &str, test: &str) -> std::path::PathBuf {
+fn unpack(name: &str, test: &str) -> lds_fixtures::Unpacked {
     lds_fixtures::unpack(name, &format!("dump-{test}"))
 }
 
@@ -46,7 +46,6 @@ fn dump_views_match_snapshots() {
         insta::assert_snapshot!(format!("{name}__tree_json"), dump(&image, DumpWhat::Tree, 0, true));
         insta::assert_snapshot!(format!("{name}__volume_json"), dump(&image, DumpWhat::Volume, 0, true));
         assert!(std::fs::read(&image).unwrap_or_default() == before, "{name}: dump changed the image");
-        let _ = std::fs::remove_file(&image);
     }
 }
 
@@ -55,7 +54,6 @@ fn chunk_views_match_snapshots() {
     let image = unpack("d_versions", "chunk");
     insta::assert_snapshot!("d_versions__chunk_9", dump(&image, DumpWhat::Chunk(9), 0, false));
     insta::assert_snapshot!("d_versions__chunk_9_json", dump(&image, DumpWhat::Chunk(9), 0, true));
-    let _ = std::fs::remove_file(&image);
 }
 
 #[test]
@@ -65,7 +63,6 @@ fn second_instance_is_dumped() {
     let missing = dump(&image, DumpWhat::Tree, 2, false);
     assert!(missing.starts_with("exit 1"), "{missing}");
     assert!(missing.contains("instance 2 does not exist"), "{missing}");
-    let _ = std::fs::remove_file(&image);
 }
 
 #[test]

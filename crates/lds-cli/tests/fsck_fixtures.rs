@@ -65,7 +65,6 @@ fn every_corruption_fixture_gives_its_code_exit_code_and_expected_output() {
         let before = std::fs::read(&image).unwrap_or_default();
         let (status, output) = fsck(&image, false);
         assert!(std::fs::read(&image).unwrap_or_default() == before, "{name}: fsck changed the image");
-        let _ = std::fs::remove_file(&image);
         assert_eq!(status, exit, "{name}: exit code\n{output}");
         assert!(
             output.lines().any(|line| line.len() > 4 && line[1..].starts_with(&format!("{code} "))),
@@ -99,7 +98,6 @@ fn golden_images_are_clean() {
     for name in lds_fixtures::dump_fixture_names() {
         let image = lds_fixtures::unpack(&name, "fsck-clean");
         let (status, output) = fsck(&image, false);
-        let _ = std::fs::remove_file(&image);
         assert_eq!(status, 0, "{name}\n{output}");
         assert!(!output.lines().any(|line| line.starts_with('E') || line.starts_with('W')), "{name}\n{output}");
     }
@@ -113,7 +111,6 @@ fn json_output_follows_the_schema() {
     assert_eq!(run(&options, &mut raw, &mut Vec::new()), 4);
     let document: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_else(|error| panic!("{error}"));
     let (_, output) = fsck(&image, true);
-    let _ = std::fs::remove_file(&image);
     assert_eq!(document["schema"], "lds-fsck/1");
     assert_eq!(document["exit_code"], 4);
     assert_eq!(document["problems"][0]["code"], 405);

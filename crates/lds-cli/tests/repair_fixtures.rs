@@ -123,7 +123,6 @@ fn every_fixture_is_repaired_converges_and_undoes() {
             other => panic!("{name}: repair -y exit {other}\n{output}"),
         }
         let _ = std::fs::remove_file(&undo);
-        let _ = std::fs::remove_file(&image);
     }
     assert!(repaired >= 28, "only {repaired} fixtures were repaired");
     assert!(
@@ -169,5 +168,4 @@ fn an_undo_file_is_refused_after_the_volume_changed() {
         repair(&image, RepairArgs { yes: true, undo_file: Some(undo.clone()), ..RepairArgs::default() });
     assert!(code == 0 || output.contains("undo file exists"), "{code}\n{output}");
     let _ = std::fs::remove_file(&undo);
-    let _ = std::fs::remove_file(&image);
 }

@@ -400,13 +400,37 @@ pub fn load(name: &str) -> Vec<u8> {
     decompress(&packed).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
 
-/// Unpacks `fixtures/<name>/image.gz` to a file of its own in the temporary directory and
-/// returns its path: `tag` keeps apart the tests of one process that unpack the same
-/// fixture. The caller removes the file.
-pub fn unpack(name: &str, tag: &str) -> PathBuf {
+/// Unpacks `fixtures/<name>/image.gz` to a file of its own in the temporary directory: `tag`
+/// keeps apart the tests of one process that unpack the same fixture. The file is removed
+/// when the returned guard drops, so a failing test leaves nothing behind either.
+pub fn unpack(name: &str, tag: &str) -> Unpacked {
     let path = std::env::temp_dir().join(format!("lds-fixture-{}-{tag}-{name}.img", std::process::id()));
     std::fs::write(&path, load(name)).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    path
+    Unpacked(path)
+}
+
+/// The path of an unpacked fixture image; dropping it removes the file.
+#[derive(Debug)]
+pub struct Unpacked(PathBuf);
+
+impl std::ops::Deref for Unpacked {
+    type Target = PathBuf;
+
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Unpacked {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Unpacked {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn folder_names(prefix: &str) -> Vec<String> {
