@@ -301,7 +301,7 @@ impl MemTable {
 
     /// The newest version of `key` at or below `snapshot`: its sequence number, kind and value.
     pub fn get(&self, key: &[u8], snapshot: u64) -> Option<(u64, EntryKind, Vec<u8>)> {
-        if self.filter.as_ref().is_some_and(|filter| !filter.may_contain(key)) {
+        if !self.may_contain(key) {
             return None;
         }
         let probe = (key, snapshot);
@@ -311,6 +311,11 @@ impl MemTable {
             return None;
         }
         Some((found.sequence, found.kind, found.value().to_vec()))
+    }
+
+    /// False when the table holds no version of `key` (its filter says so); true when it may.
+    pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
+        self.filter.as_ref().is_none_or(|filter| filter.may_contain(key))
     }
 
     /// Calls `visit` with every entry in internal-key order, borrowed (a flush copies them

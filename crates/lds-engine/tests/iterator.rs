@@ -110,3 +110,60 @@ fn seeks_walking_level0_merge_it_early() {
     assert_eq!(merges, 1, "300 seeks over two level-0 chunks merge them");
     assert!(sought < quiet, "{sought} level-0 chunks after the seeks");
 }
+
+/// A seek to a key that exists reads only the sources whose filters may hold it and starts
+/// the others once it moves past the key: seeks to present, absent, overwritten and deleted
+/// keys, from the store and from a snapshot, across the memtable, level 0 and a deeper level,
+/// see exactly the model.
+#[test]
+fn seeks_see_the_model_whichever_sources_hold_the_key() {
+    use std::collections::BTreeMap;
+    let image = common::Image::new("iterator-lazy-seeks", &common::small_layout(32 << 20, 256 << 10, 1 << 20));
+    let db = Db::open(image.path(), Options { background: false, ..Options::default() }).expect("open");
+    let mut model = BTreeMap::new();
+    for index in 0..3000 {
+        db.put(&key(index), format!("a{index}").as_bytes(), WriteOptions::default()).expect("put");
+        model.insert(key(index), format!("a{index}").into_bytes());
+    }
+    db.flush().expect("flush");
+    db.compact_range().expect("compact");
+    for index in (0..3000).step_by(3) {
+        db.put(&key(index), format!("b{index}").as_bytes(), WriteOptions::default()).expect("put");
+        model.insert(key(index), format!("b{index}").into_bytes());
+    }
+    db.flush().expect("flush");
+    let before = model.clone();
+    let snapshot = db.snapshot();
+    for index in (0..3000).step_by(5) {
+        db.delete(&key(index), WriteOptions::default()).expect("delete");
+        model.remove(&key(index));
+    }
+    for index in (3000..3100).step_by(2) {
+        db.put(&key(index), format!("c{index}").as_bytes(), WriteOptions::default()).expect("put");
+        model.insert(key(index), format!("c{index}").into_bytes());
+    }
+    let levels: std::collections::BTreeSet<u8> = db.chunks().iter().map(|chunk| chunk.level).collect();
+    assert!(levels.len() >= 2, "level 0 and a deeper level: {levels:?}");
+    let expect = |model: &BTreeMap<Vec<u8>, Vec<u8>>, from: &[u8], end: Option<&[u8]>| -> Vec<(Vec<u8>, Vec<u8>)> {
+        model
+            .range(from.to_vec()..)
+            .take_while(|(key, _)| end.is_none_or(|end| key.as_slice() < end))
+            .take(4)
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    };
+    let mut probes: Vec<Vec<u8>> = (0..3110).step_by(7).map(key).collect();
+    probes.extend((0..3110).step_by(11).map(|index| [key(index), b"x".to_vec()].concat()));
+    probes.push(b"zzz".to_vec());
+    for probe in &probes {
+        for end in [None, Some([probe.as_slice(), b"~"].concat())] {
+            let end = end.as_deref();
+            let seen: Vec<(Vec<u8>, Vec<u8>)> =
+                db.range(probe, end).expect("range").take(4).map(|entry| entry.expect("entry")).collect();
+            assert_eq!(seen, expect(&model, probe, end), "seek to {}", String::from_utf8_lossy(probe));
+            let seen: Vec<(Vec<u8>, Vec<u8>)> =
+                snapshot.range(probe, end).expect("range").take(4).map(|entry| entry.expect("entry")).collect();
+            assert_eq!(seen, expect(&before, probe, end), "snapshot seek to {}", String::from_utf8_lossy(probe));
+        }
+    }
+}

@@ -44,6 +44,17 @@ fn check(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>, random: &mut Random, conte
     let expected: Vec<(Vec<u8>, Vec<u8>)> =
         model.range(from..to).map(|(key, value)| (key.clone(), value.clone())).collect();
     assert!(part == expected, "{context}: bounded range differs");
+    // Seeks that read a few entries: to keys present, absent or deleted, wherever they lie.
+    for _ in 0..20 {
+        let from = key(random);
+        let seen: Vec<(Vec<u8>, Vec<u8>)> = db
+            .range(&from, None)
+            .and_then(|iterator| iterator.take(3).collect())
+            .unwrap_or_else(|error| panic!("{context}: seek: {error}"));
+        let expected: Vec<(Vec<u8>, Vec<u8>)> =
+            model.range(from.clone()..).take(3).map(|(key, value)| (key.clone(), value.clone())).collect();
+        assert!(seen == expected, "{context}: seek to {} differs", String::from_utf8_lossy(&from));
+    }
 }
 
 /// One operation of the model test.

@@ -99,6 +99,25 @@ impl ChunkCursor {
         }
     }
 
+    /// False when the cursor, not started yet, holds no version of its start key `key`:
+    /// no chunk of its level covers it, or the filter of the first sub-chunk that reaches it
+    /// says so (the next ones start past that one's last key, unless it is `key`, which the
+    /// filter then lets through). True when it may, and for the cursors of an unfinished
+    /// compaction. It goes no further than starting would: the tail it finds is the one
+    /// the cursor starts from.
+    fn may_hold(&mut self, shared: &Shared, key: &[u8]) -> Result<bool> {
+        if self.after.is_some() || self.through.is_some() {
+            return Ok(true);
+        }
+        if let Pending::Level { levels, level, next, subs, .. } = &self.slots {
+            let past_key = |chunk: &ChunkMeta| chunk.smallest_key.as_slice() > key;
+            if subs.is_empty() && self.index.is_none() && levels.levels[*level].get(*next).is_none_or(past_key) {
+                return Ok(false);
+            }
+        }
+        Ok(self.locate(shared)?.is_some_and(|tail| tail.filter.may_contain(key)))
+    }
+
     /// The entry the cursor is at, borrowed from its block.
     fn current(&self) -> Option<View<'_>> {
         let (block, position) = self.block.as_ref()?;
@@ -117,6 +136,26 @@ impl ChunkCursor {
             *position += 1;
         }
         self.settle(shared)
+    }
+
+    /// The tail of the sub-chunk whose block `next_block` the cursor reads next, taking the
+    /// next sub-chunks (and finding the first block that reaches the start key in each) while
+    /// the current one has no block left; none at the end.
+    fn locate(&mut self, shared: &Shared) -> Result<Option<Arc<Tail>>> {
+        // Bounded by the cursor's sub-chunks: each round takes one.
+        loop {
+            if let Some(tail) = self.index.as_ref().filter(|tail| self.next_block < tail.len()) {
+                return Ok(Some(Arc::clone(tail)));
+            }
+            let Some(sub_chunk) = self.slots.pop() else {
+                self.index = None;
+                return Ok(None);
+            };
+            let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
+            self.slot = sub_chunk.slot;
+            self.next_block = tail.first_block(&self.start);
+            self.index = Some(tail);
+        }
     }
 
     /// Moves to the first entry from the cursor's position on that its filters let through
@@ -144,20 +183,7 @@ impl ChunkCursor {
                     self.spare = Arc::try_unwrap(block).ok();
                 }
             }
-            let tail = match &self.index {
-                Some(tail) if self.next_block < tail.len() => Arc::clone(tail),
-                _ => {
-                    let Some(sub_chunk) = self.slots.pop() else {
-                        self.index = None;
-                        return Ok(());
-                    };
-                    let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, &sub_chunk)?;
-                    self.slot = sub_chunk.slot;
-                    self.next_block = tail.first_block(&self.start);
-                    self.index = Some(Arc::clone(&tail));
-                    continue;
-                }
-            };
+            let Some(tail) = self.locate(shared)? else { return Ok(()) };
             let slot = self.slot;
             let (device, geometry) = (shared.device.as_ref(), &shared.geometry);
             if !self.start.is_empty() {
@@ -284,6 +310,15 @@ impl Source {
         }
     }
 
+    /// False when the source, not started yet, holds no version of `key` (see
+    /// `ChunkCursor::may_hold`).
+    fn may_hold(&mut self, shared: &Shared, key: &[u8]) -> Result<bool> {
+        match self {
+            Self::Mem(cursor) => Ok(cursor.table.may_contain(key)),
+            Self::Chunks(cursor) => cursor.may_hold(shared, key),
+        }
+    }
+
     /// Moves to the source's first entry.
     fn start(&mut self, shared: &Shared) -> Result<()> {
         match self {
@@ -344,6 +379,12 @@ pub struct DbIterator {
     decided: Option<Vec<u8>>,
     /// The source whose entry `next_ref` returned last: it moves on at the next call.
     returned: Option<usize>,
+    /// Sources not started yet, and the start key, which none of them holds (their filters
+    /// say so): their entries all lie past it. While the heap's first entry is at the start
+    /// key, it is the first of all sources too; they start once the heap moves past it. A
+    /// seek to a key that exists reads one block, not one per level.
+    unstarted: Vec<usize>,
+    start: Vec<u8>,
     /// The value `next_ref` returned last when it was read from value chunks or the log.
     resolved: Vec<u8>,
     failed: bool,
@@ -426,19 +467,52 @@ impl DbIterator {
             end: end.map(<[u8]>::to_vec),
             decided: None,
             returned: None,
+            unstarted: Vec::new(),
+            start: start.to_vec(),
             resolved: Vec::new(),
             failed: false,
         };
+        // An iterator from the first key reads every source at once.
+        let lazy = !start.is_empty();
         for index in 0..iterator.sources.len() {
+            if lazy && !iterator.sources[index].may_hold(shared, start)? {
+                iterator.unstarted.push(index);
+                continue;
+            }
             iterator.sources[index].start(shared)?;
             if iterator.sources[index].current().is_some() {
                 iterator.heap.push(index);
             }
         }
-        for at in (0..iterator.heap.len() / 2).rev() {
-            sift_down(&iterator.sources, &mut iterator.heap, at);
-        }
+        iterator.heapify();
         Ok(iterator)
+    }
+
+    fn heapify(&mut self) {
+        for at in (0..self.heap.len() / 2).rev() {
+            sift_down(&self.sources, &mut self.heap, at);
+        }
+    }
+
+    /// Starts the sources not started yet once the heap's first entry is past the start key
+    /// (or the heap is empty): from there on, their entries may come first.
+    fn start_the_rest(&mut self) -> Result<()> {
+        let at_start = self
+            .heap
+            .first()
+            .and_then(|&top| self.sources[top].current())
+            .is_some_and(|entry| entry.key == self.start.as_slice());
+        if at_start {
+            return Ok(());
+        }
+        for index in std::mem::take(&mut self.unstarted) {
+            self.sources[index].start(&self.shared)?;
+            if self.sources[index].current().is_some() {
+                self.heap.push(index);
+            }
+        }
+        self.heapify();
+        Ok(())
     }
 
     /// Moves the heap's source `top` past its entry: it keeps its place in the heap or
@@ -470,6 +544,12 @@ impl DbIterator {
         }
         // Bounded by the entries of the sources: each round moves one source past one.
         loop {
+            if !self.unstarted.is_empty() {
+                if let Err(error) = self.start_the_rest() {
+                    self.failed = true;
+                    return Some(Err(error));
+                }
+            }
             let top = *self.heap.first()?;
             let entry = self.sources[top].current()?;
             if self.end.as_deref().is_some_and(|end| entry.key >= end) {
