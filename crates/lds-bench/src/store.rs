@@ -73,6 +73,7 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "journal_min_input_slots" => options.journal_min_input_slots = number()?,
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
+        "level0_stop_writes_trigger" => options.level0_stop_writes_trigger = number()? as usize,
         "technique" => *options = options.clone().with_techniques(value)?,
         "block_size" => options.block_size = number()? as usize,
         "pinned_levels" => options.pinned_levels = number()? as u8,
@@ -81,7 +82,7 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "search_always_parallel" => options.search_always_parallel = number()? != 0,
         _ => {
             return Err(format!(
-                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, technique, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
+                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, level0_stop_writes_trigger, technique, block_size, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
             ))
         }
     }
