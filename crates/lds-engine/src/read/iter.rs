@@ -99,7 +99,7 @@ impl ChunkCursor {
         }
     }
 
-    /// False when the cursor, not started yet, holds no version of its start key `key`:
+    /// Asked before the cursor starts. False when it holds no version of its start key `key`:
     /// no chunk of its level covers it, or the filter of the first sub-chunk that reaches it
     /// says so (the next ones start past that one's last key, unless it is `key`, which the
     /// filter then lets through). True when it may, and for the cursors of an unfinished
@@ -109,9 +109,9 @@ impl ChunkCursor {
         if self.after.is_some() || self.through.is_some() {
             return Ok(true);
         }
-        if let Pending::Level { levels, level, next, subs, .. } = &self.slots {
+        if let Pending::Level { levels, level, next, .. } = &self.slots {
             let past_key = |chunk: &ChunkMeta| chunk.smallest_key.as_slice() > key;
-            if subs.is_empty() && self.index.is_none() && levels.levels[*level].get(*next).is_none_or(past_key) {
+            if levels.levels[*level].get(*next).is_none_or(past_key) {
                 return Ok(false);
             }
         }

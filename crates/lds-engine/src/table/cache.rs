@@ -114,9 +114,9 @@ impl IndexSearch {
         }
         let word = head_word(&key[shared..]);
         let low = self.first_head_at_or_after(word);
-        // Most words are unique: the rest is searched only when the next head is equal (a
-        // binary search of it whatever the heads took a third of a seek at 5,000,000 keys,
-        // in cache misses far from `low`).
+        // Most words are unique, so the words tying with `word` are searched for only when
+        // the one at `low` ties: searching the rest of the array every time cost cache misses
+        // far from `low` (a third of the index search at 5,000,000 keys).
         let high = match self.heads.get(low) {
             Some(&head) if head == word => low + self.heads[low..].partition_point(|&head| head == word),
             _ => low,
