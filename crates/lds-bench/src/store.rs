@@ -174,6 +174,13 @@ impl BlockDevice for CountingDevice {
         result
     }
 
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let result = BlockDevice::flush_except(&self.inner, offset, len);
+        self.settle_chunks();
+        result
+    }
+
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let result = BlockDevice::flush_range(&self.inner, offset, len);

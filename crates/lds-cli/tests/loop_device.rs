@@ -91,6 +91,56 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
     let _ = std::fs::write(&mode, original.trim());
 }
 
+/// Sectors written and flush requests completed, from `/sys/block/NAME/stat`.
+fn written_and_flushes(name: &str) -> (u64, u64) {
+    let path = format!("/sys/block/{name}/stat");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
+    let fields: Vec<u64> = text.split_whitespace().map(|field| field.parse().unwrap_or(0)).collect();
+    assert!(fields.len() >= 17, "{path}: {text:?}");
+    (fields[6], fields[15])
+}
+
+#[test]
+fn a_flush_except_a_range_leaves_its_dirty_pages_and_flushes_the_cache() {
+    let _serial = serial();
+    use lds_volume::device::{BlockDevice, Device, OpenMode};
+    if !is_root() {
+        eprintln!("skipped: attaching a loop device needs root");
+        return;
+    }
+    let backing = std::env::temp_dir().join(format!("lds-loop-except-{}.img", std::process::id()));
+    let loop_device =
+        LoopDevice::attach(&backing, 16 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let name = loop_device.device.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
+    assert!(device.has_volatile_cache(), "a loop device reports a write-back cache");
+    let (excluded, excluded_len) = (4u64 << 20, 1u64 << 20);
+    let (other, other_len) = (8u64 << 20, 256u64 << 10);
+    device.write_at(excluded, &vec![0xa5; excluded_len as usize]).unwrap_or_else(|error| panic!("{error}"));
+    device.write_at(other, &vec![0x5a; other_len as usize]).unwrap_or_else(|error| panic!("{error}"));
+    let before = written_and_flushes(&name);
+    BlockDevice::flush_except(&device, excluded, excluded_len).unwrap_or_else(|error| panic!("{error}"));
+    let after = written_and_flushes(&name);
+    let written = (after.0 - before.0) * 512;
+    assert!(written >= other_len, "the range outside was written back: {written} bytes");
+    assert!(written < excluded_len, "the excluded range stayed in the page cache: {written} bytes written");
+    assert!(after.1 > before.1, "the write cache was flushed");
+    // A range flush writes back just its range, and flushes the cache too.
+    device.write_at(other, &vec![0x77; other_len as usize]).unwrap_or_else(|error| panic!("{error}"));
+    let before = after;
+    device.flush_range(excluded, excluded_len).unwrap_or_else(|error| panic!("{error}"));
+    let after = written_and_flushes(&name);
+    let written = (after.0 - before.0) * 512;
+    assert!(written >= excluded_len, "the range was written back: {written} bytes");
+    assert!(written < excluded_len + other_len, "nothing else was: {written} bytes");
+    assert!(after.1 > before.1, "the write cache was flushed");
+    // A full flush writes back the rest.
+    let before = after;
+    device.flush().unwrap_or_else(|error| panic!("{error}"));
+    let after = written_and_flushes(&name);
+    assert!((after.0 - before.0) * 512 >= other_len, "the full flush wrote the rest back");
+}
+
 #[test]
 fn mkfs_takes_the_sector_size_the_device_writes_atomically() {
     let _serial = serial();

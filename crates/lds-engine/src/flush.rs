@@ -19,7 +19,7 @@ use crate::table::write::write_chunks;
 use crate::values::Separator;
 use crate::version::commit::commit_slots;
 #[cfg(not(feature = "fault-drop-chunk-flush"))]
-use crate::version::commit::flush_device;
+use crate::version::commit::{flush_device, flush_device_and_log};
 use crate::version::slots::release;
 
 /// Writes a frozen memtable to level-0 chunks and commits them with the new backup start.
@@ -92,9 +92,15 @@ pub(crate) fn flush_frozen(
             return Err(error);
         }
     };
-    // The chunks must be durable before the delta version that names them.
+    // The chunks must be durable before the delta version that names them; so must the
+    // batches their log references name, and the hot entries written again to the log after
+    // the backup start the delta version records.
     #[cfg(not(feature = "fault-drop-chunk-flush"))]
-    flush_device(shared)?;
+    if references > 0 || !held.is_empty() {
+        flush_device_and_log(shared)?;
+    } else {
+        flush_device(shared)?;
+    }
     let mut state = shared.lock_state();
     let version = Arc::clone(state.version());
     // Pending value chunks this memtable's pointers name: added if a kept pointer names

@@ -402,6 +402,11 @@ impl BlockDevice for SimDevice {
         // Like sync_file_range on a block device: only the writes inside the range.
         self.flush_where(|write| write.offset < offset + len && offset < write.offset + write.bytes.len() as u64)
     }
+
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        // Only the writes wholly outside the range.
+        self.flush_where(|write| !(write.offset < offset + len && offset < write.offset + write.bytes.len() as u64))
+    }
 }
 
 /// A device's recorded history.

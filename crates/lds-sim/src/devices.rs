@@ -89,6 +89,11 @@ impl BlockDevice for Window {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(self.base + offset, len)
     }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        let end = offset.saturating_add(len).min(self.len);
+        self.inner.flush_range(self.base, offset.min(self.len))?;
+        self.inner.flush_range(self.base + end, self.len - end)
+    }
 }
 
 /// The windows `sizes` describe, in order, over `device`.

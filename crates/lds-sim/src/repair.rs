@@ -154,6 +154,9 @@ impl BlockDevice for Noting {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(offset, len)
     }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.inner.flush_except(offset, len)
+    }
 }
 
 pub(crate) fn reads_of(image: Vec<u8>) -> Result<Model, String> {

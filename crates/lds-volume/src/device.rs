@@ -109,6 +109,9 @@ pub struct Device {
     volatile_cache: bool,
     /// The read-only mapping lookups read through, made at the first such read.
     mapping: std::sync::OnceLock<Option<crate::mapped::Mapping>>,
+    /// The page whose `msync` flushes the write cache without writing back the whole device
+    /// (`Device::flush_range`), made at the first such flush.
+    cache_flush: std::sync::OnceLock<Option<crate::mapped::CacheFlush>>,
 }
 
 /// Whether the block device `metadata` describes keeps a volatile write cache, from
@@ -194,7 +197,15 @@ impl Device {
         }
         let len = file.seek(SeekFrom::End(0)).map_err(open_error)?;
         let volatile_cache = kind == DeviceKind::BlockDevice && volatile_write_cache(&metadata);
-        Ok(Self { file, path: path.to_path_buf(), len, kind, volatile_cache, mapping: std::sync::OnceLock::new() })
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+            kind,
+            volatile_cache,
+            mapping: std::sync::OnceLock::new(),
+            cache_flush: std::sync::OnceLock::new(),
+        })
     }
 
     /// Creates a new image file of `len` bytes, pre-allocated on its file system (paper
@@ -215,6 +226,7 @@ impl Device {
             kind: DeviceKind::ImageFile,
             volatile_cache: false,
             mapping: std::sync::OnceLock::new(),
+            cache_flush: std::sync::OnceLock::new(),
         };
         device.allocate(len)?;
         Ok(device)
@@ -327,15 +339,41 @@ impl Device {
     }
 
     /// Makes the completed writes in `[offset, offset + len)` durable (SPEC.md §2.5, paper
-    /// §3.5): on a raw block device `sync_file_range` with WAIT_BEFORE, WRITE and WAIT_AFTER,
-    /// which writes and waits for just that range; when the device has a volatile write
-    /// cache, `fdatasync` instead, which also flushes that cache; on an image file `fdatasync`, since the
-    /// file system's own metadata must be persisted too (paper §3.6.2).
+    /// §3.5). On a raw block device: `sync_file_range` with WAIT_BEFORE, WRITE and WAIT_AFTER,
+    /// which writes back just that range and waits; then, when the device has a volatile
+    /// write cache, a flush of that cache which writes back nothing else (`flush_cache`). On
+    /// an image file `fdatasync`, since the file system's own metadata must be persisted too
+    /// (paper §3.6.2).
     pub fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        // fdatasync of a block device writes back all of its dirty pages, this range among
-        // them, before flushing the cache: a sync_file_range first would only add a call.
-        if self.kind == DeviceKind::ImageFile || self.volatile_cache {
+        if self.kind == DeviceKind::ImageFile {
             return self.flush();
+        }
+        self.write_back(offset, len)?;
+        self.flush_cache()
+    }
+
+    /// Makes every completed write outside `[offset, offset + len)` durable and leaves the
+    /// dirty pages inside it in the page cache (SPEC.md §2.5: a commit does not write the
+    /// backup log's buffered appends back). On a raw block device: `sync_file_range` of the
+    /// parts before and after the range, then a flush of a volatile write cache; on an image
+    /// file `fdatasync`.
+    pub fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.kind == DeviceKind::ImageFile {
+            return self.flush();
+        }
+        let end = offset.saturating_add(len).min(self.len);
+        self.write_back(0, offset.min(self.len))?;
+        self.write_back(end, self.len - end)?;
+        self.flush_cache()
+    }
+
+    /// Writes back the dirty pages of `[offset, offset + len)` and waits for them
+    /// (`sync_file_range` with WAIT_BEFORE, WRITE and WAIT_AFTER: the write-back `fsync` does,
+    /// for that range alone). Nothing for an empty range.
+    fn write_back(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        // A length of 0 would mean "to the end of the device".
+        if len == 0 {
+            return Ok(());
         }
         let error = |source| DeviceError::Flush { path: self.path.clone(), source };
         let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(offset), libc::off64_t::try_from(len)) else {
@@ -351,6 +389,21 @@ impl Device {
             return Err(error(std::io::Error::last_os_error()));
         }
         Ok(())
+    }
+
+    /// Flushes a block device's volatile write cache, so that every write completed before
+    /// is durable, without writing back the device's other dirty pages: `msync(MS_SYNC)` of
+    /// one mapped page, which fsyncs that page's range (`crate::mapped::CacheFlush`). Nothing
+    /// on a device without a volatile cache; `fdatasync` where the page cannot be mapped.
+    fn flush_cache(&self) -> Result<(), DeviceError> {
+        if !self.volatile_cache {
+            return Ok(());
+        }
+        use std::os::fd::AsFd;
+        match self.cache_flush.get_or_init(|| crate::mapped::CacheFlush::new(self.file.as_fd())) {
+            Some(page) => page.flush().map_err(|source| DeviceError::Flush { path: self.path.clone(), source }),
+            None => self.flush(),
+        }
     }
 
     /// Makes every completed write durable (SPEC.md §2.5): `fdatasync`, which on a block
@@ -379,6 +432,12 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> Result<(), DeviceError>;
     /// Makes the completed writes in a range durable.
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError>;
+    /// Makes every completed write outside `[offset, offset + len)` durable; those inside
+    /// may or may not be (the engine's commits leave the backup log's buffered appends to
+    /// its own flushes, SPEC.md §2.5). This default flushes everything. Wrappers forward it.
+    fn flush_except(&self, _offset: u64, _len: u64) -> Result<(), DeviceError> {
+        self.flush()
+    }
     /// The volume's label copies where they lie, when the volume's address space does not put
     /// them where this device holds them (`Members`, a volume of several devices, SPEC.md
     /// §4.3); `None` for a plain device. Wrappers forward it.
@@ -456,5 +515,8 @@ impl BlockDevice for Device {
     }
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         Device::flush_range(self, offset, len)
+    }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        Device::flush_except(self, offset, len)
     }
 }

@@ -178,6 +178,54 @@ impl Drop for Mapping {
     }
 }
 
+/// One page of a block device, mapped shared and never read: `msync(MS_SYNC)` over it is the
+/// system call that fsyncs a byte range of a file (`vfs_fsync_range`; `fdatasync` takes no
+/// range). On a block device that writes back the page's range and then flushes the device's
+/// write cache, leaving the rest of the device's dirty pages where they are. Never read, the
+/// page never faults, so the SIGBUS handler has nothing to do with it.
+pub(crate) struct CacheFlush {
+    base: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for CacheFlush {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("CacheFlush").field("len", &self.len).finish()
+    }
+}
+
+impl CacheFlush {
+    /// Maps the first page of `file`; `None` when it cannot be mapped.
+    pub(crate) fn new(file: BorrowedFd<'_>) -> Option<Self> {
+        // SAFETY: sysconf has no memory effects.
+        let len = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|&len| len > 0)?;
+        // SAFETY: a fresh mapping at an address the kernel picks, of a file we hold open;
+        // nothing reads or writes through it.
+        let base =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Self { base: base as usize, len })
+    }
+
+    /// Writes back the first page's range if it is dirty and flushes the device's cache.
+    pub(crate) fn flush(&self) -> std::io::Result<()> {
+        // SAFETY: our own live mapping, whole; msync does not touch memory.
+        if unsafe { libc::msync(self.base as *mut libc::c_void, self.len, libc::MS_SYNC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CacheFlush {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, which nothing refers to.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
 /// Installs the SIGBUS handler once, keeping the disposition it replaces.
 fn install() {
     INSTALL.call_once(|| {

@@ -287,6 +287,13 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        // One device: its own. Several: all of them (the range could span devices).
+        if self.layout.is_none() {
+            return self.devices[0].flush_except(offset, len);
+        }
+        self.flush()
+    }
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].flush_range(offset, len);

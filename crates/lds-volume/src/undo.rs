@@ -395,6 +395,9 @@ impl BlockDevice for UndoDevice {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(offset, len)
     }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.inner.flush_except(offset, len)
+    }
     fn volume_labels(&self) -> Option<Result<lds_format::label::LabelPair, DeviceError>> {
         self.inner.volume_labels()
     }

@@ -16,8 +16,21 @@ use crate::state::{Release, Shared, TreeState};
 use crate::version::published::{Published, Redirect};
 use crate::version::slots::{reclaim, release_after};
 
-/// Makes every completed write durable (SPEC.md §2.5).
+/// Makes every completed write durable but the backup log's buffered appends (SPEC.md §2.5),
+/// which is what a commit needs: its chunks and version log objects. The appends a crash
+/// must not lose are synced ones, whose own flushes cover the whole backup log area; the
+/// others are left in the page cache, where the next lap of the log or the memtable flush
+/// that makes them obsolete finds them, and most never reach the device.
 pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
+    shared.counters.device_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (ofs_area, len_area) = shared.geometry.log_area(lds_format::label::LogKind::Backup, shared.instance);
+    Ok(shared.device.flush_except(ofs_area, len_area)?)
+}
+
+/// Makes every completed write durable, the backup log's appends too: for a flush whose
+/// chunks name batches in the backup log (TRIAD-LOG) or that wrote hot entries to it
+/// (TRIAD-MEM), which must be durable before its delta version.
+pub(crate) fn flush_device_and_log(shared: &Shared) -> Result<()> {
     shared.counters.device_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(shared.device.flush()?)
 }
