@@ -225,14 +225,19 @@ def main():
       f"{a['num']:,} YCSB records and {a['ycsb_ops']:,} operations per YCSB workload (zipfian 0.99, D latest). "
       "Each fill starts from an empty store; the other workloads run on what the previous fill left, in the order of the tables.")
     w("- Same settings for all: 4 MiB write buffer, 8 MiB block cache, 4 MiB SST target (the LDS slot), level 1 of 40 MiB "
-      "and x10 per level, 10 bloom bits per key, no compression. Data blocks are each engine's default: 2 KiB for LDS "
+      "and x10 per level, 10 bloom bits per key, no compression, level-0 merges from 4 files or chunks. LevelDB's C API "
+      "sets neither the SST target nor the level sizes: it keeps its own 2 MiB files and 10 MiB level 1. LDS and RocksDB "
+      "size their levels from the last level up (dynamic level sizes, the default of both): level 0 merges into the "
+      "highest level the data calls for, and 40 MiB is the least a level may hold. Data blocks are each engine's default: 2 KiB for LDS "
       "(every block LDS reads is copied and checksummed whole), 4 KiB for RocksDB and LevelDB (db_bench's), fjall's own. "
       "Durable writes: LDS `sync: true`, RocksDB and LevelDB "
       "`sync=true`, fjall `persist(SyncAll)`, sled `flush()`, redb a commit with `Durability::Immediate` "
       "(other redb commits use `Durability::None`).")
     w("- Bytes written and flushes are the loop device's own counters (/sys/block/loopN/stat), so file-system "
-      "journaling counts. CPU is user plus system time of the whole process per million operations; peak memory is "
-      "the process's VmHWM, reset before each workload.")
+      "journaling counts. After a workload that wrote, the bench waits (untimed) until the device is quiet, under "
+      "1 MiB written in 0.5 s with the page cache written back (at most 120 s): the compaction each engine still owes "
+      "for the writes counts with them, in bytes and in CPU. CPU is user plus system time of the whole process per "
+      "million operations; peak memory is the process's VmHWM, reset before each workload.")
     w("- Page cache dropped before each run. One run per cell: differences under about 10% are noise on this machine.\n")
 
     w("## Device limits\n")

@@ -70,6 +70,13 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
                 _ => return Err(format!("--lds-option {name}={value}: on or off")),
             }
         }
+        "dynamic_levels" => {
+            options.dynamic_levels = match value {
+                "on" | "true" => true,
+                "off" | "false" => false,
+                _ => return Err(format!("--lds-option {name}={value}: on or off")),
+            }
+        }
         "journal_min_input_slots" => options.journal_min_input_slots = number()?,
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
@@ -82,7 +89,7 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "search_always_parallel" => options.search_always_parallel = number()? != 0,
         _ => {
             return Err(format!(
-                "--lds-option {name}: one of compaction_journal, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, level0_stop_writes_trigger, technique, block_size, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
+                "--lds-option {name}: one of compaction_journal, dynamic_levels, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, level0_stop_writes_trigger, technique, block_size, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
             ))
         }
     }

@@ -19,14 +19,24 @@ pub struct Options {
     pub block_size: usize,
     /// Bloom filter bits per key (default 10; 0 disables filters).
     pub bloom_bits_per_key: u32,
-    /// Level-0 chunks that trigger a compaction into level 1 (default 4, LevelDB's).
+    /// Level-0 chunks that trigger a compaction into the base level (level 1, or with
+    /// `dynamic_levels` the level the tree's size calls for; default 4, LevelDB's).
     pub level0_compaction_trigger: usize,
     /// Level-0 chunks at which writers wait for compaction (default 12, LevelDB's).
     pub level0_stop_writes_trigger: usize,
-    /// Bytes level 1 may hold before it is compacted (default 0: ten slots).
+    /// Bytes level 1 may hold before it is compacted (default 0: ten slots); with
+    /// `dynamic_levels`, the least any level below level 0 may hold.
     pub level1_max_bytes: u64,
     /// Each deeper level may hold this many times the bytes of the one above (default 10).
     pub level_size_multiplier: u64,
+    /// Level sizes follow the last level (RocksDB's `level_compaction_dynamic_level_bytes`,
+    /// its default; default true): level 0 merges into the base level, the highest level the
+    /// last level's bytes call for, rather than level 1, and a level holds at least
+    /// `level1_max_bytes`. The bulk of the data lies in the last level, and the levels level
+    /// 0 merges into stay small, so a merge rewrites little besides its level-0 chunks.
+    /// False: LevelDB's fixed sizes, level 1 first (technique `level-pinning` needs that: it
+    /// pins levels 0 to 2).
+    pub dynamic_levels: bool,
     /// Bytes of decoded blocks kept in memory for reads (default 8 MiB), evicted by the CLOCK
     /// policy (second chance).
     pub block_cache_bytes: usize,
@@ -140,6 +150,7 @@ impl Default for Options {
             level0_stop_writes_trigger: 12,
             level1_max_bytes: 0,
             level_size_multiplier: 10,
+            dynamic_levels: true,
             block_cache_bytes: 8 << 20,
             tail_cache_bytes: 32 << 20,
             pinned_levels: 0,
@@ -205,7 +216,10 @@ impl Options {
     pub fn with_techniques(mut self, names: &str) -> Result<Self, String> {
         for name in names.split(',').map(str::trim).filter(|name| !name.is_empty()) {
             match name {
-                "level-pinning" => self.pinned_levels = 3,
+                "level-pinning" => {
+                    self.pinned_levels = 3;
+                    self.dynamic_levels = false;
+                }
                 "kv-separation" => self.value_separation_min = Some(1 << 10),
                 "triad-disk" => self.level0_overlap_min = Some(0.4),
                 "triad-mem" => self.hot_buffer_percent = 25,

@@ -1,5 +1,5 @@
 //! The single-fault media matrix (docs/reliability.md L4, oracle I7): a small volume written by the
-//! engine (both logs wrapped, chunks at levels 0 and 1), then, one at a time, a fault in one
+//! engine (both logs wrapped, chunks at level 0 and below), then, one at a time, a fault in one
 //! sector of each structure: a flipped bit, a zeroed sector, an unreadable sector (EIO), a
 //! stale sector (the content it held before its latest write) and a misdirected read (the
 //! sector reads as another sector of the same structure). Each case runs fsck and opens the
@@ -259,7 +259,8 @@ impl Matrix {
 /// The workload that writes the matrix's volume: `compaction` (both logs wrap, a manual
 /// compaction takes chunks to the last level), 300 small entries compacted into a chunk with
 /// a tail of several sectors, then rounds of writes and flushes (level 0
-/// reaches its trigger and compacts into level 1, and more level-0 chunks follow), then a
+/// reaches its trigger and compacts into the base level, the last level of a tree this small,
+/// and more level-0 chunks follow), then a
 /// synced put among unsynced ones, so that the backup log holds live objects of both kinds.
 pub fn workload() -> Workload {
     let mut ops = named("compaction").map(|workload| workload.ops).unwrap_or_default();

@@ -81,6 +81,8 @@ pub(crate) struct Limits {
     pub(crate) level0_trigger: usize,
     pub(crate) level1_bytes: u64,
     pub(crate) multiplier: u64,
+    /// Level sizes follow the last level (`Options::dynamic_levels`, `Shape::of`).
+    pub(crate) dynamic: bool,
     /// Level 0 waits (TRIAD-DISK, `compaction::defer`): not over its limit whatever its
     /// chunk count.
     pub(crate) level0_deferred: bool,
@@ -98,7 +100,7 @@ const READ_TRIGGER_BYTES_PER_WALK: u64 = 16 << 10;
 
 /// True when iterators walked level 0's chunks (`walks`, each chunk counted once per
 /// iterator) more often than its bytes allow (one walk per 16 KiB, at least 100): merging
-/// level 0 into level 1 then costs less than the walks it saves (LevelDB's seek compaction,
+/// level 0 into the base level then costs less than the walks it saves (LevelDB's seek compaction,
 /// for level 0, where every seek reads each chunk; a point lookup's filter spares it).
 pub(crate) fn read_triggered(version: &Version, walks: u64) -> bool {
     let chunks = version.level(0);
@@ -106,13 +108,80 @@ pub(crate) fn read_triggered(version: &Version, walks: u64) -> bool {
     !chunks.is_empty() && walks >= (bytes / READ_TRIGGER_BYTES_PER_WALK).max(100)
 }
 
-impl Limits {
-    fn level_bytes(&self, level: u8) -> u64 {
-        let mut bytes = self.level1_bytes;
-        for _ in 1..level {
-            bytes = bytes.saturating_mul(self.multiplier);
+/// Where level 0 merges to, and what each level may hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// The level level 0 merges into; the levels between it and level 0 are empty.
+    pub(crate) base: u8,
+    /// Bytes each level may hold before it is compacted, by level (level 0's unused: it
+    /// counts chunks).
+    pub(crate) limits: Vec<u64>,
+}
+
+impl Shape {
+    /// The shape of `version` under `limits`. Fixed (LevelDB's): base level 1, level `n`
+    /// holds `level1_bytes * multiplier^(n-1)`. Dynamic (RocksDB's
+    /// `level_compaction_dynamic_level_bytes`): the largest level below level 0 sets the
+    /// sizes, each level above it a `multiplier`-th of the next; the base level is the
+    /// highest level that size still calls for (its share above `level1_bytes /
+    /// multiplier`), never above the first non-empty level, and every level may hold at
+    /// least `level1_bytes`. An empty tree merges level 0 into the last level. So the data
+    /// gathers in the last level, and level-0 merges rewrite a base level that is small
+    /// next to it, where fixed sizes keep level 1 full once the tree outgrows it.
+    pub(crate) fn of(version: &Version, limits: &Limits) -> Self {
+        let num_levels = version.num_levels.max(1) as usize;
+        let multiplier = limits.multiplier.max(2);
+        let mut sizes = vec![0u64; num_levels];
+        for chunk in version.chunks.values() {
+            if let Some(size) = sizes.get_mut(usize::from(chunk.level)) {
+                *size += chunk.len_data;
+            }
         }
-        bytes
+        let last = num_levels - 1;
+        if !limits.dynamic || last == 0 {
+            let mut by_level = vec![0u64; num_levels];
+            let mut bytes = limits.level1_bytes;
+            for (level, limit) in by_level.iter_mut().enumerate().skip(1) {
+                if level > 1 {
+                    bytes = bytes.saturating_mul(multiplier);
+                }
+                *limit = bytes;
+            }
+            return Self { base: 1, limits: by_level };
+        }
+        let largest = sizes[1..].iter().copied().max().unwrap_or(0);
+        let Some(first_non_empty) = (1..=last).find(|&level| sizes[level] > 0) else {
+            return Self { base: last as u8, limits: vec![limits.level1_bytes; num_levels] };
+        };
+        let base_max = limits.level1_bytes;
+        let base_min = base_max / multiplier;
+        // What the first non-empty level would hold if the largest level were the last.
+        let mut size = largest;
+        for _ in first_non_empty..last {
+            size /= multiplier;
+        }
+        let (base, base_size) = if size <= base_min {
+            // More levels hold data than the size calls for: they keep the least size.
+            (first_non_empty, base_min + 1)
+        } else {
+            let mut base = first_non_empty;
+            while base > 1 && size > base_max {
+                base -= 1;
+                size /= multiplier;
+            }
+            (base, size.clamp(1, base_max))
+        };
+        let mut by_level = vec![0u64; num_levels];
+        let mut bytes = base_size;
+        for (level, limit) in by_level.iter_mut().enumerate().skip(base) {
+            if level > base {
+                bytes = bytes.saturating_mul(multiplier);
+            }
+            // No level below base_max: a tree whose levels hold less than level 0 would
+            // favour them over level 0 and stall the writers.
+            *limit = bytes.max(base_max);
+        }
+        Self { base: base as u8, limits: by_level }
     }
 }
 
@@ -134,6 +203,7 @@ impl Limits {
             level0_trigger: options.level0_compaction_trigger.max(1),
             level1_bytes,
             multiplier: options.level_size_multiplier.max(2),
+            dynamic: options.dynamic_levels,
             level0_deferred: false,
             level0_urgent: false,
             level0_read_triggered: false,
@@ -174,6 +244,7 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             moved: Vec::new(),
         });
     }
+    let shape = Shape::of(version, limits);
     let mut best: Option<(f64, u8)> = None;
     for level in 0..last_level {
         let chunks = version.level(level);
@@ -186,7 +257,8 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
         } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
-            chunks.iter().map(|chunk| chunk.len_data).sum::<u64>() as f64 / limits.level_bytes(level) as f64
+            let limit = shape.limits.get(usize::from(level)).copied().unwrap_or(u64::MAX).max(1);
+            chunks.iter().map(|chunk| chunk.len_data).sum::<u64>() as f64 / limit as f64
         };
         if score >= 1.0 && best.is_none_or(|(best_score, _)| score > best_score) {
             best = Some((score, level));
@@ -212,16 +284,14 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
         }
         victims
     };
+    // Level 0 merges into the base level; any other level into the next.
+    let target_level = if source_level == 0 { shape.base.max(1) } else { source_level + 1 };
     let (smallest, largest) = key_range(&victims);
-    let overlapping = version
-        .level(source_level + 1)
-        .into_iter()
-        .filter(|chunk| overlaps(chunk, &smallest, &largest))
-        .cloned()
-        .collect();
+    let overlapping =
+        version.level(target_level).into_iter().filter(|chunk| overlaps(chunk, &smallest, &largest)).cloned().collect();
     Some(Plan {
         source_level,
-        target_level: source_level + 1,
+        target_level,
         victims,
         overlapping,
         manual: false,
@@ -399,6 +469,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         level0_trigger: 4,
         level1_bytes: 1000,
+        dynamic: false,
         multiplier: 10,
         level0_deferred: false,
         level0_urgent: false,
@@ -460,6 +531,50 @@ mod tests {
         let victims: Vec<u64> = plan.victims.iter().map(|chunk| chunk.chunk_id).collect();
         assert_eq!(victims, vec![2, 3], "the chunk after the pointer and its odd neighbour");
         assert_eq!(plan.overlapping.iter().map(|chunk| chunk.chunk_id).collect::<Vec<_>>(), vec![4]);
+    }
+
+    const DYNAMIC: Limits = Limits { dynamic: true, ..LIMITS };
+
+    #[test]
+    fn dynamic_levels_follow_the_last_level() {
+        // Nothing below level 0: level 0 merges into the last level.
+        let empty = Shape::of(&version(Vec::new()), &DYNAMIC);
+        assert_eq!(empty.base, 6);
+        // The last level within level 1's size: still the base.
+        let small = Shape::of(&version(vec![meta(1, 6, "a", "z", 1000, 0)]), &DYNAMIC);
+        assert_eq!(small.base, 6);
+        // Past it: the level above takes level 0's merges, its tenth, raised to level 1's.
+        let over = Shape::of(&version(vec![meta(1, 6, "a", "z", 4400, 0)]), &DYNAMIC);
+        assert_eq!((over.base, over.limits[5], over.limits[6]), (5, 1000, 4400));
+        // A hundred times more: three levels up (440 is the first share within level 1's
+        // size); each level holds ten times the one above it, none less than level 1's.
+        let larger = Shape::of(&version(vec![meta(1, 6, "a", "z", 440_000, 0)]), &DYNAMIC);
+        assert_eq!(larger.base, 3);
+        assert_eq!(larger.limits[3..], [1000, 4400, 44_000, 440_000]);
+        // A tree with data above (a volume written with fixed sizes): never past its first
+        // non-empty level, whose size is then at least level 1's.
+        let old = Shape::of(&version(vec![meta(1, 1, "a", "z", 1000, 0), meta(2, 2, "a", "z", 3000, 0)]), &DYNAMIC);
+        assert_eq!((old.base, old.limits[1]), (1, 1000));
+        // Fixed sizes: level 1 first, ten times per level.
+        let fixed = Shape::of(&version(vec![meta(1, 6, "a", "z", 4400, 0)]), &LIMITS);
+        assert_eq!((fixed.base, fixed.limits[1], fixed.limits[3]), (1, 1000, 100_000));
+    }
+
+    #[test]
+    fn level0_merges_into_the_base_level() {
+        let level0: Vec<ChunkMeta> = (1..=4).map(|id| meta(id, 0, "b", "d", 10, 0)).collect();
+        let plan = pick(&version(level0.clone()), &DYNAMIC, None).expect("level 0 is full");
+        assert_eq!((plan.source_level, plan.target_level), (0, 6));
+        let mut chunks = level0;
+        chunks.extend([meta(5, 5, "a", "c", 900, 0), meta(6, 6, "a", "c", 4400, 0), meta(7, 5, "x", "z", 10, 0)]);
+        let plan = pick(&version(chunks.clone()), &DYNAMIC, None).expect("level 0 is full");
+        assert_eq!((plan.source_level, plan.target_level), (0, 5));
+        assert_eq!(plan.overlapping.iter().map(|chunk| chunk.chunk_id).collect::<Vec<_>>(), vec![5]);
+        // The base level past its size goes down to the last level.
+        chunks.retain(|chunk| chunk.level != 0);
+        chunks.push(meta(8, 5, "d", "e", 200, 0));
+        let plan = pick(&version(chunks), &DYNAMIC, None).expect("level 5 is over");
+        assert_eq!((plan.source_level, plan.target_level), (5, 6));
     }
 
     #[test]

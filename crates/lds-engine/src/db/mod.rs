@@ -98,7 +98,7 @@ pub struct Stats {
     /// Entries of hot keys held in memory at freezes instead of flushed (TRIAD-MEM), since
     /// open.
     pub hot_entries_held: u64,
-    /// Merges of level 0 into level 1 started since open.
+    /// Merges of level 0 into the base level started since open.
     pub level0_merges: u64,
     /// Of those, merges started early because iterators walked level 0's chunks too often
     /// (LevelDB's seek compaction), since open.
