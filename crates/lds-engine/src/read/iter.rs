@@ -300,6 +300,20 @@ impl Source {
         }
     }
 
+    /// The key and sequence number of the current entry: what the merge heap compares.
+    fn head(&self) -> Option<(&[u8], u64)> {
+        match self {
+            Self::Mem(cursor) => {
+                cursor.buffer.get(cursor.position).map(|(key, sequence, _, _)| (key.as_slice(), *sequence))
+            }
+            Self::Chunks(cursor) => {
+                let (block, position) = cursor.block.as_ref()?;
+                let entry = block.entries.get(*position)?;
+                Some((block.slice(entry.key), entry.sequence))
+            }
+        }
+    }
+
     fn advance(&mut self, shared: &Shared) -> Result<()> {
         match self {
             Self::Mem(cursor) => {
@@ -331,35 +345,48 @@ impl Source {
     }
 }
 
-/// True when source `a`'s entry comes before source `b`'s: user key ascending, newest first,
-/// then the earlier source (every source has an entry).
-fn before(sources: &[Source], a: usize, b: usize) -> bool {
-    match (sources[a].current(), sources[b].current()) {
-        (Some(x), Some(y)) => compare_keys(x.key, y.key).then(y.sequence.cmp(&x.sequence)).then(a.cmp(&b)).is_lt(),
-        (Some(_), None) => true,
-        _ => false,
+/// True when the entry `(key, sequence)` of source `a` comes before source `b`'s: user key
+/// ascending, newest first, then the earlier source (a source with no entry comes last).
+fn before_head(sources: &[Source], (key, sequence): (&[u8], u64), a: usize, b: usize) -> bool {
+    match sources[b].head() {
+        Some((other, other_sequence)) => {
+            compare_keys(key, other).then(other_sequence.cmp(&sequence)).then(a.cmp(&b)).is_lt()
+        }
+        None => true,
     }
 }
 
+/// True when source `a`'s entry comes before source `b`'s (`before_head`).
+fn before(sources: &[Source], a: usize, b: usize) -> bool {
+    sources[a].head().is_some_and(|head| before_head(sources, head, a, b))
+}
+
 /// Restores the heap order of `heap` (source indices, the first one's entry the smallest)
-/// below `at`.
+/// below `at`: the entry at `at` goes down past every child that comes before it, its own
+/// key and sequence read once.
 fn sift_down(sources: &[Source], heap: &mut [usize], mut at: usize) {
+    let Some(&moving) = heap.get(at) else { return };
+    let head = sources[moving].head();
     // Bounded by the heap's depth: each round goes one level down.
     loop {
         let (left, right) = (2 * at + 1, 2 * at + 2);
-        let mut smallest = at;
-        if left < heap.len() && before(sources, heap[left], heap[smallest]) {
-            smallest = left;
+        if left >= heap.len() {
+            break;
         }
-        if right < heap.len() && before(sources, heap[right], heap[smallest]) {
-            smallest = right;
+        let child = if right < heap.len() && before(sources, heap[right], heap[left]) { right } else { left };
+        // Does the child come before the moving entry? (One with no entry never does; an
+        // exhausted moving source lets every live child pass.)
+        let passes = match head {
+            Some(head) => !before_head(sources, head, moving, heap[child]),
+            None => sources[heap[child]].head().is_some(),
+        };
+        if !passes {
+            break;
         }
-        if smallest == at {
-            return;
-        }
-        heap.swap(at, smallest);
-        at = smallest;
+        heap[at] = heap[child];
+        at = child;
     }
+    heap[at] = moving;
 }
 
 /// An iterator over live keys and values in key order, as of one sequence number. It holds
