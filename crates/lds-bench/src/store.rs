@@ -62,21 +62,14 @@ pub trait Store {
 /// are not the same for every engine.
 pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String> {
     let number = || value.parse::<u64>().map_err(|_| format!("--lds-option {name}={value}: not a number"));
+    let switch = || match value {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("--lds-option {name}={value}: on or off")),
+    };
     match name {
-        "compaction_journal" => {
-            options.compaction_journal = match value {
-                "on" | "true" => true,
-                "off" | "false" => false,
-                _ => return Err(format!("--lds-option {name}={value}: on or off")),
-            }
-        }
-        "dynamic_levels" => {
-            options.dynamic_levels = match value {
-                "on" | "true" => true,
-                "off" | "false" => false,
-                _ => return Err(format!("--lds-option {name}={value}: on or off")),
-            }
-        }
+        "compaction_journal" => options.compaction_journal = switch()?,
+        "dynamic_levels" => options.dynamic_levels = switch()?,
         "journal_min_input_slots" => options.journal_min_input_slots = number()?,
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{is_root, serial, LoopDevice};
+use common::{serial, skip_unless_root, LoopDevice};
 use std::path::{Path, PathBuf};
 
 use lds_cli::device::{run, AddArgs, DeviceCommand, ListArgs, RemoveArgs};
@@ -263,8 +263,7 @@ fn a_device_elsewhere_is_found_through_lds_devices() {
 #[test]
 fn join_and_remove_a_loop_device() {
     let _serial = serial();
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let directory = scratch_dir("loops");

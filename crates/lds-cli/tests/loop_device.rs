@@ -3,15 +3,14 @@
 
 mod common;
 
-use common::{is_root, serial, LoopDevice};
+use common::{serial, skip_unless_root, LoopDevice};
 use lds_cli::dump::{DumpOptions, DumpWhat};
 use lds_cli::mkfs::{run, MkfsOptions};
 
 #[test]
 fn mkfs_and_dump_on_a_loop_device() {
     let _serial = serial();
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let backing = std::env::temp_dir().join(format!("lds-loop-test-{}.img", std::process::id()));
@@ -71,14 +70,13 @@ fn mkfs_and_dump_on_a_loop_device() {
 fn a_range_flush_also_flushes_a_volatile_write_cache() {
     let _serial = serial();
     use lds_volume::device::{Device, OpenMode};
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let backing = std::env::temp_dir().join(format!("lds-loop-cache-{}.img", std::process::id()));
     let loop_device =
         LoopDevice::attach(&backing, 8 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
-    let name = loop_device.device.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = name_of(&loop_device);
     let mode = std::path::PathBuf::from(format!("/sys/block/{name}/queue/write_cache"));
     let original = std::fs::read_to_string(&mode).unwrap_or_else(|error| panic!("{}: {error}", mode.display()));
     let open = || Device::open(&loop_device.device, OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
@@ -91,27 +89,29 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
     let _ = std::fs::write(&mode, original.trim());
 }
 
+/// The device's name, as in /sys/block (`loopN`).
+fn name_of(loop_device: &LoopDevice) -> String {
+    loop_device.device.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 /// Sectors written and flush requests completed, from `/sys/block/NAME/stat`.
 fn written_and_flushes(name: &str) -> (u64, u64) {
-    let path = format!("/sys/block/{name}/stat");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
-    let fields: Vec<u64> = text.split_whitespace().map(|field| field.parse().unwrap_or(0)).collect();
-    assert!(fields.len() >= 17, "{path}: {text:?}");
-    (fields[6], fields[15])
+    let stat = lds_bench::measure::BlockStat::named(name).unwrap_or_else(|error| panic!("{error}"));
+    let counters = stat.read().unwrap_or_else(|error| panic!("{error}"));
+    (counters.bytes_written / 512, counters.flushes)
 }
 
 #[test]
 fn a_flush_except_a_range_leaves_its_dirty_pages_and_flushes_the_cache() {
     let _serial = serial();
     use lds_volume::device::{BlockDevice, Device, OpenMode};
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let backing = std::env::temp_dir().join(format!("lds-loop-except-{}.img", std::process::id()));
     let loop_device =
         LoopDevice::attach(&backing, 16 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
-    let name = loop_device.device.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = name_of(&loop_device);
     let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
     assert!(device.has_volatile_cache(), "a loop device reports a write-back cache");
     let (excluded, excluded_len) = (4u64 << 20, 1u64 << 20);
@@ -144,8 +144,7 @@ fn a_flush_except_a_range_leaves_its_dirty_pages_and_flushes_the_cache() {
 #[test]
 fn mkfs_takes_the_sector_size_the_device_writes_atomically() {
     let _serial = serial();
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let backing = std::env::temp_dir().join(format!("lds-loop-test-{}-4k.img", std::process::id()));

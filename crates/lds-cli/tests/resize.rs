@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{is_root, serial, LoopDevice};
+use common::{serial, skip_unless_root, LoopDevice};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -145,8 +145,7 @@ fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
 #[test]
 fn grow_a_loop_device_after_losetup_c_then_shrink_it() {
     let _serial = serial();
-    if !is_root() {
-        eprintln!("skipped: attaching a loop device needs root");
+    if !skip_unless_root() {
         return;
     }
     let backing = scratch("loop.img");

@@ -46,6 +46,16 @@ impl Drop for LoopDevice {
     }
 }
 
+/// True when the test runs as root (attaching a loop device needs it); otherwise says that
+/// the test is skipped.
+pub fn skip_unless_root() -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("skipped: attaching a loop device needs root");
+    }
+    root
+}
+
 /// Whether the test runs as root (attaching a loop device needs it).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -116,6 +116,8 @@ pub(crate) struct Shape {
     /// Bytes each level may hold before it is compacted, by level (level 0's unused: it
     /// counts chunks).
     pub(crate) limits: Vec<u64>,
+    /// Bytes each level holds, by level.
+    pub(crate) sizes: Vec<u64>,
 }
 
 impl Shape {
@@ -138,22 +140,28 @@ impl Shape {
             }
         }
         let last = num_levels - 1;
-        if !limits.dynamic || last == 0 {
+        let base_max = limits.level1_bytes;
+        // `base_size` at `base`, times the multiplier per level below it. No level below
+        // base_max: a tree whose levels hold less than level 0 would favour them over level 0
+        // and stall the writers.
+        let shape = |base: usize, base_size: u64, sizes: Vec<u64>| {
             let mut by_level = vec![0u64; num_levels];
-            let mut bytes = limits.level1_bytes;
-            for (level, limit) in by_level.iter_mut().enumerate().skip(1) {
-                if level > 1 {
+            let mut bytes = base_size;
+            for (level, limit) in by_level.iter_mut().enumerate().skip(base) {
+                if level > base {
                     bytes = bytes.saturating_mul(multiplier);
                 }
-                *limit = bytes;
+                *limit = bytes.max(base_max);
             }
-            return Self { base: 1, limits: by_level };
+            Self { base: base as u8, limits: by_level, sizes }
+        };
+        if !limits.dynamic || last == 0 {
+            return shape(1, base_max, sizes);
         }
         let largest = sizes[1..].iter().copied().max().unwrap_or(0);
         let Some(first_non_empty) = (1..=last).find(|&level| sizes[level] > 0) else {
-            return Self { base: last as u8, limits: vec![limits.level1_bytes; num_levels] };
+            return shape(last, base_max, sizes);
         };
-        let base_max = limits.level1_bytes;
         let base_min = base_max / multiplier;
         // What the first non-empty level would hold if the largest level were the last.
         let mut size = largest;
@@ -171,17 +179,7 @@ impl Shape {
             }
             (base, size.clamp(1, base_max))
         };
-        let mut by_level = vec![0u64; num_levels];
-        let mut bytes = base_size;
-        for (level, limit) in by_level.iter_mut().enumerate().skip(base) {
-            if level > base {
-                bytes = bytes.saturating_mul(multiplier);
-            }
-            // No level below base_max: a tree whose levels hold less than level 0 would
-            // favour them over level 0 and stall the writers.
-            *limit = bytes.max(base_max);
-        }
-        Self { base: base as u8, limits: by_level }
+        shape(base, base_size, sizes)
     }
 }
 
@@ -258,7 +256,7 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
             let limit = shape.limits.get(usize::from(level)).copied().unwrap_or(u64::MAX).max(1);
-            chunks.iter().map(|chunk| chunk.len_data).sum::<u64>() as f64 / limit as f64
+            shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64
         };
         if score >= 1.0 && best.is_none_or(|(best_score, _)| score > best_score) {
             best = Some((score, level));
