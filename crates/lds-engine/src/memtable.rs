@@ -1,13 +1,14 @@
-//! The memtable: a concurrent skiplist of entries not yet in chunks, ordered by user key and
-//! then newest first (SPEC.md §8.1 order). Writers insert under the engine's write lock;
-//! readers search without locks.
+//! The memtable: a skiplist of entries not yet in chunks, ordered by user key and then
+//! newest first (SPEC.md §8.1 order), its nodes packed in an arena (`list`). Writers insert
+//! one at a time (under the engine's write lock, and the list's own); readers search without
+//! locks.
 
-use std::borrow::Borrow;
+mod list;
+
 use std::cmp::Reverse;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crossbeam_skiplist::SkipMap;
 use lds_format::batch::EntryKind;
 
 /// A user key, ordered as bytes (`lds_format::codec::compare_keys`: its first 8 bytes as one
@@ -33,153 +34,14 @@ pub type InternalKey = (UserKey, Reverse<u64>);
 /// One entry, owned.
 pub type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
 
-/// A position in internal-key order, however it is stored: the skiplist searches by this
-/// view, so that a probe borrows the caller's key instead of copying it.
-pub(crate) trait KeyView {
-    fn user_key(&self) -> &[u8];
-    fn sequence(&self) -> u64;
-    /// The user key's first 16 bytes, zero-padded, as a big-endian pair of words: ordered as
-    /// the keys are where they differ, equal where the keys tie on them.
-    fn head(&self) -> (u64, u64) {
-        key_head(self.user_key())
-    }
-}
-
-/// `KeyView::head` of `key`.
-fn key_head(key: &[u8]) -> (u64, u64) {
-    let mut bytes = [0u8; 16];
-    let len = key.len().min(16);
-    bytes[..len].copy_from_slice(&key[..len]);
-    let (high, low) = bytes.split_at(8);
-    let word = |half: &[u8]| half.iter().fold(0u64, |word, &byte| word << 8 | u64::from(byte));
-    (word(high), word(low))
-}
-
-impl KeyView for InternalKey {
-    fn user_key(&self) -> &[u8] {
-        &self.0 .0
-    }
-
-    fn sequence(&self) -> u64 {
-        self.1 .0
-    }
-}
-
-impl KeyView for (&[u8], u64) {
-    fn user_key(&self) -> &[u8] {
-        self.0
-    }
-
-    fn sequence(&self) -> u64 {
-        self.1
-    }
-}
-
-impl Ord for dyn KeyView + '_ {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // The heads decide most comparisons of a search without loading either key's bytes
-        // (a stored key sits in its own allocation, a cache miss per skiplist node).
-        self.head()
-            .cmp(&other.head())
-            .then_with(|| lds_format::codec::compare_keys(self.user_key(), other.user_key()))
-            .then_with(|| other.sequence().cmp(&self.sequence()))
-    }
-}
-
-impl PartialOrd for dyn KeyView + '_ {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for dyn KeyView + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-
-impl Eq for dyn KeyView + '_ {}
-
-/// A stored entry: its key and value in one allocation (one allocation and one free per put
-/// besides the skiplist node), its sequence number and kind.
-#[derive(Debug)]
-struct Stored {
-    /// `KeyView::head` of the key, kept in the skiplist node.
-    head: (u64, u64),
-    key_and_value: Box<[u8]>,
-    key_len: u32,
-    sequence: u64,
-    kind: EntryKind,
-}
-
-impl Stored {
-    fn new(key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) -> Self {
-        let mut key_and_value = Vec::with_capacity(key.len() + value.len());
-        key_and_value.extend_from_slice(key);
-        key_and_value.extend_from_slice(value);
-        // Keys are at most 64 KiB (SPEC.md §7), values fit a batch: the length fits.
-        let key_len = u32::try_from(key.len()).unwrap_or(u32::MAX);
-        Self { head: key_head(key), key_and_value: key_and_value.into_boxed_slice(), key_len, sequence, kind }
-    }
-
-    fn key(&self) -> &[u8] {
-        &self.key_and_value[..self.key_len as usize]
-    }
-
-    fn value(&self) -> &[u8] {
-        &self.key_and_value[self.key_len as usize..]
-    }
-
-    fn owned(&self) -> Entry {
-        (self.key().to_vec(), self.sequence, self.kind, self.value().to_vec())
-    }
-}
-
-impl KeyView for Stored {
-    fn user_key(&self) -> &[u8] {
-        self.key()
-    }
-
-    fn sequence(&self) -> u64 {
-        self.sequence
-    }
-
-    fn head(&self) -> (u64, u64) {
-        self.head
-    }
-}
-
-impl<'a> Borrow<dyn KeyView + 'a> for Stored {
-    fn borrow(&self) -> &(dyn KeyView + 'a) {
-        self
-    }
-}
-
-impl Ord for Stored {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self as &dyn KeyView).cmp(other as &dyn KeyView)
-    }
-}
-
-impl PartialOrd for Stored {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Stored {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-
-impl Eq for Stored {}
-
 /// Sorted entries with their approximate memory footprint.
 #[derive(Debug, Default)]
 pub struct MemTable {
-    entries: SkipMap<Stored, ()>,
-    bytes: AtomicUsize,
+    entries: list::List,
+    /// `chunk_bytes_max`.
+    chunk_bytes_max: AtomicUsize,
+    /// Entries inserted.
+    len: AtomicUsize,
     /// A Bloom filter of its keys (`with_capacity`): a read of a key it does not hold skips
     /// the skiplist search (a tenth of a random read's time).
     filter: Option<KeyFilter>,
@@ -236,14 +98,17 @@ pub(crate) struct BatchPosition {
     pub(crate) position: lds_format::logref::LogPosition,
 }
 
-/// Per-entry bookkeeping counted in `approximate_bytes`: the skiplist node (the `Stored`
-/// header, its reference count and height, a tower of 1.33 links on average) and the
-/// allocator's headers and rounding of the node and of the key-and-value allocation.
-/// Measured with a counting allocator (glibc's 8-byte header, 16-byte rounding): 100 bytes
-/// per entry over its key and value, for 100,000 entries of 16-byte keys and 1 to 200-byte
-/// values (84 before the node kept the key's 16-byte head; 133 with a key and a value
-/// allocated apart).
-const ENTRY_OVERHEAD_BYTES: usize = 100;
+/// Per-entry bytes of the memtable over its key and value, on average (`list`): a
+/// skiplist node's header, 4/3 links and alignment.
+const ENTRY_OVERHEAD_BYTES: usize = list::mean_entry_bytes(0, 0);
+
+/// At most the bytes an entry takes in the blocks and block index of a chunk (SPEC.md §8.2):
+/// its fixed fields, key and value and, were it alone in its block, the block's trailer and
+/// index entry (which repeats the key).
+fn chunk_bytes_max(key: &[u8], value: &[u8]) -> usize {
+    use lds_format::chunk::{BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN};
+    ENTRY_FIXED_LEN + BLOCK_TRAILER_LEN + INDEX_ENTRY_FIXED_LEN + 2 * key.len() + value.len()
+}
 
 impl MemTable {
     /// An empty memtable for about `bytes` of entries, with a filter of its keys sized for
@@ -285,18 +150,21 @@ impl MemTable {
         Some(batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
     }
 
-    /// The bytes an entry adds to `approximate_bytes`.
+    /// The bytes an entry adds to `approximate_bytes`, on average.
     pub fn entry_bytes(key: &[u8], value: &[u8]) -> usize {
         key.len() + value.len() + ENTRY_OVERHEAD_BYTES
     }
 
-    /// Inserts one entry.
+    /// Inserts one entry (a second one at the same key and sequence number is ignored: it
+    /// could only repeat the first).
     pub fn insert(&self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
-        self.bytes.fetch_add(Self::entry_bytes(key, value), Ordering::Relaxed);
         if let Some(filter) = &self.filter {
             filter.add(key);
         }
-        self.entries.insert(Stored::new(key, sequence, kind, value), ());
+        if self.entries.insert(key, sequence, kind, value) {
+            self.chunk_bytes_max.fetch_add(chunk_bytes_max(key, value), Ordering::Relaxed);
+            self.len.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The newest version of `key` at or below `snapshot`: its sequence number, kind and value.
@@ -304,13 +172,11 @@ impl MemTable {
         if !self.may_contain(key) {
             return None;
         }
-        let probe = (key, snapshot);
-        let entry = self.entries.lower_bound(Bound::Included(&probe as &dyn KeyView))?;
-        let found = entry.key();
+        let found = self.entries.seek(key, snapshot, true)?;
         if found.key() != key {
             return None;
         }
-        Some((found.sequence, found.kind, found.value().to_vec()))
+        Some((found.sequence(), found.kind(), found.value().to_vec()))
     }
 
     /// False when the table holds no version of `key` (its filter says so); true when it may.
@@ -321,41 +187,58 @@ impl MemTable {
     /// Calls `visit` with every entry in internal-key order, borrowed (a flush copies them
     /// straight into chunks).
     pub fn visit(&self, mut visit: impl FnMut(&[u8], u64, EntryKind, &[u8])) {
-        for entry in self.entries.iter() {
-            let stored = entry.key();
-            visit(stored.key(), stored.sequence, stored.kind, stored.value());
+        let mut node = self.entries.first();
+        while let Some(current) = node {
+            visit(current.key(), current.sequence(), current.kind(), current.value());
+            node = current.successor();
         }
     }
 
     /// At most `limit` entries from `from` (an internal-key bound) below the user key `end`.
     pub fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize) -> Vec<Entry> {
-        let from: Bound<&dyn KeyView> = match from {
-            Bound::Included(key) => Bound::Included(key),
-            Bound::Excluded(key) => Bound::Excluded(key),
-            Bound::Unbounded => Bound::Unbounded,
+        let mut node = match from {
+            Bound::Included((key, sequence)) => self.entries.seek(&key.0, sequence.0, true),
+            Bound::Excluded((key, sequence)) => self.entries.seek(&key.0, sequence.0, false),
+            Bound::Unbounded => self.entries.first(),
         };
-        self.entries
-            .range::<dyn KeyView, _>((from, Bound::Unbounded))
-            .take_while(|entry| end.is_none_or(|end| entry.key().key() < end))
-            .take(limit)
-            .map(|entry| entry.key().owned())
-            .collect()
+        let mut entries = Vec::new();
+        while let Some(current) = node.filter(|_| entries.len() < limit) {
+            if end.is_some_and(|end| current.key() >= end) {
+                break;
+            }
+            entries.push((current.key().to_vec(), current.sequence(), current.kind(), current.value().to_vec()));
+            node = current.successor();
+        }
+        entries
     }
 
     /// The smallest and largest user keys it holds.
     pub fn key_range(&self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let (first, last) = (self.entries.front()?, self.entries.back()?);
-        Some((first.key().key().to_vec(), last.key().key().to_vec()))
+        let (first, last) = (self.entries.first()?, self.entries.last()?);
+        Some((first.key().to_vec(), last.key().to_vec()))
     }
 
-    /// Approximate bytes held.
+    /// Approximate bytes held: the arena's, less its unused tail.
     pub fn approximate_bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        self.entries.used_bytes()
+    }
+
+    /// At most the bytes its entries take in the blocks and block indexes of chunks: each as
+    /// if alone in its block (`chunk_bytes_max`). The memtable's own bytes are no bound: an
+    /// entry takes about 40 bytes over its key and value here, and its key twice in a chunk
+    /// where it ends a block.
+    pub fn chunk_bytes_max(&self) -> usize {
+        self.chunk_bytes_max.load(Ordering::Relaxed)
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
     }
 
     /// True when empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.first().is_none()
     }
 }
 

@@ -61,7 +61,13 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
 
 /// An upper bound of the delta version a flush of the frozen memtable commits.
 fn flush_delta_estimate(shared: &Shared, state: &TreeState) -> usize {
-    let bytes = state.imm.as_ref().map_or(0, |frozen| frozen.table.approximate_bytes()) as u64;
+    // Blocks and indexes at their largest, and filters of `bloom_bits_per_key` per key.
+    let bits_per_key = shared.options.bloom_bits_per_key as usize;
+    let bytes = state
+        .imm
+        .as_ref()
+        .map_or(0, |frozen| frozen.table.chunk_bytes_max() + (frozen.table.len() * bits_per_key).div_ceil(8))
+        as u64;
     let chunks = (bytes / shared.geometry.slot_size + 2) as usize;
     48 + chunks * (48 + 40 + 2 * (2 + usize::from(u16::MAX).min(1024)))
 }

@@ -14,7 +14,7 @@ use common::{small_layout, Image};
 fn plain_options() -> Options {
     Options {
         background: false,
-        write_buffer_size: 128 << 10,
+        write_buffer_size: 64 << 10,
         level0_compaction_trigger: 64,
         level0_stop_writes_trigger: 128,
         ..Options::default()

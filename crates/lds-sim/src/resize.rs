@@ -57,9 +57,10 @@ pub struct ResizeRun {
 }
 
 /// Grow by a third, and shrink to two slots more than the data uses (which moves chunks), on
-/// the media matrix's engine-written volume (both logs wrapped, three levels).
+/// the media matrix's engine-written volume (both logs wrapped) compacted into its last level.
 pub fn resize_cases() -> Result<Vec<ResizeCase>, String> {
-    let volume = build_volume()?;
+    let mut volume = build_volume()?;
+    volume.image = compacted(volume.image)?;
     let geometry = volume.geometry;
     let mut grown = volume.image.clone();
     grown.resize(volume.image.len() + volume.image.len() / 3, 0);
@@ -79,6 +80,17 @@ pub fn resize_cases() -> Result<Vec<ResizeCase>, String> {
         target: smallest,
     });
     Ok(cases)
+}
+
+/// The volume on `image` after a compaction of every level into the last: its outputs were
+/// written while its inputs held the lower slots, so that a shrink has chunks to move.
+fn compacted(image: Vec<u8>) -> Result<Vec<u8>, String> {
+    let device = Arc::new(SimDevice::new(image));
+    let (db, _) = Db::open_device(Arc::clone(&device) as Arc<dyn BlockDevice>, Path::new("resize"), options(true))
+        .map_err(|error| format!("open before the compaction: {error}"))?;
+    db.compact_range().map_err(|error| format!("compaction: {error}"))?;
+    db.close().map_err(|error| format!("close after the compaction: {error}"))?;
+    Ok(device.current())
 }
 
 /// Whether the volume on `image` is resized to `target`: labels and base versions.
