@@ -504,18 +504,18 @@ def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
         return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
 
     triad = ("--technique", "triad-log")
-    # 4 MiB slots: a flush of a 4 MiB memtable is one chunk. A 16 MiB backup log retains up to
-    # 8 MiB for log chunks (the rest is room for the next two memtables) and wraps before the end.
+    # 4 MiB slots: a flush of a 4 MiB memtable is one chunk. A 32 MiB backup log retains up to
+    # 16 MiB for log chunks (the rest is room for the next memtables) and wraps before the end.
     lds("mkfs", "--log-tables", "--size", "256MiB", "--sector-size", "512", "--slot-size", "4MiB",
-        "--version-log-size", "1MiB", "--backup-log-size", "16MiB", image)
+        "--version-log-size", "1MiB", "--backup-log-size", "32MiB", image)
     lds("load", image, *triad, "--format", "tsv",
-        input="".join(f"key{n * 7919 % 120000:06}\tvalue-{n}-{'x' * (20 + n * 37 % 90)}\n" for n in range(140000)))
+        input="".join(f"key{n * 7919 % 200000:06}\tvalue-{n}-{'x' * (20 + n * 37 % 90)}\n" for n in range(230000)))
     lds("load", image, *triad, "--format", "tsv",
         input="".join(f"key{(n * 104729 + 13) % 150000:06}\tround2-{n}-{'y' * (20 + n * 53 % 90)}\n" for n in range(30000)))
     for n in (5, 77, 1234):
         lds("delete", image, f"key{n:06}", *triad)
     lds("load", image, *triad, "--format", "tsv",
-        input="".join(f"key{(n * 7 + 3) % 200000:06}\tround3-{n}-{'z' * (20 + n * 29 % 90)}\n" for n in range(40000)))
+        input="".join(f"key{(n * 7 + 3) % 200000:06}\tround3-{n}-{'z' * (20 + n * 29 % 90)}\n" for n in range(100000)))
     lds("put", image, "last", "written", *triad, "--sync")
 
     # lds dump: the version holds log chunks (level 0, flag log_refs) whose entries are log
@@ -529,7 +529,7 @@ def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
     assert tree["num_log_chunks"] == len(log_chunks)
     assert tree["lsn_retention_start"] == min(c["lsn_log_start"] for c in log_chunks) < tree["lsn_backup_start"]
     assert tree["ofs_retention_start"] > tree["ofs_backup_start"], "the retained region does not span the wrap"
-    assert tree["retained_bytes"] == (16 << 20) - tree["ofs_retention_start"] + tree["ofs_backup_start"]
+    assert tree["retained_bytes"] == (32 << 20) - tree["ofs_retention_start"] + tree["ofs_backup_start"]
     backup = json.loads(lds("dump", image, "backup-log", "--json").stdout)
     assert backup["replayed_batches"] >= 1 and backup["retained_bytes"] == tree["retained_bytes"], backup
     retained = [o for o in backup["objects"] if o["status"]["retained"]]
