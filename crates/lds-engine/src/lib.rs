@@ -3,6 +3,7 @@
 //! Modules form a graph without cycles, one concept each (a test checks the graph):
 //! - `options`, `error`, `batch`, `memtable`, `retention`: data and rules, no I/O;
 //! - `state`: what the threads share and its locks (a leaf);
+//! - `heap`: giving freed memory back to the system when the worker goes idle (a leaf);
 //! - `table`: packing entries into chunks, writing them, the cache of what was read,
 //!   following log references;
 //! - `version`: the levels of a version, the online map of slots, committing a change;
@@ -22,6 +23,7 @@ mod compaction;
 mod db;
 pub mod error;
 mod flush;
+mod heap;
 mod hot;
 mod logs;
 mod memtable;

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lds_format::batch::EntryKind;
 
-/// A user key, ordered as bytes (`lds_format::codec::compare_keys`: its first 8 bytes as one
-/// integer first, so that most comparisons of a skiplist search call no `memcmp`).
+/// A user key in an iterator's bounds, ordered as bytes (`lds_format::codec::compare_keys`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserKey(pub Vec<u8>);
 

@@ -249,6 +249,9 @@ pub(crate) fn run_inline<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeS
 
 fn run(shared: &Shared) {
     let mut state = shared.lock_state();
+    // Work done since the worker was last idle for a round: the memory it freed goes back
+    // to the system then (`heap`).
+    let mut busy = false;
     // Runs until the store closes or is poisoned; an idle round waits at most
     // LOG_BUFFER_AGE_MAX.
     loop {
@@ -258,6 +261,7 @@ fn run(shared: &Shared) {
         let (guard, worked) = step(shared, state);
         state = guard;
         if worked {
+            busy = true;
             continue;
         }
         if state.shutting_down {
@@ -273,6 +277,11 @@ fn run(shared: &Shared) {
                 Ok(mut writer) => writer.drain(shared.device.as_ref()),
                 Err(_) => Ok(()),
             };
+            // Idle for a whole round after work: not between the flushes of a stream of
+            // writes, where the memory would be taken again at once.
+            if std::mem::take(&mut busy) {
+                crate::heap::release_free_memory();
+            }
             state = shared.lock_state();
             if let Err(error) = drained {
                 shared.poison(&mut state, error.into());
