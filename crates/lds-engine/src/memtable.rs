@@ -30,8 +30,58 @@ impl PartialOrd for UserKey {
 /// An entry's position: user key ascending, sequence descending.
 pub type InternalKey = (UserKey, Reverse<u64>);
 
-/// One entry, owned.
-pub type Entry = (Vec<u8>, u64, EntryKind, Vec<u8>);
+/// Entries copied out of a memtable (`MemTable::batch`): their keys and values end to end in
+/// one buffer, so that a batch costs no allocation per entry, and a batch reused costs none.
+#[derive(Debug, Default)]
+pub(crate) struct Copied {
+    bytes: Vec<u8>,
+    entries: Vec<CopiedEntry>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CopiedEntry {
+    /// Where its key starts in `bytes`; its value follows the key.
+    start: usize,
+    key_len: u32,
+    value_len: u32,
+    sequence: u64,
+    kind: EntryKind,
+}
+
+impl Copied {
+    /// The entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The `at`th entry: key, sequence number, kind and value.
+    pub(crate) fn get(&self, at: usize) -> Option<(&[u8], u64, EntryKind, &[u8])> {
+        let entry = self.entries.get(at)?;
+        let key_end = entry.start + entry.key_len as usize;
+        let key = &self.bytes[entry.start..key_end];
+        let value = &self.bytes[key_end..key_end + entry.value_len as usize];
+        Some((key, entry.sequence, entry.kind, value))
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.entries.clear();
+    }
+
+    fn push(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        // Within u32: a memtable entry's key and value lengths are (`list::List::insert`).
+        self.entries.push(CopiedEntry {
+            start,
+            key_len: key.len() as u32,
+            value_len: value.len() as u32,
+            sequence,
+            kind,
+        });
+    }
+}
 
 /// Sorted entries with their approximate memory footprint.
 #[derive(Debug, Default)]
@@ -193,22 +243,22 @@ impl MemTable {
         }
     }
 
-    /// At most `limit` entries from `from` (an internal-key bound) below the user key `end`.
-    pub fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize) -> Vec<Entry> {
+    /// Copies at most `limit` entries from `from` (an internal-key bound) below the user key
+    /// `end` into `into` (whose contents they replace, its buffers reused).
+    pub(crate) fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize, into: &mut Copied) {
         let mut node = match from {
             Bound::Included((key, sequence)) => self.entries.seek(&key.0, sequence.0, true),
             Bound::Excluded((key, sequence)) => self.entries.seek(&key.0, sequence.0, false),
             Bound::Unbounded => self.entries.first(),
         };
-        let mut entries = Vec::new();
-        while let Some(current) = node.filter(|_| entries.len() < limit) {
+        into.clear();
+        while let Some(current) = node.filter(|_| into.len() < limit) {
             if end.is_some_and(|end| current.key() >= end) {
                 break;
             }
-            entries.push((current.key().to_vec(), current.sequence(), current.kind(), current.value().to_vec()));
+            into.push(current.key(), current.sequence(), current.kind(), current.value());
             node = current.successor();
         }
-        entries
     }
 
     /// The smallest and largest user keys it holds.
@@ -313,14 +363,23 @@ mod tests {
         let mut order: Vec<(Vec<u8>, u64)> = Vec::new();
         table.visit(|key, sequence, _, _| order.push((key.to_vec(), sequence)));
         assert_eq!(order, vec![(b"a".to_vec(), 5), (b"a".to_vec(), 3), (b"a".to_vec(), 1), (b"b".to_vec(), 2)]);
+        let from = |key: &[u8]| Bound::Included((UserKey(key.to_vec()), Reverse(u64::MAX)));
+        let mut copied = Copied::default();
+        table.batch(&from(b"a"), Some(b"b"), usize::MAX, &mut copied);
+        let entries: Vec<_> = (0..copied.len()).filter_map(|at| copied.get(at)).collect();
         assert_eq!(
-            table.batch(&Bound::Included((UserKey(b"a".to_vec()), Reverse(u64::MAX))), Some(b"b"), usize::MAX).len(),
-            3
+            entries,
+            vec![
+                (&b"a"[..], 5, EntryKind::Put, &b"five"[..]),
+                (&b"a"[..], 3, EntryKind::Delete, &b""[..]),
+                (&b"a"[..], 1, EntryKind::Put, &b"one"[..])
+            ]
         );
-        assert_eq!(
-            table.batch(&Bound::Included((UserKey(b"b".to_vec()), Reverse(u64::MAX))), None, usize::MAX).len(),
-            1
-        );
-        assert_eq!(table.batch(&Bound::Included((UserKey(b"a".to_vec()), Reverse(u64::MAX))), None, 2).len(), 2);
+        table.batch(&from(b"b"), None, usize::MAX, &mut copied);
+        assert_eq!(copied.len(), 1);
+        assert_eq!(copied.get(0), Some((&b"b"[..], 2, EntryKind::Put, &b"bee"[..])));
+        table.batch(&Bound::Excluded((UserKey(b"a".to_vec()), Reverse(5))), None, 2, &mut copied);
+        assert_eq!(copied.get(0).map(|entry| entry.1), Some(3));
+        assert_eq!(copied.len(), 2);
     }
 }

@@ -12,7 +12,7 @@ use lds_format::version::{ChunkMeta, SubChunkRef};
 use lds_format::codec::compare_keys;
 
 use crate::error::Result;
-use crate::memtable::{Entry, InternalKey, MemTable, UserKey};
+use crate::memtable::{Copied, InternalKey, MemTable, UserKey};
 use crate::read::view;
 use crate::state::Shared;
 use crate::table::cache::{Block, Tail};
@@ -233,7 +233,7 @@ struct MemCursor {
     from: Bound<InternalKey>,
     end: Option<Vec<u8>>,
     /// The entries of the last batch, and the one the cursor is at.
-    buffer: Vec<Entry>,
+    buffer: Copied,
     position: usize,
     batch: usize,
     exhausted: bool,
@@ -249,7 +249,7 @@ impl MemCursor {
             table: Arc::clone(table),
             from: Bound::Included((UserKey(start.to_vec()), Reverse(u64::MAX))),
             end: end.map(<[u8]>::to_vec),
-            buffer: Vec::new(),
+            buffer: Copied::default(),
             // `Source::start` loads the first batch.
             position: 0,
             batch: Self::FIRST_BATCH,
@@ -260,7 +260,7 @@ impl MemCursor {
     /// The entry the cursor is at.
     fn current(&self) -> Option<View<'_>> {
         let (key, sequence, kind, value) = self.buffer.get(self.position)?;
-        Some(View { key, sequence: *sequence, kind: *kind, value })
+        Some(View { key, sequence, kind, value })
     }
 
     /// Moves past the current entry.
@@ -276,13 +276,12 @@ impl MemCursor {
         if self.exhausted {
             return;
         }
-        let entries = self.table.batch(&self.from, self.end.as_deref(), self.batch);
-        self.exhausted = entries.len() < self.batch;
-        if let Some((key, sequence, _, _)) = entries.last() {
-            self.from = Bound::Excluded((UserKey(key.clone()), Reverse(*sequence)));
+        self.table.batch(&self.from, self.end.as_deref(), self.batch, &mut self.buffer);
+        self.exhausted = self.buffer.len() < self.batch;
+        if let Some((key, sequence, _, _)) = self.buffer.len().checked_sub(1).and_then(|last| self.buffer.get(last)) {
+            self.from = Bound::Excluded((UserKey(key.to_vec()), Reverse(sequence)));
         }
         self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
-        self.buffer = entries;
         self.position = 0;
     }
 }
@@ -303,9 +302,7 @@ impl Source {
     /// The key and sequence number of the current entry: what the merge heap compares.
     fn head(&self) -> Option<(&[u8], u64)> {
         match self {
-            Self::Mem(cursor) => {
-                cursor.buffer.get(cursor.position).map(|(key, sequence, _, _)| (key.as_slice(), *sequence))
-            }
+            Self::Mem(cursor) => cursor.buffer.get(cursor.position).map(|(key, sequence, _, _)| (key, sequence)),
             Self::Chunks(cursor) => {
                 let (block, position) = cursor.block.as_ref()?;
                 let entry = block.entries.get(*position)?;
