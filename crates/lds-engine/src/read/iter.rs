@@ -216,6 +216,18 @@ impl ChunkCursor {
     }
 }
 
+impl Drop for ChunkCursor {
+    /// Its run buffers go to the next iterator of the thread (`Block::recycle`).
+    fn drop(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            spare.recycle();
+        }
+        if let Some(block) = self.block.take().and_then(|(block, _)| Arc::try_unwrap(block).ok()) {
+            block.recycle();
+        }
+    }
+}
+
 /// An entry a source is at, borrowed from it.
 #[derive(Debug, Clone, Copy)]
 struct View<'a> {
