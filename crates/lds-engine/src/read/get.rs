@@ -2,22 +2,22 @@
 //! candidate chunk, through filters and block indexes.
 
 use lds_format::batch::EntryKind;
-use lds_format::version::{ChunkMeta, SubChunkRef};
+use lds_format::version::ChunkMeta;
 
 use crate::error::Result;
 use crate::read::view;
 use crate::state::Shared;
+use crate::table::cache::Tail;
 
 use crate::read::parallel::Found;
 
-/// The newest version of `key` at or below `snapshot` in one sub-chunk.
-fn find_in_slot(shared: &Shared, sub_chunk: &SubChunkRef, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
-    let slot = sub_chunk.slot;
-    let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
+/// The newest version of `key` at or below `snapshot` in one sub-chunk, whose tail is
+/// `tail`.
+fn find_in_slot(shared: &Shared, slot: u64, tail: &Tail, key: &[u8], snapshot: u64) -> Result<Option<Found>> {
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    for at in first_block(&tail, key)..tail.len() {
+    for at in first_block(tail, key)..tail.len() {
         let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, tail.span(at))?;
         for index in block.seek(key)..block.entries.len() {
             let found = &block.entries[index];
@@ -56,12 +56,12 @@ fn find_in_chunk(shared: &Shared, chunk: &ChunkMeta, key: &[u8], snapshot: u64) 
         first = low;
     }
     for sub_chunk in &chunk.sub_chunks[first..] {
-        if let Some(found) = find_in_slot(shared, sub_chunk, key, snapshot)? {
+        let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
+        if let Some(found) = find_in_slot(shared, sub_chunk.slot, &tail, key, snapshot)? {
             return Ok(Some(found));
         }
         // The next sub-chunk starts past this one's last key, unless `key` is that last key
         // (one key's versions exceeding a slot go on in the next).
-        let tail = shared.cache.tail(shared.device.as_ref(), &shared.geometry, sub_chunk)?;
         if tail.largest_key().is_none_or(|last| last > key) {
             break;
         }
@@ -84,7 +84,7 @@ fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<
 
 /// The index of the first block of a sub-chunk that may hold `key`: the first whose last key
 /// is at or past it.
-fn first_block(tail: &crate::table::cache::Tail, key: &[u8]) -> usize {
+fn first_block(tail: &Tail, key: &[u8]) -> usize {
     tail.first_block(key)
 }
 
@@ -146,7 +146,8 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
             // Level-0 chunks overlap: the newest visible version among them wins.
             let mut best: Option<Found> = None;
             for chunk in candidates {
-                if chunk.smallest_seq > snapshot {
+                // Nothing newer than the snapshot, or than the version found already.
+                if chunk.smallest_seq > snapshot || best.as_ref().is_some_and(|best| chunk.largest_seq <= best.0) {
                     continue;
                 }
                 if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
