@@ -5,30 +5,14 @@
 
 mod list;
 
-use std::cmp::Reverse;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lds_format::batch::EntryKind;
 
-/// A user key in an iterator's bounds, ordered as bytes (`lds_format::codec::compare_keys`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserKey(pub Vec<u8>);
-
-impl Ord for UserKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        lds_format::codec::compare_keys(&self.0, &other.0)
-    }
-}
-
-impl PartialOrd for UserKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// An entry's position: user key ascending, sequence descending.
-pub type InternalKey = (UserKey, Reverse<u64>);
+/// A position in internal-key order: a user key and a sequence number (newest first within
+/// a key, SPEC.md §8.1).
+pub(crate) type InternalKey = (Vec<u8>, u64);
 
 /// Entries copied out of a memtable (`MemTable::batch`): their keys and values end to end in
 /// one buffer, so that a batch costs no allocation per entry, and a batch reused costs none.
@@ -52,6 +36,11 @@ impl Copied {
     /// The entries held.
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The last entry.
+    pub(crate) fn last(&self) -> Option<(&[u8], u64, EntryKind, &[u8])> {
+        self.get(self.len().checked_sub(1)?)
     }
 
     /// The `at`th entry: key, sequence number, kind and value.
@@ -247,8 +236,8 @@ impl MemTable {
     /// `end` into `into` (whose contents they replace, its buffers reused).
     pub(crate) fn batch(&self, from: &Bound<InternalKey>, end: Option<&[u8]>, limit: usize, into: &mut Copied) {
         let mut node = match from {
-            Bound::Included((key, sequence)) => self.entries.seek(&key.0, sequence.0, true),
-            Bound::Excluded((key, sequence)) => self.entries.seek(&key.0, sequence.0, false),
+            Bound::Included((key, sequence)) => self.entries.seek(key, *sequence, true),
+            Bound::Excluded((key, sequence)) => self.entries.seek(key, *sequence, false),
             Bound::Unbounded => self.entries.first(),
         };
         into.clear();
@@ -363,7 +352,7 @@ mod tests {
         let mut order: Vec<(Vec<u8>, u64)> = Vec::new();
         table.visit(|key, sequence, _, _| order.push((key.to_vec(), sequence)));
         assert_eq!(order, vec![(b"a".to_vec(), 5), (b"a".to_vec(), 3), (b"a".to_vec(), 1), (b"b".to_vec(), 2)]);
-        let from = |key: &[u8]| Bound::Included((UserKey(key.to_vec()), Reverse(u64::MAX)));
+        let from = |key: &[u8]| Bound::Included((key.to_vec(), u64::MAX));
         let mut copied = Copied::default();
         table.batch(&from(b"a"), Some(b"b"), usize::MAX, &mut copied);
         let entries: Vec<_> = (0..copied.len()).filter_map(|at| copied.get(at)).collect();
@@ -378,7 +367,7 @@ mod tests {
         table.batch(&from(b"b"), None, usize::MAX, &mut copied);
         assert_eq!(copied.len(), 1);
         assert_eq!(copied.get(0), Some((&b"b"[..], 2, EntryKind::Put, &b"bee"[..])));
-        table.batch(&Bound::Excluded((UserKey(b"a".to_vec()), Reverse(5))), None, 2, &mut copied);
+        table.batch(&Bound::Excluded((b"a".to_vec(), 5)), None, 2, &mut copied);
         assert_eq!(copied.get(0).map(|entry| entry.1), Some(3));
         assert_eq!(copied.len(), 2);
     }

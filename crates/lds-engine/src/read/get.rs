@@ -17,7 +17,7 @@ fn find_in_slot(shared: &Shared, slot: u64, tail: &Tail, key: &[u8], snapshot: u
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    for at in first_block(tail, key)..tail.len() {
+    for at in tail.first_block(key)..tail.len() {
         let block = shared.cache.block(shared.device.as_ref(), &shared.geometry, slot, tail.span(at))?;
         for index in block.seek(key)..block.entries.len() {
             let found = &block.entries[index];
@@ -78,14 +78,8 @@ fn search_cost(shared: &Shared, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<
     if !tail.filter.may_contain(key) {
         return Ok(None);
     }
-    let first = first_block(&tail, key);
+    let first = tail.first_block(key);
     Ok(Some(first < tail.len() && !shared.cache.holds_block(sub_chunk.slot, tail.span(first))))
-}
-
-/// The index of the first block of a sub-chunk that may hold `key`: the first whose last key
-/// is at or past it.
-fn first_block(tail: &Tail, key: &[u8]) -> usize {
-    tail.first_block(key)
 }
 
 /// The candidate chunks for `key` whose filters may hold it, in search order, how many of

@@ -1,7 +1,6 @@
 //! Iterators: a k-way merge over memtable cursors and chunk cursors, newest version of each
 //! key first, as of one sequence number.
 
-use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -12,7 +11,7 @@ use lds_format::version::{ChunkMeta, SubChunkRef};
 use lds_format::codec::compare_keys;
 
 use crate::error::Result;
-use crate::memtable::{Copied, InternalKey, MemTable, UserKey};
+use crate::memtable::{Copied, InternalKey, MemTable};
 use crate::read::view;
 use crate::state::Shared;
 use crate::table::cache::{Block, Tail};
@@ -259,7 +258,7 @@ impl MemCursor {
     fn new(table: &Arc<MemTable>, start: &[u8], end: Option<&[u8]>) -> Self {
         Self {
             table: Arc::clone(table),
-            from: Bound::Included((UserKey(start.to_vec()), Reverse(u64::MAX))),
+            from: Bound::Included((start.to_vec(), u64::MAX)),
             end: end.map(<[u8]>::to_vec),
             buffer: Copied::default(),
             // `Source::start` loads the first batch.
@@ -290,8 +289,8 @@ impl MemCursor {
         }
         self.table.batch(&self.from, self.end.as_deref(), self.batch, &mut self.buffer);
         self.exhausted = self.buffer.len() < self.batch;
-        if let Some((key, sequence, _, _)) = self.buffer.len().checked_sub(1).and_then(|last| self.buffer.get(last)) {
-            self.from = Bound::Excluded((UserKey(key.to_vec()), Reverse(sequence)));
+        if let Some((key, sequence, _, _)) = self.buffer.last() {
+            self.from = Bound::Excluded((key.to_vec(), sequence));
         }
         self.batch = (self.batch * 4).min(Self::LARGEST_BATCH);
         self.position = 0;
