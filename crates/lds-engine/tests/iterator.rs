@@ -167,3 +167,28 @@ fn seeks_see_the_model_whichever_sources_hold_the_key() {
         }
     }
 }
+
+/// With a block cache of a few blocks, nearly every lookup and seek evicts a block whose
+/// buffers the next miss reuses (blocks of different lengths and entry counts): every value
+/// read is still the one written, whether it came from a fresh or a recycled buffer.
+#[test]
+fn reads_through_a_cache_that_evicts_at_every_miss_see_every_value() {
+    let image = common::Image::new("iterator-evict", &common::small_layout(32 << 20, 256 << 10, 1 << 20));
+    let options =
+        Options { background: false, write_buffer_size: 64 << 10, block_cache_bytes: 12 << 10, ..Options::default() };
+    let db = Db::open(image.path(), options).expect("open");
+    // Values of 0 to 300 bytes: blocks hold different numbers of entries.
+    let value = |index: u32| format!("{index}-").repeat((index % 60) as usize).into_bytes();
+    for index in 0..4000u32 {
+        db.put(&key(index), &value(index), WriteOptions::default()).expect("put");
+    }
+    db.flush().expect("flush");
+    let mut random = common::Random(7);
+    for _ in 0..6000 {
+        let index = random.below(4000) as u32;
+        assert_eq!(db.get(&key(index)).expect("get"), Some(value(index)), "get {index}");
+        let mut seek = db.range(&key(index), None).expect("range");
+        let (found, read) = seek.next().expect("an entry").expect("entry");
+        assert_eq!((found, read), (key(index), value(index)), "seek {index}");
+    }
+}
