@@ -302,6 +302,7 @@ impl Store for LdsStore {
             ("peak_slots_in_use", stats.peak_slots_in_use),
             ("level0_merges", stats.level0_merges),
             ("read_triggered_merges", stats.read_triggered_merges),
+            ("merge_yields", stats.merge_yields),
             ("level0_chunks_merged", stats.level0_chunks_merged),
             ("hot_entries_held", stats.hot_entries_held),
             ("forest_moved_chunks", stats.forest_moved_chunks),

@@ -56,6 +56,8 @@ pub(crate) struct Counters {
     /// (`Limits::level0_read_triggered`).
     pub(crate) level0_iterator_sources: AtomicU64,
     pub(crate) read_triggered_merges: AtomicU64,
+    /// Times an unjournaled merge stopped between outputs for a frozen memtable to flush.
+    pub(crate) merge_yields: AtomicU64,
 }
 
 /// Where slots waiting for readers go once no reader holds the published version.
@@ -272,6 +274,8 @@ pub(crate) struct TreeState {
     /// first append (`version::commit::raise_sn`).
     pub(crate) raise_sn_before_append: bool,
     /// A compaction found no slots; cleared by the next commit.
+    /// When the last memtable flush committed (`worker::streaming`).
+    pub(crate) last_flush: Option<std::time::Instant>,
     pub(crate) compaction_stalled: bool,
     /// `Db::compact_range` runs: the next level it compacts.
     pub(crate) manual_compaction: Option<u8>,

@@ -277,8 +277,9 @@ fn commit_final(
 }
 
 /// Runs one step of a merge: up to `journal_every_outputs` outputs and a journal record, or
-/// (unjournaled, or at the end of the inputs) the rest and the final commit. Returns true when
-/// the merge is finished.
+/// (unjournaled, or at the end of the inputs) the rest and the final commit; an unjournaled
+/// one stops early, after an output, while a frozen memtable waits. Returns true when the
+/// merge is finished.
 pub(crate) fn step(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     let flushes_before = shared.counters.device_flushes.load(Ordering::Relaxed);
     let finished = step_counted(shared, merger);
@@ -321,6 +322,13 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         // returns at one): the record's resume key is the last output's largest key.
         if step_outputs.is_some_and(|outputs| merger.persisted.len() - written_before >= outputs) {
             break false;
+        }
+        // An unjournaled merge lets a frozen memtable flush between its outputs (the worker
+        // flushes first, then goes on with it), so that writers do not stall behind a long
+        // merge of level 0. Its outputs stay outside the version until its final commit.
+        if step_outputs.is_none() && shared.lock_state().imm.is_some() {
+            shared.counters.merge_yields.fetch_add(1, Ordering::Relaxed);
+            return Ok(false);
         }
     };
     let mut value_added = Vec::new();

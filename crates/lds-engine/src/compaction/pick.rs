@@ -92,6 +92,9 @@ pub(crate) struct Limits {
     /// Level 0 is over its limit however few its chunks: iterators walked them more often
     /// than their merge would cost (`read_triggered`).
     pub(crate) level0_read_triggered: bool,
+    /// Writes are streaming in (`worker::streaming`): level 0 waits for twice its trigger,
+    /// so that each of its merges takes more chunks and rewrites the level below fewer times.
+    pub(crate) level0_streaming: bool,
 }
 
 /// Bytes a merge may write per level-0 chunk an iterator walks (LevelDB's seek compaction
@@ -205,6 +208,7 @@ impl Limits {
             level0_deferred: false,
             level0_urgent: false,
             level0_read_triggered: false,
+            level0_streaming: false,
         }
     }
 }
@@ -252,6 +256,8 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             0.0
         } else if level == 0 && limits.level0_read_triggered && !chunks.is_empty() {
             (chunks.len() as f64 / limits.level0_trigger as f64).max(1.0)
+        } else if level == 0 && limits.level0_streaming {
+            chunks.len() as f64 / (2 * limits.level0_trigger) as f64
         } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
@@ -472,6 +478,7 @@ mod tests {
         level0_deferred: false,
         level0_urgent: false,
         level0_read_triggered: false,
+        level0_streaming: false,
     };
 
     #[test]
@@ -479,6 +486,21 @@ mod tests {
         let chunks = vec![meta(1, 0, "a", "c", 10, 0), meta(2, 1, "a", "z", 999, 0)];
         assert!(pick(&version(chunks), &LIMITS, None).is_none());
         assert!(matches!(choose(&version(Vec::new()), &LIMITS, None, 20, None), Choice::DoNothing));
+    }
+
+    #[test]
+    fn level0_waits_for_twice_its_trigger_while_writes_stream() {
+        let level0 = |count: u64| -> Vec<ChunkMeta> { (1..=count).map(|id| meta(id, 0, "b", "d", 10, 0)).collect() };
+        let streaming = Limits { level0_streaming: true, ..LIMITS };
+        for count in 4..8 {
+            assert!(pick(&version(level0(count)), &LIMITS, None).is_some(), "{count} chunks, no stream");
+            assert!(pick(&version(level0(count)), &streaming, None).is_none(), "{count} chunks, streaming");
+        }
+        let plan = pick(&version(level0(8)), &streaming, None).expect("eight chunks merge");
+        assert_eq!((plan.source_level, plan.victims.len()), (0, 8));
+        // Iterators that walked level 0 enough still merge it early.
+        let walked = Limits { level0_read_triggered: true, ..streaming };
+        assert!(pick(&version(level0(1)), &walked, None).is_some());
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub struct Stats {
     /// Of those, merges started early because iterators walked level 0's chunks too often
     /// (LevelDB's seek compaction), since open.
     pub read_triggered_merges: u64,
+    /// Times an unjournaled merge stopped between its outputs for a frozen memtable to flush
+    /// (writers wait for that flush), since open.
+    pub merge_yields: u64,
     /// The level-0 chunks those merges took (with `triad-disk`, more per merge).
     pub level0_chunks_merged: u64,
     /// Chunks forest drains moved to the next stage without rewriting them (SifrDB's split
@@ -360,6 +363,7 @@ impl Db {
             value_collections: get(&counters.value_collections),
             level0_merges: get(&counters.level0_merges),
             read_triggered_merges: get(&counters.read_triggered_merges),
+            merge_yields: get(&counters.merge_yields),
             hot_entries_held: get(&counters.hot_entries_held),
             level0_chunks_merged: get(&counters.level0_chunks_merged),
             forest_moved_chunks: get(&counters.forest_moved_chunks),

@@ -487,6 +487,7 @@ fn assemble(
             space_full: false,
             raise_sn_before_append,
             compaction_stalled: false,
+            last_flush: None,
             manual_compaction: None,
             shutting_down: false,
             commits: 0,
