@@ -172,3 +172,40 @@ fn close_then_reopen_keeps_everything() {
     assert_eq!(all.len(), 5000);
     assert_eq!(all[4321], (b"key04321".to_vec(), value(4321)));
 }
+
+/// A fast stream of puts into small memtables (unjournaled merges): level 0 merges while
+/// memtables keep freezing, so the background thread stops merges between outputs to flush
+/// them (`Stats::merge_yields`, asserted). Whatever the interleaving, the store holds exactly
+/// what was written, before and after a reopen, and once the stream pauses the idle thread
+/// merges level 0 below its trigger (which the stream had doubled).
+#[test]
+fn a_stream_of_writes_flushes_between_merge_outputs_and_keeps_every_key() {
+    let image = image("stream");
+    let options = || Options { write_buffer_size: 32 << 10, compaction_journal: false, ..options() };
+    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("open: {error}"));
+    let mut model = BTreeMap::new();
+    let mut random = common::Random(11);
+    // Bounded: the stream ends once the worker has stopped a merge for a flush, or after
+    // 400,000 puts.
+    for number in 0..400_000u64 {
+        let key = format!("s{:06}", random.below(40_000)).into_bytes();
+        let value = value(number);
+        db.put(&key, &value, WriteOptions::default()).unwrap_or_else(|error| panic!("put: {error}"));
+        model.insert(key, value);
+        if number % 1000 == 999 && db.stats().merge_yields > 0 && number > 50_000 {
+            break;
+        }
+    }
+    assert!(db.stats().merge_yields > 0, "no merge stopped for a flush: {:?}", db.stats());
+    common::assert_matches_model(&db, &model, 97, "after the stream");
+    // The stream over, the idle worker merges level 0 down to below its trigger.
+    let trigger = options().level0_compaction_trigger;
+    let settled = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        db.level_chunk_counts().first().is_some_and(|&chunks| chunks < trigger)
+    });
+    assert!(settled, "level 0 still holds {:?} chunks", db.level_chunk_counts());
+    db.close().unwrap_or_else(|error| panic!("close: {error}"));
+    let db = Db::open(image.path(), options()).unwrap_or_else(|error| panic!("reopen: {error}"));
+    common::assert_matches_model(&db, &model, 97, "after a reopen");
+}
