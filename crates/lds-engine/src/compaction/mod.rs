@@ -323,10 +323,12 @@ fn step_counted(shared: &Shared, merger: &mut Merger) -> Result<bool> {
         if step_outputs.is_some_and(|outputs| merger.persisted.len() - written_before >= outputs) {
             break false;
         }
-        // An unjournaled merge lets a frozen memtable flush between its outputs (the worker
-        // flushes first, then goes on with it), so that writers do not stall behind a long
-        // merge of level 0. Its outputs stay outside the version until its final commit.
-        if step_outputs.is_none() && shared.lock_state().imm.is_some() {
+        // An unjournaled leveled merge lets a frozen memtable flush between its outputs (the
+        // worker flushes first, then goes on with it), so that writers do not stall behind a
+        // long merge of level 0. Its outputs stay outside the version until its final
+        // commit. Merges that relocate values or move forest chunks still run in one step.
+        let yields = step_outputs.is_none() && merger.relocation.is_none() && !merger.forest;
+        if yields && shared.lock_state().imm.is_some() {
             shared.counters.merge_yields.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
