@@ -68,9 +68,13 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
 /// `LOG_BUFFER_AGE_MAX`, merges at the trigger, so that reads after the writes find level 0
 /// as short as without it. Writing threads that run the work inline (`Options::background`
 /// false) keep the trigger: their merges happen at points the tests and the crash simulator
-/// fix.
+/// fix. So do TRIAD-LOG (level-0 chunks hold the backup log, and log pressure times their
+/// merges) and TRIAD-DISK (which defers level 0 by the overlap of its chunks).
 fn streaming(shared: &Shared, state: &TreeState) -> bool {
-    shared.options.background && state.last_flush.is_some_and(|at| at.elapsed() < STREAM_WINDOW)
+    shared.options.background
+        && !shared.log_tables
+        && shared.options.level0_overlap_min.is_none()
+        && state.last_flush.is_some_and(|at| at.elapsed() < STREAM_WINDOW)
 }
 
 /// See `streaming`: at the rate of a fast stream of small puts, 4 MiB memtables fill every
