@@ -61,15 +61,16 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
 }
 
 /// True while writes stream in: the background thread flushed a memtable less than
-/// `STREAM_WINDOW` ago. Level 0 then merges at twice its trigger (`Limits::level0_streaming`):
-/// a level-0 merge of random keys rewrites every chunk of the level below, so taking 8 chunks
-/// at a time rather than 4 halves those rewrites (500,000 random puts: write amplification
-/// 3.30 -> 2.5). Once the stream pauses the idle thread, which looks again every
-/// `LOG_BUFFER_AGE_MAX`, merges at the trigger, so that reads after the writes find level 0
-/// as short as without it. Writing threads that run the work inline (`Options::background`
-/// false) keep the trigger: their merges happen at points the tests and the crash simulator
-/// fix. So do TRIAD-LOG (level-0 chunks hold the backup log, and log pressure times their
-/// merges) and TRIAD-DISK (which defers level 0 by the overlap of its chunks).
+/// `STREAM_WINDOW` ago. Level 0 then merges at twice its trigger, below the count that stops
+/// writes (`Limits::level0_streaming`): a level-0 merge of random keys rewrites every chunk of
+/// the level below, so taking 8 chunks at a time rather than 4 halves those rewrites (500,000
+/// random puts: write amplification 3.30 -> 2.52). Once the stream pauses the idle thread,
+/// which looks again every `LOG_BUFFER_AGE_MAX`, merges at the trigger, so that reads after
+/// the writes find level 0 as short as without it. Writing threads that run the work inline
+/// (`Options::background` false) keep the trigger: their merges happen at points the tests
+/// and the crash simulator fix. So do TRIAD-LOG (level-0 chunks hold the backup log, and log
+/// pressure times their merges) and TRIAD-DISK (which defers level 0 by the overlap of its
+/// chunks).
 fn streaming(shared: &Shared, state: &TreeState) -> bool {
     shared.options.background
         && !shared.log_tables

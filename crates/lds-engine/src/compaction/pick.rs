@@ -92,9 +92,13 @@ pub(crate) struct Limits {
     /// Level 0 is over its limit however few its chunks: iterators walked them more often
     /// than their merge would cost (`read_triggered`).
     pub(crate) level0_read_triggered: bool,
-    /// Writes are streaming in (`worker::streaming`): level 0 waits for twice its trigger,
-    /// so that each of its merges takes more chunks and rewrites the level below fewer times.
+    /// Writes are streaming in (`worker::streaming`): level 0 waits for
+    /// `level0_stream_trigger` chunks, so that each of its merges takes more of them and
+    /// rewrites the level below fewer times.
     pub(crate) level0_streaming: bool,
+    /// Twice the trigger, below the count at which writes stop (`Options::
+    /// level0_stop_writes_trigger`): writers never wait for a merge that waits for them.
+    pub(crate) level0_stream_trigger: usize,
 }
 
 /// Bytes a merge may write per level-0 chunk an iterator walks (LevelDB's seek compaction
@@ -202,6 +206,9 @@ impl Limits {
         let level1_bytes = if options.level1_max_bytes == 0 { 10 * slot_size } else { options.level1_max_bytes };
         Self {
             level0_trigger: options.level0_compaction_trigger.max(1),
+            level0_stream_trigger: (2 * options.level0_compaction_trigger.max(1))
+                .min(options.level0_stop_writes_trigger.saturating_sub(1))
+                .max(options.level0_compaction_trigger.max(1)),
             level1_bytes,
             multiplier: options.level_size_multiplier.max(2),
             dynamic: options.dynamic_levels,
@@ -257,7 +264,7 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
         } else if level == 0 && limits.level0_read_triggered && !chunks.is_empty() {
             (chunks.len() as f64 / limits.level0_trigger as f64).max(1.0)
         } else if level == 0 && limits.level0_streaming {
-            chunks.len() as f64 / (2 * limits.level0_trigger) as f64
+            chunks.len() as f64 / limits.level0_stream_trigger as f64
         } else if level == 0 {
             chunks.len() as f64 / limits.level0_trigger as f64
         } else {
@@ -472,6 +479,7 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         level0_trigger: 4,
+        level0_stream_trigger: 8,
         level1_bytes: 1000,
         dynamic: false,
         multiplier: 10,
@@ -501,6 +509,16 @@ mod tests {
         // Iterators that walked level 0 enough still merge it early.
         let walked = Limits { level0_read_triggered: true, ..streaming };
         assert!(pick(&version(level0(1)), &walked, None).is_some());
+        // Twice the trigger stays below the count at which writes stop.
+        let options = |trigger, stop| Options {
+            level0_compaction_trigger: trigger,
+            level0_stop_writes_trigger: stop,
+            ..Options::default()
+        };
+        let stream_trigger = |trigger, stop| Limits::new(&options(trigger, stop), 1 << 20).level0_stream_trigger;
+        assert_eq!(stream_trigger(4, 12), 8);
+        assert_eq!(stream_trigger(8, 12), 11);
+        assert_eq!(stream_trigger(4, 4), 4);
     }
 
     #[test]
