@@ -169,8 +169,10 @@ impl Db {
         Snapshot { db: self, sequence }
     }
 
-    /// Writes the memtable to level-0 chunks and waits until they are committed. With
-    /// technique `triad-mem` its hot entries stay in the new memtable (and the backup log).
+    /// Writes the memtable to level-0 chunks and waits until they are committed and the
+    /// background thread has nothing left to do (level 0 merged down to below its trigger: a
+    /// caller that waits ends a stream of writes). With technique `triad-mem` its hot entries
+    /// stay in the new memtable (and the backup log).
     pub fn flush(&self) -> Result<()> {
         if self.shared.read_only {
             return Err(Error::ReadOnly { path: self.shared.path_string() });
@@ -192,11 +194,13 @@ impl Db {
         self.wait_idle()
     }
 
-    /// Waits until the background thread has nothing left to do.
+    /// Waits until the background thread has nothing left to do. The writes stop streaming
+    /// (`worker::streaming`) while it waits: level 0 merges at its trigger, not at twice it.
     fn wait_idle(&self) -> Result<()> {
         let shared = &self.shared;
         let mut state = shared.lock_state();
         for _ in 0..IDLE_WAITS_MAX {
+            state.last_flush = None;
             if !shared.options.background {
                 state = crate::worker::run_inline(shared, state);
             }
