@@ -273,9 +273,9 @@ pub(crate) struct TreeState {
     /// appends of a crashed session that landed after a gap): the SN is raised before the
     /// first append (`version::commit::raise_sn`).
     pub(crate) raise_sn_before_append: bool,
-    /// A compaction found no slots; cleared by the next commit.
     /// When the last memtable flush committed (`worker::streaming`).
     pub(crate) last_flush: Option<std::time::Instant>,
+    /// A compaction found no slots; cleared by the next commit.
     pub(crate) compaction_stalled: bool,
     /// `Db::compact_range` runs: the next level it compacts.
     pub(crate) manual_compaction: Option<u8>,

@@ -204,11 +204,10 @@ impl Limits {
     /// The limits of a store with these options and slots.
     pub(crate) fn new(options: &Options, slot_size: u64) -> Self {
         let level1_bytes = if options.level1_max_bytes == 0 { 10 * slot_size } else { options.level1_max_bytes };
+        let trigger = options.level0_compaction_trigger.max(1);
         Self {
-            level0_trigger: options.level0_compaction_trigger.max(1),
-            level0_stream_trigger: (2 * options.level0_compaction_trigger.max(1))
-                .min(options.level0_stop_writes_trigger.saturating_sub(1))
-                .max(options.level0_compaction_trigger.max(1)),
+            level0_trigger: trigger,
+            level0_stream_trigger: (2 * trigger).min(options.level0_stop_writes_trigger.saturating_sub(1)).max(trigger),
             level1_bytes,
             multiplier: options.level_size_multiplier.max(2),
             dynamic: options.dynamic_levels,
@@ -263,10 +262,9 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             0.0
         } else if level == 0 && limits.level0_read_triggered && !chunks.is_empty() {
             (chunks.len() as f64 / limits.level0_trigger as f64).max(1.0)
-        } else if level == 0 && limits.level0_streaming {
-            chunks.len() as f64 / limits.level0_stream_trigger as f64
         } else if level == 0 {
-            chunks.len() as f64 / limits.level0_trigger as f64
+            let trigger = if limits.level0_streaming { limits.level0_stream_trigger } else { limits.level0_trigger };
+            chunks.len() as f64 / trigger as f64
         } else {
             let limit = shape.limits.get(usize::from(level)).copied().unwrap_or(u64::MAX).max(1);
             shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64

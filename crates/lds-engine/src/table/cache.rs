@@ -239,9 +239,6 @@ thread_local! {
     /// reads a run or two per source and is dropped, and fresh buffers for each cost
     /// allocations, growth and page faults (perf: a tenth of ycsb-e in the allocator).
     static SPARE_RUNS: std::cell::RefCell<Vec<Block>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-thread_local! {
     /// A block the block cache evicted, whose buffers this thread's next miss reuses (apart
     /// from the runs': a cached block's footprint counts its buffers' capacity).
     static SPARE_BLOCK: std::cell::RefCell<Option<Block>> = const { std::cell::RefCell::new(None) };
