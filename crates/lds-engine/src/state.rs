@@ -341,7 +341,7 @@ pub(crate) struct Shared {
     /// The merge in progress between worker steps. Only the worker touches it, never while
     /// holding the state lock.
     pub(crate) merger: Mutex<Option<Merger>>,
-    /// Slot-sized read buffers merges reuse (`compaction::merge::MergeContext`).
+    /// Read buffers (windows) merges reuse (`compaction::merge::MergeContext`).
     pub(crate) merge_buffers: Mutex<Vec<Vec<u8>>>,
     /// The buffer the last merge of log chunks read its retained region into, reused by the
     /// next (TRIAD-LOG: a fresh one of tens of MiB costs a page fault per page).

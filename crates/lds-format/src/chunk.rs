@@ -979,11 +979,37 @@ impl BuiltSubChunk {
 /// The digest of a sub-chunk (SPEC.md §8.3), blake3 or xxh3-128 as its footer flags say: its body, its tail
 /// before the footer (index and filter), and the footer's bytes before the digest.
 pub fn sub_chunk_digest(body: &[u8], tail: &[u8], footer: &Footer) -> [u8; 32] {
-    let mut hasher = DigestState::new(DigestKind::of_flags(footer.flags));
-    hasher.update(body);
-    hasher.update(tail);
-    hasher.update(&footer.encode_digest_covered());
-    hasher.finish()
+    let mut digest = SubChunkDigest::new(footer);
+    digest.body(body);
+    digest.finish(tail)
+}
+
+/// A sub-chunk's digest (`sub_chunk_digest`) computed as its parts are read, for a reader that
+/// holds only part of a slot at a time: the body in order, in pieces of any size, then the
+/// tail before the footer.
+#[derive(Debug)]
+pub struct SubChunkDigest {
+    state: DigestState,
+    covered: [u8; FOOTER_DIGEST_COVERS],
+}
+
+impl SubChunkDigest {
+    /// The digest of the sub-chunk whose footer is `footer`, with nothing hashed yet.
+    pub fn new(footer: &Footer) -> Self {
+        Self { state: DigestState::new(DigestKind::of_flags(footer.flags)), covered: footer.encode_digest_covered() }
+    }
+
+    /// Hashes the next bytes of the body.
+    pub fn body(&mut self, piece: &[u8]) {
+        self.state.update(piece);
+    }
+
+    /// Hashes the tail before the footer (index and filter) and the footer's covered bytes.
+    pub fn finish(mut self, tail: &[u8]) -> [u8; 32] {
+        self.state.update(tail);
+        self.state.update(&self.covered);
+        self.state.finish()
+    }
 }
 
 /// A sub-chunk decoded from a whole slot image, with every check of SPEC.md §8.
@@ -1166,6 +1192,33 @@ mod tests {
         }
         let false_positives = (1000..3000).filter(|&number| view.filter.may_contain(&key(number))).count();
         assert!(false_positives < 100, "{false_positives} false positives of 2000");
+    }
+
+    #[test]
+    fn a_digest_hashed_in_pieces_is_the_footers_and_sees_one_changed_byte() {
+        for digest in [DigestKind::Blake3, DigestKind::Xxh3] {
+            let mut builder = ChunkBuilder::new(ChunkOptions { digest, ..options() });
+            for number in 0..500 {
+                assert!(builder.add(&key(number), u64::from(number) + 1, EntryKind::Put, b"value"));
+            }
+            let built = builder.finish(identity()).expect("not empty");
+            let image = built.slot_image();
+            let footer = built.footer;
+            let tail = &image[footer.ofs_index as usize..image.len() - FOOTER_LEN];
+            let in_pieces = |image: &[u8], piece: usize| {
+                let mut hashed = SubChunkDigest::new(&footer);
+                for part in image[..footer.len_body as usize].chunks(piece) {
+                    hashed.body(part);
+                }
+                hashed.finish(tail)
+            };
+            for piece in [1, 7, 4096, footer.len_body as usize] {
+                assert_eq!(in_pieces(&image, piece), footer.digest, "{digest:?} in pieces of {piece}");
+            }
+            let mut changed = image.clone();
+            changed[footer.len_body as usize / 2] ^= 1;
+            assert_ne!(in_pieces(&changed, 1000), footer.digest, "{digest:?}: a changed body byte");
+        }
     }
 
     #[test]

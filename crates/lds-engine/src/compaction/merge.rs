@@ -1,8 +1,9 @@
 //! A merge, streamed (SPEC.md §10.2, §11, §12):
 //! 1. The inputs form sorted runs: each level-0 victim alone (they overlap), the victims of a
 //!    deeper level together, the overlapping chunks of the target level together. A run
-//!    holds one sub-chunk in memory at a time; each is verified whole (its digest) when read,
-//!    lest a stale or misdirected block be copied into a new chunk with a fresh checksum.
+//!    holds a window of whole blocks of one sub-chunk in memory at a time; each sub-chunk is
+//!    verified whole (its digest) when the run reaches it, lest a stale or misdirected block
+//!    be copied into a new chunk with a fresh checksum.
 //! 2. Entries leave the runs in internal-key order (user key ascending, newest first); the
 //!    versions a snapshot or a deeper level still needs are kept (`Retention`) and packed
 //!    into chunks (`ChunkPacker`).
@@ -21,9 +22,10 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use lds_format::batch::EntryKind;
-use lds_format::chunk::{visit_block, SubChunkView, FOOTER_LEN};
+use lds_format::chunk::{decode_index, visit_block, Footer, IndexEntry, SubChunkDigest, FOOTER_LEN};
 use lds_format::label::Geometry;
 use lds_format::version::{ChunkMeta, CompactPointer, CompactionJournal, SubChunkRef, Version, CHUNK_FLAG_ODD};
+use lds_format::FormatError;
 use lds_volume::BlockDevice;
 
 use crate::compaction::pick::{key_range, overlaps, Plan};
@@ -41,13 +43,13 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) device: &'a dyn BlockDevice,
     /// Where slots are.
     pub(crate) geometry: &'a Geometry,
-    /// Slot-sized buffers of earlier merges, reused (zeroing 4 MiB for every input read costs
-    /// more than the merge's comparisons).
+    /// Window buffers of earlier runs, reused (zeroing a window for every read costs more
+    /// than the merge's comparisons).
     pub(crate) buffers: &'a std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 /// Buffers a store keeps for its merges at most.
-pub(crate) const MERGE_BUFFERS_MAX: usize = 2;
+pub(crate) const MERGE_BUFFERS_MAX: usize = 16;
 
 impl MergeContext<'_> {
     fn take_buffer(&self) -> Vec<u8> {
@@ -73,7 +75,12 @@ pub(crate) fn delta_estimate(version: &Version, inputs: &[u64]) -> usize {
     48 + 16 * chunks.len() + (slots + 1) * output
 }
 
-/// An entry's place in a sub-chunk image.
+/// Bytes of blocks a run reads at a time (whole blocks, at least one): a merge of many runs
+/// holds this much per run rather than a slot. Debug builds (the tests, the crash simulator)
+/// read a few blocks at a time, so that their small slots span many windows too.
+const WINDOW: usize = if cfg!(debug_assertions) { 8 << 10 } else { 256 << 10 };
+
+/// An entry's place in a run's window.
 #[derive(Debug, Clone, Copy)]
 struct Position {
     key: (u32, u32),
@@ -82,20 +89,72 @@ struct Position {
     value: (u32, u32),
 }
 
-/// One sub-chunk read whole, with its entries' positions.
+/// The sub-chunk a run reads, verified whole (its digest) when opened, and the blocks of it
+/// read now with their entries' positions.
 struct Loaded {
-    image: Vec<u8>,
+    /// Device offset of its slot.
+    offset: u64,
+    index: Vec<IndexEntry>,
+    /// The first block not read yet.
+    next_block: usize,
+    /// Whole blocks, read together.
+    window: Vec<u8>,
     entries: Vec<Position>,
     next: usize,
 }
 
 impl Loaded {
     fn slice(&self, (start, len): (u32, u32)) -> &[u8] {
-        &self.image[start as usize..(start + len) as usize]
+        &self.window[start as usize..(start + len) as usize]
     }
 
     fn current(&self) -> Option<&Position> {
         self.entries.get(self.next)
+    }
+
+    /// Reads the next blocks, up to `WINDOW` bytes (at least one block), skipping those whose
+    /// keys are all at or below `skip_to_after`, and decodes the positions of their entries
+    /// after it (each block's checksum verified). Reads nothing past the last block.
+    fn read_window(&mut self, context: &MergeContext<'_>, skip_to_after: Option<&[u8]>) -> Result<()> {
+        if let Some(resume) = skip_to_after {
+            while self.index.get(self.next_block).is_some_and(|block| block.last_key.as_slice() <= resume) {
+                self.next_block += 1;
+            }
+        }
+        self.entries.clear();
+        self.next = 0;
+        let first = self.next_block;
+        let Some(start) = self.index.get(first).map(|block| block.ofs_block) else { return Ok(()) };
+        let mut last = first + 1;
+        while self.index.get(last).is_some_and(|block| (block.ofs_block + block.len_block - start) as usize <= WINDOW) {
+            last += 1;
+        }
+        let end = self.index[last - 1].ofs_block + self.index[last - 1].len_block;
+        self.window.resize((end - start) as usize, 0);
+        context.device.read_at(self.offset + u64::from(start), &mut self.window)?;
+        let base = self.window.as_ptr() as usize;
+        let at = |part: &[u8]| match part.len() {
+            0 => (0, 0),
+            len => ((part.as_ptr() as usize - base) as u32, len as u32),
+        };
+        for block in &self.index[first..last] {
+            let bytes =
+                &self.window[(block.ofs_block - start) as usize..(block.ofs_block - start + block.len_block) as usize];
+            let entries = &mut self.entries;
+            visit_block(bytes, self.offset + u64::from(block.ofs_block), |entry| {
+                if skip_to_after.is_none_or(|resume| entry.key > resume) {
+                    entries.push(Position {
+                        key: at(entry.key),
+                        sequence: entry.sequence,
+                        kind: entry.kind,
+                        value: at(entry.value),
+                    });
+                }
+            })
+            .map_err(|error| corrupt(context.device, error))?;
+        }
+        self.next_block = last;
+        Ok(())
     }
 }
 
@@ -109,69 +168,68 @@ fn corrupt(device: &dyn BlockDevice, source: lds_format::FormatError) -> Error {
     Error::Corrupt { path: device.name().display().to_string(), source }
 }
 
-/// Reads a sub-chunk whole into `image` (the run's previous one, reused: a slot-sized buffer is
-/// not zeroed again for every input), verifies it is the one the version names and its
-/// digest, and returns the positions of its entries after `skip_to_after` (all when `None`).
-fn load(
-    context: &MergeContext<'_>,
-    sub_chunk: &SubChunkRef,
-    skip_to_after: Option<&[u8]>,
-    mut image: Vec<u8>,
-) -> Result<Loaded> {
+/// Opens a sub-chunk for reading: reads its footer and tail, verifies that it is the one the
+/// version names, then reads its body once through `window` (a buffer reused) to verify its
+/// digest, lest a stale or misdirected block be copied into a new chunk with a fresh
+/// checksum. Its blocks are read again, a window at a time, as the merge goes (each with its
+/// checksum verified, so a read that differs from the verified one is caught too).
+fn open(context: &MergeContext<'_>, sub_chunk: &SubChunkRef, mut window: Vec<u8>) -> Result<Loaded> {
     let geometry = context.geometry;
     let offset = geometry.slot_offset(sub_chunk.slot);
-    image.resize(geometry.slot_size as usize, 0);
-    context.device.read_at(offset, &mut image)?;
-    let view = SubChunkView::open(&image, offset).map_err(|error| corrupt(context.device, error))?;
-    if view.footer.digest != sub_chunk.digest {
-        let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
+    let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
+    let mut footer = [0u8; FOOTER_LEN];
+    context.device.read_at(footer_offset, &mut footer)?;
+    let footer =
+        Footer::decode(&footer, footer_offset, geometry.slot_size).map_err(|error| corrupt(context.device, error))?;
+    if footer.digest != sub_chunk.digest {
         return Err(corrupt(context.device, footer_not_the_versions(footer_offset, sub_chunk.slot)));
     }
-    view.verify_digest(offset).map_err(|error| corrupt(context.device, error))?;
-    let base = image.as_ptr() as usize;
-    let at = |part: &[u8]| match part.len() {
-        0 => (0, 0),
-        len => ((part.as_ptr() as usize - base) as u32, len as u32),
-    };
-    let mut entries = Vec::with_capacity(view.footer.num_entries.min(1 << 20) as usize);
-    for (number, index_entry) in view.index.iter().enumerate() {
-        let block = view.block(number);
-        visit_block(block, offset + u64::from(index_entry.ofs_block), |entry| {
-            if skip_to_after.is_none_or(|resume| entry.key > resume) {
-                entries.push(Position {
-                    key: at(entry.key),
-                    sequence: entry.sequence,
-                    kind: entry.kind,
-                    value: at(entry.value),
-                });
-            }
-        })
+    let tail = context
+        .device
+        .read_vec(offset + u64::from(footer.ofs_index), footer_offset - offset - u64::from(footer.ofs_index))?;
+    let index = decode_index(&tail[..footer.len_index as usize], offset + u64::from(footer.ofs_index), &footer)
         .map_err(|error| corrupt(context.device, error))?;
+    let mut digest = SubChunkDigest::new(&footer);
+    let mut at = 0;
+    while at < footer.len_body {
+        let len = (footer.len_body - at).min(WINDOW as u32);
+        window.resize(len as usize, 0);
+        context.device.read_at(offset + u64::from(at), &mut window)?;
+        digest.body(&window);
+        at += len;
     }
-    drop(view);
-    Ok(Loaded { image, entries, next: 0 })
+    if digest.finish(&tail) != footer.digest {
+        return Err(corrupt(context.device, FormatError::DigestMismatch { structure: "sub-chunk", offset }));
+    }
+    Ok(Loaded { offset, index, next_block: 0, window, entries: Vec::new(), next: 0 })
 }
 
 impl Run {
-    /// Makes the run's current entry available (loading the next sub-chunk as needed);
-    /// false when the run is done.
+    /// Makes the run's current entry available (reading the next blocks, or opening the
+    /// next sub-chunk, as needed); false when the run is done.
     fn fill(&mut self, context: &MergeContext<'_>, skip_to_after: Option<&[u8]>) -> Result<bool> {
-        // Bounded by the run's sub-chunks: each round loads one.
+        // Bounded by the run's blocks: each round reads one or more, or opens a sub-chunk.
         loop {
-            if self.loaded.as_ref().is_some_and(|loaded| loaded.current().is_some()) {
-                return Ok(true);
+            if let Some(loaded) = self.loaded.as_mut() {
+                if loaded.current().is_some() {
+                    return Ok(true);
+                }
+                if loaded.next_block < loaded.index.len() {
+                    loaded.read_window(context, skip_to_after)?;
+                    continue;
+                }
             }
             let Some(next) = self.pending.pop_front() else {
                 if let Some(done) = self.loaded.take() {
-                    context.give_buffer(done.image);
+                    context.give_buffer(done.window);
                 }
                 return Ok(false);
             };
             let buffer = match self.loaded.take() {
-                Some(loaded) => loaded.image,
+                Some(loaded) => loaded.window,
                 None => context.take_buffer(),
             };
-            self.loaded = Some(load(context, &next, skip_to_after, buffer)?);
+            self.loaded = Some(open(context, &next, buffer)?);
         }
     }
 }
