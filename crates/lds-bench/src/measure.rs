@@ -24,6 +24,68 @@ pub fn peak_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Resident anonymous memory of this process in bytes (RssAnon): its heap and stacks, not the
+/// file pages it maps (a device or table files read through a mapping are the page cache's,
+/// which a reader through `pread` uses as much without counting it).
+pub fn anon_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("RssAnon:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The peak of `anon_memory` since the last `reset`, sampled every 10 ms by a thread of its
+/// own (the kernel keeps the peak of the whole resident set, VmHWM, not of its anonymous part).
+#[derive(Debug)]
+pub struct AnonPeak {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AnonPeak {
+    /// Starts sampling; `None` where the kernel does not report RssAnon.
+    pub fn start() -> Option<Self> {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let peak = Arc::new(AtomicU64::new(anon_memory()?));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sampled, stopped) = (Arc::clone(&peak), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("anon-peak".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Relaxed) {
+                    if let Some(now) = anon_memory() {
+                        sampled.fetch_max(now, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            })
+            .ok()?;
+        Some(Self { peak, stop, thread: Some(thread) })
+    }
+
+    /// Starts a new peak from the current value.
+    pub fn reset(&self) {
+        self.peak.store(anon_memory().unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The peak since the last reset, the current value included.
+    pub fn peak(&self) -> u64 {
+        let peak = self.peak.load(std::sync::atomic::Ordering::Relaxed);
+        peak.max(anon_memory().unwrap_or(0))
+    }
+}
+
+impl Drop for AnonPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Counters of one block device from `/sys/.../stat`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BlockCounters {
@@ -105,6 +167,20 @@ mod tests {
         let block = vec![1u8; 64 << 20];
         std::hint::black_box(&block);
         assert!(peak_memory().expect("VmHWM") >= before.max(64 << 20));
+    }
+
+    #[test]
+    fn the_anonymous_peak_sees_an_allocation_freed_before_it_is_read() {
+        let Some(sampler) = AnonPeak::start() else { return };
+        sampler.reset();
+        let before = sampler.peak();
+        let block = vec![1u8; 64 << 20];
+        std::hint::black_box(&block);
+        // Several sampling periods while it is resident, then gone.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        drop(block);
+        // Freed (a mapping of its own, unmapped at once): only the sampled peak holds it.
+        assert!(sampler.peak() >= before + (60 << 20), "peak {} from {before}", sampler.peak());
     }
 
     #[test]

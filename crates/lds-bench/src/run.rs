@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::gen::{hashed_key, key, Rng, Values, Zipfian};
 use crate::hist::Histogram;
-use crate::measure::{cpu_seconds, peak_memory, BlockCounters, BlockStat};
+use crate::measure::{cpu_seconds, peak_memory, AnonPeak, BlockCounters, BlockStat};
 use crate::store::Store;
 
 /// A benchmark by name.
@@ -152,8 +152,12 @@ pub struct BenchResult {
     pub device_source: String,
     /// Reads that found their key.
     pub found: u64,
-    /// Peak resident memory of the process during the benchmark.
+    /// Peak resident memory of the process during the benchmark (VmHWM: anonymous memory and
+    /// the file pages it maps).
     pub peak_memory_bytes: Option<u64>,
+    /// Peak of its anonymous part (RssAnon, sampled every 10 ms): without the page cache pages
+    /// a store reads through a mapping (LDS's device, LevelDB's tables).
+    pub peak_anon_bytes: Option<u64>,
     /// Bytes the store occupies after the benchmark (`Store::space_bytes`).
     pub space_bytes: Option<u64>,
     /// LDS only: throughput of slot-sized chunk writes (write plus flush), MB/s.
@@ -210,6 +214,7 @@ pub fn run(
     let mut results = Vec::new();
     let mut store: Option<Box<dyn Store>> = None;
     let mut written = false;
+    let anon = AnonPeak::start();
     // YCSB keeps its insert count across workloads.
     let mut inserted = 0u64;
     for (index, benchmark) in benchmarks.iter().enumerate() {
@@ -225,6 +230,9 @@ pub fn run(
             None => store.insert(open(false)?),
         };
         reset_peak_memory();
+        if let Some(anon) = &anon {
+            anon.reset();
+        }
         let seed = workload.seed.wrapping_add(index as u64 * 0x1000);
         let device_before = stat.map(BlockStat::read).transpose()?;
         let own_before = current.own_counters();
@@ -292,6 +300,7 @@ pub fn run(
             device_source,
             found: meter.found,
             peak_memory_bytes: peak_memory(),
+            peak_anon_bytes: anon.as_ref().map(AnonPeak::peak),
             space_bytes: current.space_bytes(),
             chunk_write_mb_per_sec,
             engine,
@@ -525,8 +534,19 @@ fn ycsb(
 pub fn table(results: &[BenchResult], out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<13} {:>10} {:>12} {:>8} {:>9} {:>9} {:>9} {:>10} {:>7} {:>10} {:>9}",
-        "benchmark", "ops", "ops/s", "MB/s", "p50 us", "p99 us", "p99.9 us", "CPU s/Mop", "WA", "flush/op", "peak MiB"
+        "{:<13} {:>10} {:>12} {:>8} {:>9} {:>9} {:>9} {:>10} {:>7} {:>10} {:>9} {:>9}",
+        "benchmark",
+        "ops",
+        "ops/s",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "CPU s/Mop",
+        "WA",
+        "flush/op",
+        "peak MiB",
+        "anon MiB"
     )?;
     let option = |value: Option<f64>, precision: usize| match value {
         Some(value) => format!("{value:.precision$}"),
@@ -535,7 +555,7 @@ pub fn table(results: &[BenchResult], out: &mut dyn Write) -> std::io::Result<()
     for result in results {
         writeln!(
             out,
-            "{:<13} {:>10} {:>12.0} {:>8.1} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>7} {:>10} {:>9}",
+            "{:<13} {:>10} {:>12.0} {:>8.1} {:>9.2} {:>9.2} {:>9.2} {:>10.2} {:>7} {:>10} {:>9} {:>9}",
             result.benchmark,
             result.ops,
             result.ops_per_sec,
@@ -547,6 +567,7 @@ pub fn table(results: &[BenchResult], out: &mut dyn Write) -> std::io::Result<()
             option(result.write_amp, 2),
             option(result.flushes_per_op, 3),
             option(result.peak_memory_bytes.map(|bytes| bytes as f64 / f64::from(1 << 20)), 0),
+            option(result.peak_anon_bytes.map(|bytes| bytes as f64 / f64::from(1 << 20)), 0),
         )?;
     }
     Ok(())
