@@ -51,10 +51,11 @@ pub(crate) struct Counters {
     pub(crate) log_reads: AtomicU64,
     pub(crate) log_pressure_merges: AtomicU64,
     pub(crate) log_waits: AtomicU64,
-    /// Level-0 chunks iterators had to walk since the last level-0 merge began (each seek
-    /// positions a cursor in every one): past a budget, level 0 merges early
-    /// (`Limits::level0_read_triggered`).
-    pub(crate) level0_iterator_sources: AtomicU64,
+    /// Walks of each level by iterators since its last merge began, by level: at level 0 the
+    /// chunks (each seek positions a cursor in every one), below it the iterators that
+    /// positioned a cursor there. Past a budget the level merges early
+    /// (`Limits::level0_read_triggered`, `Limits::deeper_read_triggered`).
+    pub(crate) level_walks: [AtomicU64; lds_format::version::LEVELS_COUNT_MAX as usize],
     pub(crate) read_triggered_merges: AtomicU64,
     /// Times an unjournaled merge stopped between outputs for a frozen memtable to flush.
     pub(crate) merge_yields: AtomicU64,

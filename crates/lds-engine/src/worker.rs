@@ -51,10 +51,24 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
     // merges now, waiting for nothing (`crate::logs::pressure`).
     limits.level0_urgent = crate::logs::pressure(shared, state);
     limits.level0_deferred = !limits.level0_urgent && crate::compaction::defer::level0_deferred(&shared.options, state);
-    let walks = shared.counters.level0_iterator_sources.load(std::sync::atomic::Ordering::Relaxed);
+    let walks = |level: u8| {
+        shared
+            .counters
+            .level_walks
+            .get(usize::from(level))
+            .map_or(0, |walks| walks.load(std::sync::atomic::Ordering::Relaxed))
+    };
     limits.level0_read_triggered =
-        !limits.level0_deferred && crate::compaction::pick::read_triggered(state.version(), walks);
+        !limits.level0_deferred && crate::compaction::pick::read_triggered(state.version(), walks(0));
     limits.level0_streaming = streaming(shared, state);
+    if writes_quiet(shared, state) {
+        let version = state.version();
+        for level in 1..version.num_levels.min(32) as u8 {
+            if crate::compaction::pick::deeper_read_triggered(version, level, walks(level)) {
+                limits.deeper_read_triggered |= 1 << level;
+            }
+        }
+    }
     // Value chunks are collected only where new ones are written (separation on).
     let gc = shared.value_separation_min.map(|_| shared.options.value_gc_live_percent);
     choose(state.version(), &limits, state.manual_compaction, shared.geometry.slot_size, gc)
@@ -77,6 +91,18 @@ fn streaming(shared: &Shared, state: &TreeState) -> bool {
         && shared.options.level0_overlap_min.is_none()
         && state.last_flush.is_some_and(|at| at.elapsed() < STREAM_WINDOW)
 }
+
+/// True when the background thread has flushed no memtable for `QUIET_WINDOW`: the store
+/// reads more than it writes, and a level below level 0 that iterators walk often merges
+/// down (`Limits::deeper_read_triggered`) rather than fill again at once. Inline work
+/// (`Options::background` false) never counts as quiet: its merges stay where the tests and
+/// the crash simulator fix them.
+fn writes_quiet(shared: &Shared, state: &TreeState) -> bool {
+    shared.options.background && state.last_flush.is_none_or(|at| at.elapsed() >= QUIET_WINDOW)
+}
+
+/// See `writes_quiet`.
+const QUIET_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// See `streaming`: at the rate of a fast stream of small puts, 4 MiB memtables fill every
 /// 50 ms.

@@ -36,8 +36,8 @@ fn deleted_of(chunks: &[ChunkMeta]) -> Vec<DeletedChunk> {
 
 /// Commits a trivial move (paper §2.1 footnote 1): the chunks change level, not slot.
 pub(crate) fn trivial_move(shared: &Shared, plan: &Plan) -> Result<()> {
-    if plan.source_level == 0 {
-        shared.counters.level0_iterator_sources.store(0, Ordering::Relaxed);
+    if let Some(walks) = shared.counters.level_walks.get(usize::from(plan.source_level)) {
+        walks.store(0, Ordering::Relaxed);
     }
     let flushes_before = shared.counters.device_flushes.load(Ordering::Relaxed);
     let moved = commit_move(shared, plan);
@@ -112,8 +112,15 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
     let version = Arc::clone(state.version());
     state.merging = true;
     drop(state);
+    let walks = shared
+        .counters
+        .level_walks
+        .get(usize::from(plan.source_level))
+        .map_or(0, |walks| walks.swap(0, Ordering::Relaxed));
+    if plan.source_level > 0 && pick::deeper_read_triggered(&version, plan.source_level, walks) {
+        shared.counters.read_triggered_merges.fetch_add(1, Ordering::Relaxed);
+    }
     if plan.source_level == 0 {
-        let walks = shared.counters.level0_iterator_sources.swap(0, Ordering::Relaxed);
         let trigger = shared.options.level0_compaction_trigger.max(1);
         if plan.victims.len() < trigger && pick::read_triggered(&version, walks) {
             shared.counters.read_triggered_merges.fetch_add(1, Ordering::Relaxed);

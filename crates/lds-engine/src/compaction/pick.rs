@@ -92,6 +92,10 @@ pub(crate) struct Limits {
     /// Level 0 is over its limit however few its chunks: iterators walked them more often
     /// than their merge would cost (`read_triggered`).
     pub(crate) level0_read_triggered: bool,
+    /// The levels below level 0 (bit `n` for level `n`) over their limit however small:
+    /// iterators walked them more often than their merge into the next level would cost
+    /// while writes were quiet (`deeper_read_triggered`, `worker::next_choice`).
+    pub(crate) deeper_read_triggered: u32,
     /// Writes are streaming in (`worker::streaming`): level 0 waits for
     /// `level0_stream_trigger` chunks, so that each of its merges takes more of them and
     /// rewrites the level below fewer times.
@@ -113,6 +117,27 @@ pub(crate) fn read_triggered(version: &Version, walks: u64) -> bool {
     let chunks = version.level(0);
     let bytes: u64 = chunks.iter().map(|chunk| chunk.len_data).sum();
     !chunks.is_empty() && walks >= (bytes / READ_TRIGGER_BYTES_PER_WALK).max(100)
+}
+
+/// Bytes a merge may write per walk of a level below level 0. Such a walk positions one more
+/// cursor, a block read, and no filter spares it (a seek has no key to test); but merging the
+/// level down rewrites the overlapping part of the next level too, and a walk of a cached level
+/// costs microseconds where LevelDB's model priced a disk seek: so four times LevelDB's rate,
+/// on the bytes of both levels.
+const DEEPER_READ_TRIGGER_BYTES_PER_WALK: u64 = 64 << 10;
+
+/// True when iterators walked `level` (below level 0, above the last) `walks` times, more than
+/// merging it into the next level would cost: one walk per 64 KiB of the two levels, at least
+/// 100. The merge then removes a source from every later seek and scan, and the older versions
+/// of keys the upper level overwrote, which scans step over (LevelDB's seek compaction, which
+/// charges any level a lookup or an iterator sample had to consult beyond the first).
+pub(crate) fn deeper_read_triggered(version: &Version, level: u8, walks: u64) -> bool {
+    let bytes = |level: u8| -> u64 { version.level(level).iter().map(|chunk| chunk.len_data).sum() };
+    let own = bytes(level);
+    level > 0
+        && u32::from(level) + 1 < version.num_levels
+        && own > 0
+        && walks >= ((own + bytes(level + 1)) / DEEPER_READ_TRIGGER_BYTES_PER_WALK).max(100)
 }
 
 /// Where level 0 merges to, and what each level may hold.
@@ -214,6 +239,7 @@ impl Limits {
             level0_deferred: false,
             level0_urgent: false,
             level0_read_triggered: false,
+            deeper_read_triggered: 0,
             level0_streaming: false,
         }
     }
@@ -267,7 +293,12 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             chunks.len() as f64 / trigger as f64
         } else {
             let limit = shape.limits.get(usize::from(level)).copied().unwrap_or(u64::MAX).max(1);
-            shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64
+            let score = shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64;
+            if limits.deeper_read_triggered & (1 << level) != 0 && !chunks.is_empty() {
+                score.max(1.0)
+            } else {
+                score
+            }
         };
         if score >= 1.0 && best.is_none_or(|(best_score, _)| score > best_score) {
             best = Some((score, level));
@@ -484,6 +515,7 @@ mod tests {
         level0_deferred: false,
         level0_urgent: false,
         level0_read_triggered: false,
+        deeper_read_triggered: 0,
         level0_streaming: false,
     };
 
@@ -534,6 +566,31 @@ mod tests {
         let triggered = Limits { level0_read_triggered: true, ..LIMITS };
         let plan = pick(&version, &triggered, None).expect("level 0 merges early");
         assert_eq!((plan.source_level, plan.victims.len()), (0, 1));
+    }
+
+    #[test]
+    fn iterators_walking_a_deeper_level_often_enough_merge_it_down() {
+        // Level 1 holds 3.2 MiB under its limit; level 2 0.8 MiB: 64 walks allowed, 100 at least.
+        let chunks = vec![
+            meta(1, 1, "a", "f", 1600 << 10, 0),
+            meta(2, 1, "g", "m", 1600 << 10, 0),
+            meta(3, 2, "a", "z", 800 << 10, 0),
+        ];
+        let version = crate::compaction::testing::version(3, &chunks);
+        let limits = Limits { level1_bytes: 64 << 20, ..LIMITS };
+        assert!(!deeper_read_triggered(&version, 1, 99));
+        assert!(deeper_read_triggered(&version, 1, 100));
+        // Not level 0 (`read_triggered`), not the last level, not an empty level.
+        assert!(!deeper_read_triggered(&version, 0, 1_000_000));
+        assert!(!deeper_read_triggered(&version, 2, 1_000_000));
+        let empty = crate::compaction::testing::version(3, &chunks[2..]);
+        assert!(!deeper_read_triggered(&empty, 1, 1_000_000));
+        // Under its limit it waits, unless iterators walked it enough; then one chunk goes down.
+        assert!(pick(&version, &limits, None).is_none());
+        let triggered = Limits { deeper_read_triggered: 1 << 1, ..limits };
+        let plan = pick(&version, &triggered, None).expect("level 1 merges down");
+        assert_eq!((plan.source_level, plan.target_level, plan.victims.len()), (1, 2, 1));
+        assert_eq!(plan.overlapping.len(), 1);
     }
 
     #[test]

@@ -100,8 +100,9 @@ pub struct Stats {
     pub hot_entries_held: u64,
     /// Merges of level 0 into the base level started since open.
     pub level0_merges: u64,
-    /// Of those, merges started early because iterators walked level 0's chunks too often
-    /// (LevelDB's seek compaction), since open.
+    /// Merges started because iterators walked a level too often (LevelDB's seek
+    /// compaction): of level 0 before its trigger, or of a deeper level past its budget
+    /// while writes were quiet, since open.
     pub read_triggered_merges: u64,
     /// Times an unjournaled merge stopped between its outputs for a frozen memtable to flush
     /// (writers wait for that flush), since open.
