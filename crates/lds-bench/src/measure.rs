@@ -16,22 +16,24 @@ pub fn cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
-/// Peak resident memory of this process in bytes (VmHWM), if the kernel tells.
-pub fn peak_memory() -> Option<u64> {
+/// The value of `field` (in kB) of /proc/self/status, in bytes, if the kernel tells.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|line| line.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Peak resident memory of this process in bytes (VmHWM), if the kernel tells.
+pub fn peak_memory() -> Option<u64> {
+    status_bytes("VmHWM")
 }
 
 /// Resident anonymous memory of this process in bytes (RssAnon): its heap and stacks, not the
 /// file pages it maps (a device or table files read through a mapping are the page cache's,
 /// which a reader through `pread` uses as much without counting it).
 pub fn anon_memory() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("RssAnon:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    status_bytes("RssAnon")
 }
 
 /// The peak of `anon_memory` since the last `reset`, sampled every 10 ms by a thread of its

@@ -54,7 +54,7 @@ pub(crate) struct Counters {
     /// Walks of each level by iterators since its last merge began, by level: at level 0 the
     /// chunks (each seek positions a cursor in every one), below it the iterators that
     /// positioned a cursor there. Past a budget the level merges early
-    /// (`Limits::level0_read_triggered`, `Limits::deeper_read_triggered`).
+    /// (`Limits::read_triggered`).
     pub(crate) level_walks: [AtomicU64; lds_format::version::LEVELS_COUNT_MAX as usize],
     pub(crate) read_triggered_merges: AtomicU64,
     /// Times an unjournaled merge stopped between outputs for a frozen memtable to flush.

@@ -58,15 +58,13 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
             .get(usize::from(level))
             .map_or(0, |walks| walks.load(std::sync::atomic::Ordering::Relaxed))
     };
-    limits.level0_read_triggered =
-        !limits.level0_deferred && crate::compaction::pick::read_triggered(state.version(), walks(0));
     limits.level0_streaming = streaming(shared, state);
-    if writes_quiet(shared, state) {
-        let version = state.version();
-        for level in 1..version.num_levels.min(32) as u8 {
-            if crate::compaction::pick::deeper_read_triggered(version, level, walks(level)) {
-                limits.deeper_read_triggered |= 1 << level;
-            }
+    // Level 0 whenever it is not deferred; the levels below it once writes are quiet.
+    let version = state.version();
+    let levels = if writes_quiet(shared, state) { version.num_levels.min(32) as u8 } else { 1 };
+    for level in u8::from(limits.level0_deferred)..levels {
+        if crate::compaction::pick::read_triggered(version, level, walks(level)) {
+            limits.read_triggered |= 1 << level;
         }
     }
     // Value chunks are collected only where new ones are written (separation on).
@@ -94,7 +92,7 @@ fn streaming(shared: &Shared, state: &TreeState) -> bool {
 
 /// True when the background thread has flushed no memtable for `QUIET_WINDOW`: the store
 /// reads more than it writes, and a level below level 0 that iterators walk often merges
-/// down (`Limits::deeper_read_triggered`) rather than fill again at once. Inline work
+/// down (`Limits::read_triggered`) rather than fill again at once. Inline work
 /// (`Options::background` false) never counts as quiet: its merges stay where the tests and
 /// the crash simulator fix them.
 fn writes_quiet(shared: &Shared, state: &TreeState) -> bool {

@@ -117,14 +117,12 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
         .level_walks
         .get(usize::from(plan.source_level))
         .map_or(0, |walks| walks.swap(0, Ordering::Relaxed));
-    if plan.source_level > 0 && pick::deeper_read_triggered(&version, plan.source_level, walks) {
+    // Level 0 counts only when below its trigger (a read trigger merged it early).
+    let below_trigger = plan.source_level > 0 || plan.victims.len() < shared.options.level0_compaction_trigger.max(1);
+    if below_trigger && pick::read_triggered(&version, plan.source_level, walks) {
         shared.counters.read_triggered_merges.fetch_add(1, Ordering::Relaxed);
     }
     if plan.source_level == 0 {
-        let trigger = shared.options.level0_compaction_trigger.max(1);
-        if plan.victims.len() < trigger && pick::read_triggered(&version, walks) {
-            shared.counters.read_triggered_merges.fetch_add(1, Ordering::Relaxed);
-        }
         shared.counters.level0_merges.fetch_add(1, Ordering::Relaxed);
         shared.counters.level0_chunks_merged.fetch_add(plan.victims.len() as u64, Ordering::Relaxed);
     }

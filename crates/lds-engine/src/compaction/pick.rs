@@ -89,13 +89,10 @@ pub(crate) struct Limits {
     /// Level 0 merges first whatever its chunk count (TRIAD-LOG: its log chunks hold too much
     /// of the backup log, `logs::pressure`).
     pub(crate) level0_urgent: bool,
-    /// Level 0 is over its limit however few its chunks: iterators walked them more often
-    /// than their merge would cost (`read_triggered`).
-    pub(crate) level0_read_triggered: bool,
-    /// The levels below level 0 (bit `n` for level `n`) over their limit however small:
-    /// iterators walked them more often than their merge into the next level would cost
-    /// while writes were quiet (`deeper_read_triggered`, `worker::next_choice`).
-    pub(crate) deeper_read_triggered: u32,
+    /// The levels (bit `n` for level `n`) over their limit however few their chunks or bytes:
+    /// iterators walked them more often than their merge would cost (`read_triggered`; below
+    /// level 0 only while writes are quiet, `worker::next_choice`).
+    pub(crate) read_triggered: u32,
     /// Writes are streaming in (`worker::streaming`): level 0 waits for
     /// `level0_stream_trigger` chunks, so that each of its merges takes more of them and
     /// rewrites the level below fewer times.
@@ -105,41 +102,31 @@ pub(crate) struct Limits {
     pub(crate) level0_stream_trigger: usize,
 }
 
-/// Bytes a merge may write per level-0 chunk an iterator walks (LevelDB's seek compaction
-/// allows a file one seek per 16 KiB: a seek costs about what compacting 16 KiB does).
+/// Bytes a merge may write per walk of a level: LevelDB's seek compaction allows a file one
+/// seek per 16 KiB (a seek costs about what compacting 16 KiB does). Below level 0 it is
+/// counted on the bytes of both levels, as the merge rewrites the overlapping part of the next
+/// one too. At 64 KiB per walk there, the 190,000 scans of YCSB-E at 5,000,000 keys started
+/// 11 to 12 merges of a level they never emptied (write amplification 397 to 420); at 16 KiB,
+/// 5 (274), throughput within the run-to-run noise; at 500,000 keys both rates empty the level
+/// early in seekrandom and YCSB-E.
 const READ_TRIGGER_BYTES_PER_WALK: u64 = 16 << 10;
 
-/// True when iterators walked level 0's chunks (`walks`, each chunk counted once per
-/// iterator) more often than its bytes allow (one walk per 16 KiB, at least 100): merging
-/// level 0 into the base level then costs less than the walks it saves (LevelDB's seek compaction,
-/// for level 0, where every seek reads each chunk; a point lookup's filter spares it).
-pub(crate) fn read_triggered(version: &Version, walks: u64) -> bool {
-    let chunks = version.level(0);
-    let bytes: u64 = chunks.iter().map(|chunk| chunk.len_data).sum();
-    !chunks.is_empty() && walks >= (bytes / READ_TRIGGER_BYTES_PER_WALK).max(100)
-}
-
-/// Bytes a merge may write per walk of a level below level 0: LevelDB's rate, on the bytes of
-/// both levels (a merge of the level rewrites the overlapping part of the next one too). Such
-/// a walk positions one more cursor, a block read no filter spares (a seek has no key to
-/// test). At 64 KiB per walk the 190,000 scans of YCSB-E at 5,000,000 keys started 11 to 12
-/// merges of a level they never emptied (write amplification 397 to 420); at 16 KiB, 5 (274),
-/// throughput within the run-to-run noise; at 500,000 keys both rates empty the level early
-/// in seekrandom and YCSB-E.
-const DEEPER_READ_TRIGGER_BYTES_PER_WALK: u64 = 16 << 10;
-
-/// True when iterators walked `level` (below level 0, above the last) `walks` times, more than
-/// merging it into the next level would cost: one walk per 16 KiB of the two levels, at least
-/// 100. The merge then removes a source from every later seek and scan, and the older versions
-/// of keys the upper level overwrote, which scans step over (LevelDB's seek compaction, which
-/// charges any level a lookup or an iterator sample had to consult beyond the first).
-pub(crate) fn deeper_read_triggered(version: &Version, level: u8, walks: u64) -> bool {
+/// True when iterators walked `level` (`walks`: at level 0 each chunk once per iterator, below
+/// it each iterator once) more often than merging it down would cost: one walk per 16 KiB of
+/// it (level 0) or of it and the next level (below level 0; never the last level), at least
+/// 100. The merge then removes sources from every later seek and scan, where no filter spares
+/// them (a seek has no key to test), and below level 0 the older versions of keys the level
+/// overwrote, which scans step over (LevelDB's seek compaction, which charges any level a
+/// lookup or an iterator sample had to consult beyond the first).
+pub(crate) fn read_triggered(version: &Version, level: u8, walks: u64) -> bool {
     let bytes = |level: u8| -> u64 { version.level(level).iter().map(|chunk| chunk.len_data).sum() };
     let own = bytes(level);
-    level > 0
-        && u32::from(level) + 1 < version.num_levels
-        && own > 0
-        && walks >= ((own + bytes(level + 1)) / DEEPER_READ_TRIGGER_BYTES_PER_WALK).max(100)
+    let cost = match level {
+        0 => own,
+        _ if u32::from(level) + 1 < version.num_levels => own + bytes(level + 1),
+        _ => return false,
+    };
+    own > 0 && walks >= (cost / READ_TRIGGER_BYTES_PER_WALK).max(100)
 }
 
 /// Where level 0 merges to, and what each level may hold.
@@ -240,8 +227,7 @@ impl Limits {
             dynamic: options.dynamic_levels,
             level0_deferred: false,
             level0_urgent: false,
-            level0_read_triggered: false,
-            deeper_read_triggered: 0,
+            read_triggered: 0,
             level0_streaming: false,
         }
     }
@@ -288,20 +274,20 @@ fn pick(version: &Version, limits: &Limits, manual: Option<u8>) -> Option<Plan> 
             f64::MAX
         } else if level == 0 && limits.level0_deferred {
             0.0
-        } else if level == 0 && limits.level0_read_triggered && !chunks.is_empty() {
-            (chunks.len() as f64 / limits.level0_trigger as f64).max(1.0)
         } else if level == 0 {
-            let trigger = if limits.level0_streaming { limits.level0_stream_trigger } else { limits.level0_trigger };
+            let trigger = if limits.level0_streaming && limits.read_triggered & 1 == 0 {
+                limits.level0_stream_trigger
+            } else {
+                limits.level0_trigger
+            };
             chunks.len() as f64 / trigger as f64
         } else {
             let limit = shape.limits.get(usize::from(level)).copied().unwrap_or(u64::MAX).max(1);
-            let score = shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64;
-            if limits.deeper_read_triggered & (1 << level) != 0 && !chunks.is_empty() {
-                score.max(1.0)
-            } else {
-                score
-            }
+            shape.sizes.get(usize::from(level)).copied().unwrap_or(0) as f64 / limit as f64
         };
+        // Walked more often than its merge costs: over its limit, however small.
+        let score =
+            if limits.read_triggered & (1 << level) != 0 && !chunks.is_empty() { score.max(1.0) } else { score };
         if score >= 1.0 && best.is_none_or(|(best_score, _)| score > best_score) {
             best = Some((score, level));
         }
@@ -516,8 +502,7 @@ mod tests {
         multiplier: 10,
         level0_deferred: false,
         level0_urgent: false,
-        level0_read_triggered: false,
-        deeper_read_triggered: 0,
+        read_triggered: 0,
         level0_streaming: false,
     };
 
@@ -539,7 +524,7 @@ mod tests {
         let plan = pick(&version(level0(8)), &streaming, None).expect("eight chunks merge");
         assert_eq!((plan.source_level, plan.victims.len()), (0, 8));
         // Iterators that walked level 0 enough still merge it early.
-        let walked = Limits { level0_read_triggered: true, ..streaming };
+        let walked = Limits { read_triggered: 1, ..streaming };
         assert!(pick(&version(level0(1)), &walked, None).is_some());
         // Twice the trigger stays below the count at which writes stop.
         let options = |trigger, stop| Options {
@@ -558,14 +543,14 @@ mod tests {
         let chunks = vec![meta(1, 0, "a", "m", 3200 << 10, 0), meta(2, 1, "a", "z", 10, 0)];
         let version = version(chunks);
         // 3.2 MiB of level 0: 200 walks allowed.
-        assert!(!read_triggered(&version, 199));
-        assert!(read_triggered(&version, 200));
-        assert!(read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 100));
-        assert!(!read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 99));
-        assert!(!read_triggered(&crate::compaction::testing::version(7, &[]), 1_000));
+        assert!(!read_triggered(&version, 0, 199));
+        assert!(read_triggered(&version, 0, 200));
+        assert!(read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 0, 100));
+        assert!(!read_triggered(&crate::compaction::testing::version(7, &[meta(1, 0, "a", "b", 10, 0)]), 0, 99));
+        assert!(!read_triggered(&crate::compaction::testing::version(7, &[]), 0, 1_000));
         // One chunk is below the trigger of four, unless iterators walked it enough.
         assert!(pick(&version, &LIMITS, None).is_none());
-        let triggered = Limits { level0_read_triggered: true, ..LIMITS };
+        let triggered = Limits { read_triggered: 1, ..LIMITS };
         let plan = pick(&version, &triggered, None).expect("level 0 merges early");
         assert_eq!((plan.source_level, plan.victims.len()), (0, 1));
     }
@@ -580,20 +565,20 @@ mod tests {
         ];
         let version = crate::compaction::testing::version(3, &chunks);
         let limits = Limits { level1_bytes: 64 << 20, ..LIMITS };
-        assert!(!deeper_read_triggered(&version, 1, 249));
-        assert!(deeper_read_triggered(&version, 1, 250));
+        assert!(!read_triggered(&version, 1, 249));
+        assert!(read_triggered(&version, 1, 250));
         // At least 100, however small the levels.
         let small = crate::compaction::testing::version(3, &[meta(1, 1, "a", "f", 10, 0), meta(3, 2, "a", "z", 10, 0)]);
-        assert!(!deeper_read_triggered(&small, 1, 99));
-        assert!(deeper_read_triggered(&small, 1, 100));
-        // Not level 0 (`read_triggered`), not the last level, not an empty level.
-        assert!(!deeper_read_triggered(&version, 0, 1_000_000));
-        assert!(!deeper_read_triggered(&version, 2, 1_000_000));
+        assert!(!read_triggered(&small, 1, 99));
+        assert!(read_triggered(&small, 1, 100));
+        // Not an empty level (level 0 here), not the last level.
+        assert!(!read_triggered(&version, 0, 1_000_000));
+        assert!(!read_triggered(&version, 2, 1_000_000));
         let empty = crate::compaction::testing::version(3, &chunks[2..]);
-        assert!(!deeper_read_triggered(&empty, 1, 1_000_000));
+        assert!(!read_triggered(&empty, 1, 1_000_000));
         // Under its limit it waits, unless iterators walked it enough; then one chunk goes down.
         assert!(pick(&version, &limits, None).is_none());
-        let triggered = Limits { deeper_read_triggered: 1 << 1, ..limits };
+        let triggered = Limits { read_triggered: 1 << 1, ..limits };
         let plan = pick(&version, &triggered, None).expect("level 1 merges down");
         assert_eq!((plan.source_level, plan.target_level, plan.victims.len()), (1, 2, 1));
         assert_eq!(plan.overlapping.len(), 1);
