@@ -51,9 +51,10 @@ pub(crate) struct Counters {
     pub(crate) log_reads: AtomicU64,
     pub(crate) log_pressure_merges: AtomicU64,
     pub(crate) log_waits: AtomicU64,
-    /// Walks of each level by iterators since its last merge began, by level: at level 0 the
+    /// Walks of each level by reads since its last merge began, by level: at level 0 the
     /// chunks (each seek positions a cursor in every one), below it the iterators that
-    /// positioned a cursor there. Past a budget the level merges early
+    /// positioned a cursor there and the lookups that consulted it and went deeper
+    /// (`read::get`). Past a budget the level merges early
     /// (`Limits::read_triggered`).
     pub(crate) level_walks: [AtomicU64; lds_format::version::LEVELS_COUNT_MAX as usize],
     pub(crate) read_triggered_merges: AtomicU64,

@@ -91,7 +91,7 @@ fn streaming(shared: &Shared, state: &TreeState) -> bool {
 }
 
 /// True when the background thread has flushed no memtable for `QUIET_WINDOW`: the store
-/// reads more than it writes, and a level below level 0 that iterators walk often merges
+/// reads more than it writes, and a level below level 0 that reads walk often merges
 /// down (`Limits::read_triggered`) rather than fill again at once. Inline work
 /// (`Options::background` false) never counts as quiet: its merges stay where the tests and
 /// the crash simulator fix them.

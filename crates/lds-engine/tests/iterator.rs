@@ -111,50 +111,6 @@ fn seeks_walking_level0_merge_it_early() {
     assert!(sought < quiet, "{sought} level-0 chunks after the seeks");
 }
 
-/// LevelDB's seek compaction, below level 0: once writes are quiet, seeks that walked a level
-/// above the last more often than merging it down would cost merge it into the next level, so
-/// that later seeks and scans have one source fewer; what the store holds stays the same.
-#[test]
-fn seeks_walking_a_deeper_level_merge_it_down_once_writes_are_quiet() {
-    use std::collections::BTreeMap;
-    let image = common::Image::new("iterator-deeper-seeks", &common::small_layout(64 << 20, 256 << 10, 1 << 20));
-    let options = Options { write_buffer_size: 64 << 10, ..Options::default() };
-    let db = Db::open(image.path(), options).expect("open");
-    let mut model = BTreeMap::new();
-    let value = |round: u32, index: u32| format!("r{round}-{index}-{}", "v".repeat(90)).into_bytes();
-    for index in 0..20_000u32 {
-        let index = index * 7919 % 20_000;
-        db.put(&key(index), &value(0, index), WriteOptions::default()).expect("put");
-        model.insert(key(index), value(0, index));
-    }
-    for index in (0..20_000u32).step_by(3) {
-        db.put(&key(index), &value(1, index), WriteOptions::default()).expect("put");
-        model.insert(key(index), value(1, index));
-    }
-    // Waits for the flush and every compaction due; writes are quiet from here on.
-    db.flush().expect("flush");
-    let counts = db.level_chunk_counts();
-    let upper = (1..counts.len() - 1).find(|&level| counts[level] > 0).expect("a level between 0 and the last");
-    assert!(counts[upper + 1] > 0, "two adjacent levels below level 0 hold chunks: {counts:?}");
-    assert_eq!(db.stats().read_triggered_merges, 0, "no iterator yet");
-    let started = std::time::Instant::now();
-    let mut seeks = 0u32;
-    while db.stats().read_triggered_merges == 0 && started.elapsed() < std::time::Duration::from_secs(30) {
-        for _ in 0..200 {
-            let mut iterator = db.range(&key(seeks * 13 % 20_000), None).expect("range");
-            assert!(iterator.next().is_some_and(|entry| entry.is_ok()));
-            seeks += 1;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(db.stats().read_triggered_merges > 0, "{seeks} seeks over {counts:?} merged nothing");
-    db.flush().expect("flush");
-    let after = db.level_chunk_counts();
-    assert!(after[upper] < counts[upper], "level {upper} kept its chunks: {counts:?} -> {after:?}");
-    let read: BTreeMap<Vec<u8>, Vec<u8>> = db.iter().expect("iter").map(|entry| entry.expect("entry")).collect();
-    assert!(read == model, "the merges changed what the store holds");
-}
-
 /// A seek to a key that exists reads only the sources whose filters may hold it and starts
 /// the others once it moves past the key: seeks to present, absent, overwritten and deleted
 /// keys, from the store and from a snapshot, across the memtable, level 0 and a deeper level,

@@ -90,7 +90,7 @@ pub(crate) struct Limits {
     /// of the backup log, `logs::pressure`).
     pub(crate) level0_urgent: bool,
     /// The levels (bit `n` for level `n`) over their limit however few their chunks or bytes:
-    /// iterators walked them more often than their merge would cost (`read_triggered`; below
+    /// reads walked them more often than their merge would cost (`read_triggered`; below
     /// level 0 only while writes are quiet, `worker::next_choice`).
     pub(crate) read_triggered: u32,
     /// Writes are streaming in (`worker::streaming`): level 0 waits for
@@ -111,13 +111,15 @@ pub(crate) struct Limits {
 /// early in seekrandom and YCSB-E.
 const READ_TRIGGER_BYTES_PER_WALK: u64 = 16 << 10;
 
-/// True when iterators walked `level` (`walks`: at level 0 each chunk once per iterator, below
-/// it each iterator once) more often than merging it down would cost: one walk per 16 KiB of
-/// it (level 0) or of it and the next level (below level 0; never the last level), at least
-/// 100. The merge then removes sources from every later seek and scan, where no filter spares
-/// them (a seek has no key to test), and below level 0 the older versions of keys the level
-/// overwrote, which scans step over (LevelDB's seek compaction, which charges any level a
-/// lookup or an iterator sample had to consult beyond the first).
+/// True when reads walked `level` (`walks`: at level 0 each chunk once per iterator; below it
+/// each iterator once, and each lookup that consulted it and went deeper) more often than
+/// merging it down would cost: one walk per 16 KiB of it (level 0) or of it and the next
+/// level (below level 0; never the last level), at least 100. The merge then removes sources
+/// from every later seek and scan, where no filter spares them (a seek has no key to test),
+/// and one level from the lookups that pass it; below level 0 it also drops the older
+/// versions of keys the level overwrote, which scans step over and which take room in the
+/// page cache (LevelDB's seek compaction, which charges any level a lookup or an iterator
+/// sample had to consult beyond the first).
 pub(crate) fn read_triggered(version: &Version, level: u8, walks: u64) -> bool {
     let bytes = |level: u8| -> u64 { version.level(level).iter().map(|chunk| chunk.len_data).sum() };
     let own = bytes(level);

@@ -100,7 +100,7 @@ pub struct Stats {
     pub hot_entries_held: u64,
     /// Merges of level 0 into the base level started since open.
     pub level0_merges: u64,
-    /// Merges started because iterators walked a level too often (LevelDB's seek
+    /// Merges started because reads walked a level too often (LevelDB's seek
     /// compaction): of level 0 before its trigger, or of a deeper level past its budget
     /// while writes were quiet, since open.
     pub read_triggered_merges: u64,

@@ -130,10 +130,17 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
         let (candidates, level0, reads) = filtered_candidates(shared, published, key, snapshot)?;
         if reads > 1 {
             shared.counters.parallel_searches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Every level but the deepest one searched counts as passed.
+            let mut passed = Passed::default();
+            for chunk in candidates.iter().filter(|chunk| chunk.level > 0) {
+                passed.consulted(shared, usize::from(chunk.level));
+            }
             let found = crate::read::parallel::search(shared, pool, find_in_chunk, candidates, level0, key, snapshot)?;
             return found.map_or(Ok(None), resolve);
         }
     }
+    // The levels below level 0 this lookup consulted and went past (`passed`).
+    let mut passed = Passed::default();
     for level in 0..published.levels.levels.len() {
         let candidates = published.candidates(level, key);
         if level == 0 {
@@ -157,6 +164,7 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
             // One chunk of the level holds the key (an output of an unfinished compaction
             // and the remaining chunks of its target level are disjoint too).
             for chunk in candidates {
+                passed.consulted(shared, level);
                 if let Some(found) = find_in_chunk(shared, chunk, key, snapshot)? {
                     return resolve(found);
                 }
@@ -164,4 +172,26 @@ pub(crate) fn get(shared: &std::sync::Arc<Shared>, key: &[u8], snapshot: u64) ->
         }
     }
     Ok(None)
+}
+
+/// LevelDB's seek compaction for lookups: a lookup that consulted a chunk of a level below
+/// level 0 without finding its key there, and went on to a deeper level, walked that level
+/// (`Counters::level_walks`; `compaction::pick::read_triggered` merges a level walked often
+/// down once writes are quiet); a parallel search, which does not know where its key was
+/// found, walked every level of its candidates but the deepest. Level 0 counts only
+/// iterators' walks: lookups pass it under every write-mostly load, whose merges it times.
+#[derive(Default)]
+struct Passed {
+    /// The last level below level 0 consulted.
+    level: Option<usize>,
+}
+
+impl Passed {
+    fn consulted(&mut self, shared: &Shared, level: usize) {
+        if let Some(passed) = self.level.replace(level).filter(|&passed| passed != level) {
+            if let Some(walks) = shared.counters.level_walks.get(passed) {
+                walks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
 }
