@@ -167,6 +167,12 @@ impl BlockDevice for CountingDevice {
         Ok(())
     }
 
+    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        BlockDevice::write_direct(&self.inner, offset, bytes)?;
+        self.bytes_written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn flush(&self) -> Result<(), DeviceError> {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let result = BlockDevice::flush(&self.inner);

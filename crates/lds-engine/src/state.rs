@@ -96,6 +96,9 @@ pub(crate) struct WriterState {
     pub(crate) drained_lsn: u64,
     /// The write batch object at the end of `buffer`, while later batches may join it.
     pub(crate) open: Option<OpenBatch>,
+    /// The last sector a synced drain wrote (`drain_synced`), as the device holds it: its
+    /// area offset and bytes. Forgotten when a buffered drain writes into it.
+    pub(crate) last_sector: Option<(u64, Vec<u8>)>,
 }
 
 /// A write batch object at the end of the writer's buffer that later write batches join
@@ -129,6 +132,60 @@ impl WriterState {
         }
         let ofs_area = self.backup_log.context().ofs_area;
         device.write_at(ofs_area + self.buffer_offset, &self.buffer)?;
+        let end = self.buffer_offset + self.buffer.len() as u64;
+        if self
+            .last_sector
+            .as_ref()
+            .is_some_and(|(at, sector)| *at < end && self.buffer_offset < at + sector.len() as u64)
+        {
+            self.last_sector = None;
+        }
+        self.buffer.clear();
+        self.drained_lsn = self.gathered_lsn;
+        Ok(())
+    }
+
+    /// Writes the gathered appends to the device for a synced write, which flushes them at
+    /// once: whole sectors around the page cache (`BlockDevice::write_direct`), so that the
+    /// flush writes back no page. The bytes of the first and last sector outside the appends
+    /// are written again as the device holds them: those of the sector the last synced drain
+    /// ended in from memory, others read first (as the page cache would for a partial page).
+    pub(crate) fn drain_synced(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
+        self.close_open();
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let context = self.backup_log.context();
+        let (ofs_area, sector) = (context.ofs_area, u64::from(context.sector_size));
+        let start = self.buffer_offset;
+        let end = start + self.buffer.len() as u64;
+        let (from, to) = (start / sector * sector, end.div_ceil(sector) * sector);
+        // The device's bytes of the sector at area offset `at`.
+        let mut held = |at: u64| -> std::result::Result<Vec<u8>, DeviceError> {
+            match self.last_sector.take() {
+                Some((cached, bytes)) if cached == at => Ok(bytes),
+                _ => device.read_vec(ofs_area + at, sector),
+            }
+        };
+        let mut bytes = Vec::with_capacity((to - from) as usize);
+        let mut first = None;
+        if from < start {
+            let head = held(from)?;
+            bytes.extend_from_slice(&head[..(start - from) as usize]);
+            first = Some(head);
+        }
+        bytes.extend_from_slice(&self.buffer);
+        if end < to {
+            let last = to - sector;
+            let tail = match first {
+                Some(head) if last == from => head,
+                _ => held(last)?,
+            };
+            bytes.extend_from_slice(&tail[(end - last) as usize..]);
+        }
+        self.last_sector = None;
+        device.write_direct(ofs_area + from, &bytes)?;
+        self.last_sector = Some((to - sector, bytes.split_off(bytes.len() - sector as usize)));
         self.buffer.clear();
         self.drained_lsn = self.gathered_lsn;
         Ok(())

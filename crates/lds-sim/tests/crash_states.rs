@@ -177,5 +177,8 @@ fn a_torn_backup_log_write_with_later_writes_landed_is_a_crash_state_not_fsck_30
             }
         }
     }
-    assert!(found > 10, "too few torn batches with later ones landed: {found}");
+    // 22 cases while synced appends wrote their bytes alone; 10 since they write whole
+    // sectors (the head sector again, with the bytes before them): a later append that lands
+    // rewrites the sector an earlier torn one ended in, which is then no longer torn.
+    assert!(found > 5, "too few torn batches with later ones landed: {found}");
 }

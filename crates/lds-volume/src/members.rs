@@ -271,6 +271,13 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
+    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        // One device: its own; several: through `write_at`, which marks what it wrote.
+        if self.layout.is_none() {
+            return self.devices[0].write_direct(offset, bytes);
+        }
+        self.write_at(offset, bytes)
+    }
     fn flush(&self) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].flush();

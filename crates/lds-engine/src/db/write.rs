@@ -168,7 +168,9 @@ impl Db {
             writer.open_last(header, object.bytes.len(), len_payload, entries.len() as u32, first_sequence);
         }
         writer.gathered_lsn = writer.backup_log.head().next_lsn - 1;
-        if written.is_ok() && (options.sync || writer.buffer.len() >= shared.options.log_buffer_bytes) {
+        if written.is_ok() && options.sync {
+            written = writer.drain_synced(shared.device.as_ref());
+        } else if written.is_ok() && writer.buffer.len() >= shared.options.log_buffer_bytes {
             written = writer.drain(shared.device.as_ref());
         }
         shared.drained_lsn.store(writer.drained_lsn, Ordering::Release);
