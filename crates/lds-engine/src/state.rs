@@ -96,9 +96,10 @@ pub(crate) struct WriterState {
     pub(crate) drained_lsn: u64,
     /// The write batch object at the end of `buffer`, while later batches may join it.
     pub(crate) open: Option<OpenBatch>,
-    /// The last sector a synced drain wrote (`drain_synced`), as the device holds it: its
-    /// area offset and bytes. Forgotten when a buffered drain writes into it.
-    pub(crate) last_sector: Option<(u64, Vec<u8>)>,
+    /// Bytes of the backup log area as the device holds them, from the area offset given:
+    /// read ahead of the head by `drain_synced`, and kept so by every drain, which writes its
+    /// appends into them.
+    pub(crate) known: Option<(u64, Vec<u8>)>,
 }
 
 /// A write batch object at the end of the writer's buffer that later write batches join
@@ -123,6 +124,22 @@ pub(crate) struct OpenBatch {
 /// Entries one object holds at most (its count is a u32).
 const OPEN_BATCH_ENTRIES_MAX: u32 = u32::MAX / 2;
 
+/// Bytes of the backup log a synced drain reads ahead of the head at once
+/// (`WriterState::known`): a device read per 16 sectors of 4 KiB rather than per sector.
+const KNOWN_AHEAD: u64 = 64 << 10;
+
+/// Writes `bytes`, written to the device at area offset `offset`, into `known` where they
+/// overlap it.
+fn splice(known: &mut Option<(u64, Vec<u8>)>, offset: u64, bytes: &[u8]) {
+    let Some((at, known)) = known.as_mut() else { return };
+    let (known_end, end) = (*at + known.len() as u64, offset + bytes.len() as u64);
+    let (from, to) = (offset.max(*at), end.min(known_end));
+    if from < to {
+        known[(from - *at) as usize..(to - *at) as usize]
+            .copy_from_slice(&bytes[(from - offset) as usize..(to - offset) as usize]);
+    }
+}
+
 impl WriterState {
     /// Writes the gathered appends to the device.
     pub(crate) fn drain(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
@@ -132,14 +149,7 @@ impl WriterState {
         }
         let ofs_area = self.backup_log.context().ofs_area;
         device.write_at(ofs_area + self.buffer_offset, &self.buffer)?;
-        let end = self.buffer_offset + self.buffer.len() as u64;
-        if self
-            .last_sector
-            .as_ref()
-            .is_some_and(|(at, sector)| *at < end && self.buffer_offset < at + sector.len() as u64)
-        {
-            self.last_sector = None;
-        }
+        splice(&mut self.known, self.buffer_offset, &self.buffer);
         self.buffer.clear();
         self.drained_lsn = self.gathered_lsn;
         Ok(())
@@ -148,44 +158,43 @@ impl WriterState {
     /// Writes the gathered appends to the device for a synced write, which flushes them at
     /// once: whole sectors around the page cache (`BlockDevice::write_direct`), so that the
     /// flush writes back no page. The bytes of the first and last sector outside the appends
-    /// are written again as the device holds them: those of the sector the last synced drain
-    /// ended in from memory, others read first (as the page cache would for a partial page).
+    /// are written again as the device holds them (`known`: read `KNOWN_AHEAD` at a time,
+    /// since direct writes leave no page of the area in the page cache to read them from),
+    /// as a page-cache write-back would: past the head they may be the live region's start.
     pub(crate) fn drain_synced(&mut self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
         self.close_open();
         if self.buffer.is_empty() {
             return Ok(());
         }
         let context = self.backup_log.context();
-        let (ofs_area, sector) = (context.ofs_area, u64::from(context.sector_size));
+        let (ofs_area, sector, len_area) = (context.ofs_area, u64::from(context.sector_size), context.len_area);
         let start = self.buffer_offset;
         let end = start + self.buffer.len() as u64;
         let (from, to) = (start / sector * sector, end.div_ceil(sector) * sector);
-        // The device's bytes of the sector at area offset `at`.
-        let mut held = |at: u64| -> std::result::Result<Vec<u8>, DeviceError> {
-            match self.last_sector.take() {
-                Some((cached, bytes)) if cached == at => Ok(bytes),
-                _ => device.read_vec(ofs_area + at, sector),
-            }
+        let covered = |known: &Option<(u64, Vec<u8>)>| {
+            known.as_ref().is_some_and(|(at, bytes)| *at <= from && to <= at + bytes.len() as u64)
         };
+        if (from < start || end < to) && !covered(&self.known) {
+            let until = (from + KNOWN_AHEAD).max(to).min(len_area);
+            self.known = Some((from, device.read_vec(ofs_area + from, until - from)?));
+        }
         let mut bytes = Vec::with_capacity((to - from) as usize);
-        let mut first = None;
-        if from < start {
-            let head = held(from)?;
-            bytes.extend_from_slice(&head[..(start - from) as usize]);
-            first = Some(head);
+        match &self.known {
+            Some((at, known)) if from < start || end < to => {
+                bytes.extend_from_slice(&known[(from - at) as usize..(start - at) as usize]);
+                bytes.extend_from_slice(&self.buffer);
+                bytes.extend_from_slice(&known[(end - at) as usize..(to - at) as usize]);
+            }
+            _ => bytes.extend_from_slice(&self.buffer),
         }
-        bytes.extend_from_slice(&self.buffer);
-        if end < to {
-            let last = to - sector;
-            let tail = match first {
-                Some(head) if last == from => head,
-                _ => held(last)?,
-            };
-            bytes.extend_from_slice(&tail[(end - last) as usize..]);
-        }
-        self.last_sector = None;
         device.write_direct(ofs_area + from, &bytes)?;
-        self.last_sector = Some((to - sector, bytes.split_off(bytes.len() - sector as usize)));
+        splice(&mut self.known, start, &self.buffer);
+        // What lies before the sector the appends ended in is not needed again this lap.
+        if let Some((at, known)) = self.known.as_mut().filter(|(at, _)| *at < to - sector) {
+            let drop = ((to - sector - *at) as usize).min(known.len());
+            known.drain(..drop);
+            *at += drop as u64;
+        }
         self.buffer.clear();
         self.drained_lsn = self.gathered_lsn;
         Ok(())

@@ -462,7 +462,7 @@ fn assemble(
             gathered_lsn: 0,
             drained_lsn: 0,
             open: None,
-            last_sector: None,
+            known: None,
         }),
         state: Mutex::new(TreeState {
             mem: Arc::new(memtable),
