@@ -13,9 +13,7 @@ fn mkfs_and_dump_on_a_loop_device() {
     if !skip_unless_root() {
         return;
     }
-    let backing = std::env::temp_dir().join(format!("lds-loop-test-{}.img", std::process::id()));
-    let loop_device =
-        LoopDevice::attach(&backing, 64 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let loop_device = attached("test", 64 << 20);
     let device = loop_device.device.clone();
     let mut out = Vec::new();
     let mut err = Vec::new();
@@ -73,9 +71,7 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
     if !skip_unless_root() {
         return;
     }
-    let backing = std::env::temp_dir().join(format!("lds-loop-cache-{}.img", std::process::id()));
-    let loop_device =
-        LoopDevice::attach(&backing, 8 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let loop_device = attached("cache", 8 << 20);
     let name = name_of(&loop_device);
     let mode = std::path::PathBuf::from(format!("/sys/block/{name}/queue/write_cache"));
     let original = std::fs::read_to_string(&mode).unwrap_or_else(|error| panic!("{}: {error}", mode.display()));
@@ -87,6 +83,12 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
         assert_eq!(open().has_volatile_cache(), volatile, "after writing {set:?}");
     }
     let _ = std::fs::write(&mode, original.trim());
+}
+
+/// A loop device of `len` bytes over a backing file named for `tag` and this process.
+fn attached(tag: &str, len: u64) -> LoopDevice {
+    let backing = std::env::temp_dir().join(format!("lds-loop-{tag}-{}.img", std::process::id()));
+    LoopDevice::attach(&backing, len).unwrap_or_else(|| panic!("cannot attach a loop device as root"))
 }
 
 /// The device's name, as in /sys/block (`loopN`).
@@ -108,9 +110,7 @@ fn a_flush_except_a_range_leaves_its_dirty_pages_and_flushes_the_cache() {
     if !skip_unless_root() {
         return;
     }
-    let backing = std::env::temp_dir().join(format!("lds-loop-except-{}.img", std::process::id()));
-    let loop_device =
-        LoopDevice::attach(&backing, 16 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let loop_device = attached("except", 16 << 20);
     let name = name_of(&loop_device);
     let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
     assert!(device.has_volatile_cache(), "a loop device reports a write-back cache");
@@ -181,9 +181,7 @@ fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     if !skip_unless_root() {
         return;
     }
-    let backing = std::env::temp_dir().join(format!("lds-loop-direct-{}.img", std::process::id()));
-    let loop_device =
-        LoopDevice::attach(&backing, 8 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let loop_device = attached("direct", 8 << 20);
     let name = name_of(&loop_device);
     let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
     let at = 1u64 << 20;
@@ -221,9 +219,7 @@ fn synced_and_buffered_puts_share_the_log_sectors_on_a_block_device() {
     if !skip_unless_root() {
         return;
     }
-    let backing = std::env::temp_dir().join(format!("lds-loop-synced-{}.img", std::process::id()));
-    let loop_device =
-        LoopDevice::attach(&backing, 32 << 20).unwrap_or_else(|| panic!("cannot attach a loop device as root"));
+    let loop_device = attached("synced", 32 << 20);
     let options = MkfsOptions { path: loop_device.device.clone(), ..MkfsOptions::default() };
     let mut err = Vec::new();
     assert_eq!(run(&options, &mut Vec::new(), &mut err), 0, "{}", String::from_utf8_lossy(&err));

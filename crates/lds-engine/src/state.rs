@@ -62,6 +62,15 @@ pub(crate) struct Counters {
     pub(crate) merge_yields: AtomicU64,
 }
 
+impl Counters {
+    /// Counts `count` walks of `level` by reads (`Counters::level_walks`).
+    pub(crate) fn walked(&self, level: usize, count: u64) {
+        if let Some(walks) = self.level_walks.get(level) {
+            walks.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Where slots waiting for readers go once no reader holds the published version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
@@ -149,10 +158,15 @@ impl WriterState {
         }
         let ofs_area = self.backup_log.context().ofs_area;
         device.write_at(ofs_area + self.buffer_offset, &self.buffer)?;
+        self.drained();
+        Ok(())
+    }
+
+    /// After the gathered appends were written: they go into `known`, and the buffer is empty.
+    fn drained(&mut self) {
         splice(&mut self.known, self.buffer_offset, &self.buffer);
         self.buffer.clear();
         self.drained_lsn = self.gathered_lsn;
-        Ok(())
     }
 
     /// Writes the gathered appends to the device for a synced write, which flushes them at
@@ -188,15 +202,7 @@ impl WriterState {
             _ => bytes.extend_from_slice(&self.buffer),
         }
         device.write_direct(ofs_area + from, &bytes)?;
-        splice(&mut self.known, start, &self.buffer);
-        // What lies before the sector the appends ended in is not needed again this lap.
-        if let Some((at, known)) = self.known.as_mut().filter(|(at, _)| *at < to - sector) {
-            let drop = ((to - sector - *at) as usize).min(known.len());
-            known.drain(..drop);
-            *at += drop as u64;
-        }
-        self.buffer.clear();
-        self.drained_lsn = self.gathered_lsn;
+        self.drained();
         Ok(())
     }
 

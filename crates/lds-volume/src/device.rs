@@ -335,12 +335,7 @@ impl Device {
 
     /// Writes all of `bytes` at `offset`.
     pub fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        self.file.write_all_at(bytes, offset).map_err(|source| DeviceError::Write {
-            path: self.path.clone(),
-            offset,
-            len: bytes.len() as u64,
-            source,
-        })
+        self.file.write_all_at(bytes, offset).map_err(|source| self.write_error(offset, bytes.len(), source))
     }
 
     /// Writes all of `bytes` at `offset` around the page cache, for a write the caller flushes

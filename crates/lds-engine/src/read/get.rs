@@ -189,9 +189,7 @@ struct Passed {
 impl Passed {
     fn consulted(&mut self, shared: &Shared, level: usize) {
         if let Some(passed) = self.level.replace(level).filter(|&passed| passed != level) {
-            if let Some(walks) = shared.counters.level_walks.get(passed) {
-                walks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+            shared.counters.walked(passed, 1);
         }
     }
 }

@@ -353,13 +353,6 @@ impl Source {
     }
 }
 
-/// Counts `count` walks of `level` by an iterator (`Counters::level_walks`).
-fn walked(shared: &Shared, level: usize, count: u64) {
-    if let Some(walks) = shared.counters.level_walks.get(level) {
-        walks.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// True when the entry `(key, sequence)` of source `a` comes before source `b`'s: user key
 /// ascending, newest first, then the earlier source (a source with no entry comes last).
 fn before_head(sources: &[Source], (key, sequence): (&[u8], u64), a: usize, b: usize) -> bool {
@@ -461,7 +454,7 @@ impl DbIterator {
                         subs: VecDeque::new(),
                     };
                     sources.push(Source::Chunks(ChunkCursor::of(pending, start)));
-                    walked(shared, level, 1);
+                    shared.counters.walked(level, 1);
                 }
                 continue;
             }
@@ -479,10 +472,10 @@ impl DbIterator {
                 in_level.into_iter().partition(|chunk| is_input(chunk));
             if level == 0 {
                 sources.extend(others.iter().map(|chunk| Source::Chunks(ChunkCursor::new(&[chunk], start))));
-                walked(shared, level, others.len() as u64);
+                shared.counters.walked(level, others.len() as u64);
             } else if !others.is_empty() {
                 sources.push(Source::Chunks(ChunkCursor::new(&others, start)));
-                walked(shared, level, 1);
+                shared.counters.walked(level, 1);
             }
             let Some(redirect) = redirect else { continue };
             for input in inputs.into_iter().filter(|chunk| !redirect.cleaned.contains(&chunk.chunk_id)) {
