@@ -158,8 +158,23 @@ pub fn check(
         pass_logs::check_backup_log(&geometry, &tree.recovery, &mut report);
     }
     let map = pass_slots::online_map(&geometry, &trees, &mut report);
-    pass_chunks::check_trees(device, &label, &trees, options, &mut report, progress)?;
-    pass_slots::check_free_slots(device, &geometry, &map, &mut report)?;
+    if geometry.num_slots < pass_slots::THREADED_FREE_SLOTS_MIN as u64 {
+        pass_chunks::check_trees(device, &label, &trees, options, &mut report, progress)?;
+        pass_slots::check_free_slots(device, &geometry, &map, &mut report)?;
+    } else {
+        // The free slots' footers (small reads) are read while the chunks are (large ones);
+        // their finding follows the chunks' in the report, as in one pass after the other.
+        let free = std::thread::scope(|scope| {
+            let free = scope.spawn(|| {
+                let mut free = Report::default();
+                pass_slots::check_free_slots(device, &geometry, &map, &mut free).map(|()| free)
+            });
+            let chunks = pass_chunks::check_trees(device, &label, &trees, options, &mut report, progress);
+            let free = free.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            chunks.and(free)
+        })?;
+        report.absorb(free);
+    }
     pass_journal::check_journals(&geometry, &trees, &mut report);
     Ok(report)
 }

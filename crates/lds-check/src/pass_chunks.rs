@@ -4,13 +4,13 @@
 //! every key against its filter; every log reference (`pass_logrefs`).
 
 use lds_format::batch::SEQUENCE_MAX;
-use lds_format::chunk::{decode_block, decode_index, sub_chunk_digest, Filter, Footer, FOOTER_LEN};
+use lds_format::chunk::{decode_index, sub_chunk_digest, visit_block, Filter, Footer, FOOTER_LEN};
 use lds_format::label::{Geometry, Label};
 use lds_format::recovery::VersionLogState;
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
-use lds_volume::volume::read_tolerant;
-use lds_volume::{DeviceError, ReadAt};
+use lds_volume::volume::read_tolerant_into;
+use lds_volume::{AlignedBuffer, DeviceError, ReadAt};
 
 use crate::pass_logrefs::{ChunkLogRefs, LogCheck};
 use crate::pass_values::{ChunkValues, ValueChunks};
@@ -76,8 +76,7 @@ fn check_tree(
         let retained = crate::pass_logrefs::retained_bytes(version, log.backup_area.len() as u64);
         report.summary.log_retained.push((instance, retained));
     }
-    let mut check_one = |images: &[Vec<u8>], chunk: &ChunkMeta, report: &mut Report| -> Result<(), CheckError> {
-        let values = check_chunk(images, geometry, instance, chunk, version.last_sequence, options, log, report);
+    let mut pointers = |chunk: &ChunkMeta, values: ChunkValues, report: &mut Report| -> Result<(), CheckError> {
         if let Some(checked) = value_chunks.as_mut() {
             let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
             checked.check_pointers(device, &values.pointers, &structure, options.deep, report)?;
@@ -130,22 +129,26 @@ fn check_tree(
             absent.is_none()
         })
         .collect();
-    // A reader thread fetches whole slots in slot order, at most two chunks ahead, so that
-    // reading overlaps checking and the device sees one sequential read per slot. A small
-    // tree is read inline: a thread costs more than it saves there (the crash simulator
-    // checks thousands of tiny volumes).
-    let read_chunk = |chunk: &ChunkMeta| -> Vec<SlotRead> {
-        chunk
-            .slots()
-            .filter(|&slot| slot < geometry.num_slots)
-            .map(|slot| read_tolerant(device, geometry.slot_offset(slot), geometry.slot_size, geometry.sector()))
-            .collect()
+    // A reader thread fetches whole slots in slot order into reused page-aligned buffers
+    // (around the page cache on a raw block device, `ReadAt::read_bulk`), so the device sees
+    // one sequential read per slot; checkers on the other cores verify whole chunks, each
+    // into a report of its own, which this thread merges in chunk order, so the report reads
+    // as a single pass would write it. A small tree is checked inline: threads cost more
+    // than they save there (the crash simulator checks thousands of tiny volumes).
+    let slot_len = geometry.slot_size as usize;
+    let read_chunk = |chunk: &ChunkMeta, buffers: &mut dyn FnMut() -> Option<AlignedBuffer>| -> Option<ChunkRead> {
+        let mut images = Vec::new();
+        for slot in chunk.slots().filter(|&slot| slot < geometry.num_slots) {
+            let mut buffer = buffers()?;
+            let read = read_tolerant_into(device, geometry.slot_offset(slot), &mut buffer, geometry.sector());
+            images.push((buffer, read));
+        }
+        Some(images)
     };
     // Sectors that cannot be read are zeros (their blocks fail their checksums), reported.
-    let images_of = |chunk: &ChunkMeta, read: Vec<SlotRead>, report: &mut Report| -> Result<Vec<Vec<u8>>, CheckError> {
-        let mut images = Vec::new();
-        for result in read {
-            let (image, unreadable) = result?;
+    let verify = |chunk: &ChunkMeta, read: &mut ChunkRead, report: &mut Report| -> Result<ChunkValues, CheckError> {
+        for (_, result) in read.iter_mut() {
+            let unreadable = std::mem::replace(result, Ok(Vec::new()))?;
             if let (Some(&first), Some(&last)) = (unreadable.first(), unreadable.last()) {
                 report.add(
                     Code::UnreadableSector,
@@ -157,40 +160,96 @@ fn check_tree(
                     ),
                 );
             }
-            images.push(image);
         }
-        Ok(images)
+        let images: Vec<&[u8]> = read.iter().map(|(buffer, _)| &buffer[..]).collect();
+        Ok(check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, log, report))
     };
-    if chunks.len() <= INLINE_CHUNKS_MAX {
+    let checkers = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, CHECKERS_MAX);
+    if chunks.len() <= INLINE_CHUNKS_MAX || checkers == 1 {
+        let mut spare: Vec<AlignedBuffer> = Vec::new();
         for chunk in chunks {
-            let images = images_of(chunk, read_chunk(chunk), report)?;
-            check_one(&images, chunk, report)?;
+            let mut read = read_chunk(chunk, &mut || Some(spare.pop().unwrap_or_else(|| AlignedBuffer::new(slot_len))))
+                .ok_or(CheckError::ReaderStopped)?;
+            let values = verify(chunk, &mut read, report)?;
+            pointers(chunk, values, report)?;
             progress(chunk.len_data);
+            spare.extend(read.into_iter().map(|(buffer, _)| buffer));
         }
         return Ok(());
     }
+    // At most this many slot buffers exist at once (enough for the largest chunk).
+    let most_slots = chunks.iter().map(|chunk| chunk.sub_chunks.len()).max().unwrap_or(1);
+    let buffers_max = (2 * checkers + 2).max(most_slots);
+    let (free_sender, free) = std::sync::mpsc::channel::<AlignedBuffer>();
+    let (work_sender, work) = std::sync::mpsc::sync_channel::<(usize, ChunkRead)>(checkers);
+    let work = std::sync::Mutex::new(work);
+    let (done_sender, done) = std::sync::mpsc::channel::<Checked>();
     std::thread::scope(|scope| -> Result<(), CheckError> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<SlotRead>>(2);
+        // Dropped when this closure returns, early or not: the reader waiting for a buffer
+        // and the checkers sending a result then stop.
+        let (free_sender, done) = (free_sender, done);
         let reader_chunks = chunks.clone();
         scope.spawn(move || {
-            for chunk in reader_chunks {
-                if sender.send(read_chunk(chunk)).is_err() {
+            let mut made = 0;
+            let mut buffers = || {
+                free.try_recv().ok().or_else(|| {
+                    if made < buffers_max {
+                        made += 1;
+                        return Some(AlignedBuffer::new(slot_len));
+                    }
+                    free.recv().ok()
+                })
+            };
+            for (index, chunk) in reader_chunks.into_iter().enumerate() {
+                let Some(read) = read_chunk(chunk, &mut buffers) else { return };
+                if work_sender.send((index, read)).is_err() {
                     return;
                 }
             }
         });
-        for chunk in chunks {
-            let read = receiver.recv().map_err(|_| CheckError::ReaderStopped)?;
-            let images = images_of(chunk, read, report)?;
-            check_one(&images, chunk, report)?;
+        for _ in 0..checkers {
+            let (work, done_sender, chunks) = (&work, done_sender.clone(), &chunks);
+            scope.spawn(move || loop {
+                let next = work.lock().map_or(None, |work| work.recv().ok());
+                let Some((index, mut read)) = next else { return };
+                let mut local = Report::default();
+                let values = verify(chunks[index], &mut read, &mut local);
+                if done_sender.send((index, local, values, read)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done_sender);
+        let mut waiting = std::collections::BTreeMap::new();
+        for (next, chunk) in chunks.iter().enumerate() {
+            let (local, values, read) = loop {
+                if let Some(checked) = waiting.remove(&next) {
+                    break checked;
+                }
+                let (index, local, values, read) = done.recv().map_err(|_| CheckError::ReaderStopped)?;
+                waiting.insert(index, (local, values, read));
+            };
+            report.absorb(local);
+            pointers(chunk, values?, report)?;
             progress(chunk.len_data);
+            for (buffer, _) in read {
+                // The reader may have finished: its buffers are no longer wanted.
+                let _ = free_sender.send(buffer);
+            }
         }
         Ok(())
     })
 }
 
-/// A slot's bytes (unreadable sectors as zeros) and the offsets of those sectors.
-type SlotRead = Result<(Vec<u8>, Vec<u64>), DeviceError>;
+/// The slots of a chunk: each slot's buffer and the offsets of its sectors that cannot be
+/// read (zeros in the buffer), or why none of it can.
+type ChunkRead = Vec<(AlignedBuffer, Result<Vec<u64>, DeviceError>)>;
+
+/// A checked chunk: its index in the tree's list, its report, its values, its buffers.
+type Checked = (usize, Report, Result<ChunkValues, CheckError>, ChunkRead);
+
+/// Checking threads at most.
+const CHECKERS_MAX: usize = 4;
 
 /// Trees of at most this many chunks are read without a reader thread.
 const INLINE_CHUNKS_MAX: usize = 16;
@@ -200,7 +259,7 @@ const INLINE_CHUNKS_MAX: usize = 16;
 /// `deep` its digest and filter.
 #[expect(clippy::too_many_arguments, reason = "the chunk, its context and the report, as both entry points pass them")]
 pub(crate) fn check_chunk(
-    images: &[Vec<u8>],
+    images: &[impl AsRef<[u8]>],
     geometry: &Geometry,
     instance: u32,
     chunk: &ChunkMeta,
@@ -214,10 +273,12 @@ pub(crate) fn check_chunk(
     let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
     report.summary.chunks += 1;
     let problems_before = report.problems.len();
-    let mut previous: Option<(Vec<u8>, u64)> = None;
-    let mut first_key: Option<Vec<u8>> = None;
+    let mut previous: Option<(&[u8], u64)> = None;
+    let mut first_key: Option<&[u8]> = None;
     let mut entries = 0u64;
     let (mut smallest_seq, mut largest_seq) = (u64::MAX, 0u64);
+    // One block's entries at a time, the vector reused.
+    let mut decoded = Vec::new();
     for (index, sub_chunk) in chunk.sub_chunks.iter().enumerate() {
         let slot = sub_chunk.slot;
         if slot >= geometry.num_slots {
@@ -229,7 +290,7 @@ pub(crate) fn check_chunk(
             );
             return values;
         }
-        let Some(image) = images.get(index) else { return values };
+        let Some(image) = images.get(index).map(AsRef::as_ref) else { return values };
         let slot_offset = geometry.slot_offset(slot);
         let footer_offset = slot_offset + geometry.slot_size - FOOTER_LEN as u64;
         let footer_at = image.len() - FOOTER_LEN;
@@ -320,8 +381,9 @@ pub(crate) fn check_chunk(
                 continue;
             };
             report.summary.blocks += 1;
-            let decoded = match decode_block(block, block_offset) {
-                Ok(decoded) => decoded,
+            decoded.clear();
+            match visit_block(block, block_offset, |entry| decoded.push(entry)) {
+                Ok(_) => {}
                 Err(error @ FormatError::ChecksumMismatch { .. }) => {
                     report.add(Code::BlockChecksum, structure.clone(), block_offset, error.to_string());
                     blocks_unreadable = true;
@@ -352,8 +414,7 @@ pub(crate) fn check_chunk(
             }
             for found in &decoded {
                 if let Some((key, sequence)) = &previous {
-                    if (key.as_slice(), std::cmp::Reverse(*sequence)) >= (found.key, std::cmp::Reverse(found.sequence))
-                    {
+                    if (*key, std::cmp::Reverse(*sequence)) >= (found.key, std::cmp::Reverse(found.sequence)) {
                         report.add(
                             Code::KeysUnsorted,
                             structure.clone(),
@@ -367,7 +428,7 @@ pub(crate) fn check_chunk(
                     }
                 }
                 if first_key.is_none() {
-                    first_key = Some(found.key.to_vec());
+                    first_key = Some(found.key);
                 }
                 if options.deep {
                     if let Some(filter) = &filter {
@@ -388,7 +449,7 @@ pub(crate) fn check_chunk(
                 log_refs.entry(found.kind, found.key, found.sequence, found.value, (block_offset, &structure));
                 smallest_seq = smallest_seq.min(found.sequence);
                 largest_seq = largest_seq.max(found.sequence);
-                previous = Some((found.key.to_vec(), found.sequence));
+                previous = Some((found.key, found.sequence));
                 sub_entries += 1;
             }
         }
@@ -424,17 +485,15 @@ pub(crate) fn check_chunk(
     }
     values.compare(chunk, &structure, geometry.slot_offset(chunk.chunk_id), report);
     let last_key = previous.map(|(key, _)| key);
-    if first_key.as_deref() != Some(chunk.smallest_key.as_slice())
-        || last_key.as_deref() != Some(chunk.largest_key.as_slice())
-    {
+    if first_key != Some(chunk.smallest_key.as_slice()) || last_key != Some(chunk.largest_key.as_slice()) {
         report.add(
             Code::KeyRangeMismatch,
             structure.clone(),
             geometry.slot_offset(chunk.chunk_id),
             format!(
                 "holds keys {}..{}, the version says {}..{}",
-                first_key.as_deref().map(lds_format::error::hex).unwrap_or_default(),
-                last_key.as_deref().map(lds_format::error::hex).unwrap_or_default(),
+                first_key.map(lds_format::error::hex).unwrap_or_default(),
+                last_key.map(lds_format::error::hex).unwrap_or_default(),
                 lds_format::error::hex(&chunk.smallest_key),
                 lds_format::error::hex(&chunk.largest_key)
             ),

@@ -48,7 +48,7 @@ const FOOTER_READERS: usize = 8;
 /// Free slots at or above which the footers are read by `FOOTER_READERS` threads; fewer are
 /// read inline (threads cost more than they save there; the crash simulator checks
 /// thousands of tiny volumes).
-const THREADED_FREE_SLOTS_MIN: usize = FOOTER_READERS * 32;
+pub(crate) const THREADED_FREE_SLOTS_MIN: usize = FOOTER_READERS * 32;
 
 /// Counts free slots holding chunks of this volume (one info line).
 pub(crate) fn check_free_slots(

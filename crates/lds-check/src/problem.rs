@@ -404,6 +404,31 @@ impl Report {
         self.problems.iter().find(|problem| problem.code.severity() != Severity::Info)
     }
 
+    /// Appends what `other` found and counted (a chunk checked on another thread).
+    pub(crate) fn absorb(&mut self, other: Report) {
+        self.problems.extend(other.problems);
+        let (into, from) = (&mut self.summary, other.summary);
+        for (into, from) in [
+            (&mut into.log_objects, from.log_objects),
+            (&mut into.live_log_objects, from.live_log_objects),
+            (&mut into.chunks, from.chunks),
+            (&mut into.blocks, from.blocks),
+            (&mut into.entries, from.entries),
+            (&mut into.bytes_verified, from.bytes_verified),
+            (&mut into.slots, from.slots),
+            (&mut into.slots_in_use, from.slots_in_use),
+            (&mut into.value_chunks, from.value_chunks),
+            (&mut into.value_bytes, from.value_bytes),
+            (&mut into.values_verified, from.values_verified),
+            (&mut into.key_sketches, from.key_sketches),
+            (&mut into.log_chunks, from.log_chunks),
+            (&mut into.log_references, from.log_references),
+        ] {
+            *into += from;
+        }
+        into.log_retained.extend(from.log_retained);
+    }
+
     pub(crate) fn add(&mut self, code: Code, structure: impl Into<String>, offset: u64, message: impl Into<String>) {
         self.problems.push(Problem { code, structure: structure.into(), offset, message: message.into() });
     }

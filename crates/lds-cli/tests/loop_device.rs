@@ -207,6 +207,47 @@ fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     assert_eq!(device.read_vec_mapped(at, 8192).unwrap_or_else(|error| panic!("{error}")), expected);
 }
 
+/// Sectors read, from `/sys/block/NAME/stat` (its third field).
+fn sectors_read(name: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap_or_else(|error| panic!("{error}"));
+    stat.split_whitespace().nth(2).and_then(|field| field.parse().ok()).unwrap_or_else(|| panic!("{stat}"))
+}
+
+/// fsck --deep reads slots with `read_bulk`: through a descriptor of its own opened read-only
+/// as fsck opens a volume, around the page cache (the device sees the read even though the
+/// pages are cached), seeing the bytes another descriptor wrote and did not flush; a buffer
+/// or range `O_DIRECT` cannot take is read through the page cache.
+#[test]
+fn a_bulk_read_goes_to_the_device_and_sees_unflushed_writes() {
+    let _serial = serial();
+    use lds_volume::device::{Device, OpenMode};
+    if !skip_unless_root() {
+        return;
+    }
+    let loop_device = attached("bulk", 8 << 20);
+    let name = name_of(&loop_device);
+    let writer = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
+    let reader = Device::open(&loop_device.device, OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+    let at = 2u64 << 20;
+    writer.write_at(at, &[0x44; 16384]).unwrap_or_else(|error| panic!("{error}"));
+    // The pages are cached now: a buffered read would not reach the device.
+    assert_eq!(reader.read_vec(at, 16384).unwrap_or_else(|error| panic!("{error}")), vec![0x44; 16384]);
+    let before = sectors_read(&name);
+    let mut buffer = lds_volume::AlignedBuffer::new(16384);
+    reader.read_bulk(at, &mut buffer).unwrap_or_else(|error| panic!("{error}"));
+    assert!(buffer.iter().all(|&byte| byte == 0x44), "the bulk read sees the unflushed write");
+    assert!((sectors_read(&name) - before) * 512 >= 16384, "the bulk read went to the device");
+    writer.write_at(at + 4096, &[0x55; 100]).unwrap_or_else(|error| panic!("{error}"));
+    reader.read_bulk(at, &mut buffer).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(&buffer[4096..4196], &[0x55; 100], "the later write, too");
+    // Not whole blocks: read through the page cache.
+    let before = sectors_read(&name);
+    reader.read_bulk(at + 4000, &mut buffer[..200]).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(sectors_read(&name), before, "an unaligned bulk read is served from the page cache");
+    let expected: Vec<u8> = [vec![0x44; 96], vec![0x55; 100], vec![0x44; 4]].concat();
+    assert_eq!(&buffer[..200], &expected[..]);
+}
+
 /// Synced puts write the backup log's sectors around the page cache, again whole with the
 /// bytes of the buffered puts before them: puts of varied sizes, a third of them buffered
 /// (some written out by the background thread alone), through several laps of the log; the

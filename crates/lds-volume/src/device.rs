@@ -115,6 +115,8 @@ pub struct Device {
     /// A descriptor of the same block device opened with `O_DIRECT` (`Device::write_direct`)
     /// and its logical block size, made at the first such write; `None` where it cannot be.
     direct: std::sync::OnceLock<Option<(File, u64)>>,
+    /// The same, opened for reading (`Device::read_bulk`).
+    direct_read: std::sync::OnceLock<Option<(File, u64)>>,
 }
 
 /// Whether the block device `metadata` describes keeps a volatile write cache, from
@@ -209,6 +211,7 @@ impl Device {
             mapping: std::sync::OnceLock::new(),
             cache_flush: std::sync::OnceLock::new(),
             direct: std::sync::OnceLock::new(),
+            direct_read: std::sync::OnceLock::new(),
         })
     }
 
@@ -232,6 +235,7 @@ impl Device {
             mapping: std::sync::OnceLock::new(),
             cache_flush: std::sync::OnceLock::new(),
             direct: std::sync::OnceLock::new(),
+            direct_read: std::sync::OnceLock::new(),
         };
         device.allocate(len)?;
         Ok(device)
@@ -346,31 +350,59 @@ impl Device {
     /// the range first: reads stay coherent). Otherwise, and on an image file, `write_at`.
     /// Durable only after a flush, as any write (SPEC.md §2.5).
     pub fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        let direct = self.direct.get_or_init(|| self.open_direct());
-        let Some((file, block)) = direct
+        let direct = self.direct.get_or_init(|| self.open_direct(true));
+        let Some((file, _)) = direct
             .as_ref()
             .filter(|(_, block)| offset % block == 0 && bytes.len() as u64 % block == 0 && !bytes.is_empty())
         else {
             return self.write_at(offset, bytes);
         };
         // O_DIRECT wants its buffer aligned to the logical block size too (a page here).
-        let align = (*block as usize).max(4096);
-        let mut storage = vec![0u8; bytes.len() + align];
-        let shift = storage.as_ptr().align_offset(align);
-        let aligned = &mut storage[shift..shift + bytes.len()];
+        let mut aligned = crate::volume::AlignedBuffer::new(bytes.len());
         aligned.copy_from_slice(bytes);
-        file.write_all_at(aligned, offset).map_err(|source| self.write_error(offset, bytes.len(), source))
+        file.write_all_at(&aligned, offset).map_err(|source| self.write_error(offset, bytes.len(), source))
     }
 
-    /// The `O_DIRECT` descriptor of a raw block device and its logical block size.
-    fn open_direct(&self) -> Option<(File, u64)> {
+    /// Reads `buffer.len()` bytes at `offset` for one pass over much of the device that
+    /// nobody reads again soon (`fsck --deep`): on a raw block device, with the offset, the
+    /// length and the buffer aligned to its logical block size (`AlignedBuffer`), with
+    /// `O_DIRECT`, so the bytes land in `buffer` without a page-cache copy and evict nothing
+    /// (the kernel writes back any dirty page of the range first: reads stay coherent).
+    /// Otherwise, and on an image file, `read_at`.
+    pub fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        let direct = self.direct_read.get_or_init(|| self.open_direct(false));
+        let aligned = |block: u64| {
+            offset % block == 0
+                && buffer.len() as u64 % block == 0
+                && !buffer.is_empty()
+                && buffer.as_ptr().align_offset(crate::volume::AlignedBuffer::ALIGN) == 0
+        };
+        match direct.as_ref().filter(|(_, block)| aligned(*block)) {
+            Some((file, _)) => file.read_exact_at(buffer, offset).map_err(|source| DeviceError::Read {
+                path: self.path.clone(),
+                offset,
+                len: buffer.len() as u64,
+                source,
+            }),
+            None => self.read_at(offset, buffer),
+        }
+    }
+
+    /// The `O_DIRECT` descriptor of a raw block device (for writing or for reading) and its
+    /// logical block size.
+    fn open_direct(&self, write: bool) -> Option<(File, u64)> {
         if self.kind != DeviceKind::BlockDevice {
             return None;
         }
         let (logical, _) = self.block_sizes()?;
         // The same device as `self.file` even if its path was replaced since.
         let path = PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()));
-        let file = OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC | libc::O_DIRECT).open(path).ok()?;
+        let file = OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_CLOEXEC | libc::O_DIRECT)
+            .open(path)
+            .ok()?;
         Some((file, u64::from(logical).max(1)))
     }
 
@@ -475,6 +507,12 @@ pub trait BlockDevice: Send + Sync {
     fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         self.write_at(offset, bytes)
     }
+    /// Reads `buffer.len()` bytes at `offset` for one pass over much of the device: a device
+    /// may read it around its page cache (`Device::read_bulk`). The same bytes as `read_at`;
+    /// this default is `read_at`. Wrappers forward it or keep the default.
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        self.read_at(offset, buffer)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Makes the completed writes in a range durable.
@@ -559,6 +597,9 @@ impl BlockDevice for Device {
     }
     fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         Device::write_direct(self, offset, bytes)
+    }
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        Device::read_bulk(self, offset, buffer)
     }
     fn flush(&self) -> Result<(), DeviceError> {
         Device::flush(self)

@@ -17,4 +17,4 @@ pub mod volume;
 
 pub use device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
 pub use members::{Members, VolumeDevice};
-pub use volume::{read_labels, MemoryImage, ReadAt, Volume, VolumeError};
+pub use volume::{read_labels, AlignedBuffer, MemoryImage, ReadAt, Volume, VolumeError};

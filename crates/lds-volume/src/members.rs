@@ -278,6 +278,12 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         self.write_at(offset, bytes)
     }
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        if self.layout.is_none() {
+            return self.devices[0].read_bulk(offset, buffer);
+        }
+        self.read_at(offset, buffer)
+    }
     fn flush(&self) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].flush();

@@ -87,6 +87,13 @@ pub trait ReadAt {
     }
     /// Reads `len` bytes at `offset`.
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError>;
+    /// Reads `buffer.len()` bytes at `offset` for one pass over much of the volume, around
+    /// the page cache where the device can (`BlockDevice::read_bulk`); this default copies
+    /// what `read_vec` returns.
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        buffer.copy_from_slice(&self.read_vec(offset, buffer.len() as u64)?);
+        Ok(())
+    }
     /// The volume's label copies where they lie, when reading them at the places the volume's
     /// address space puts them would not do (a volume of several devices, SPEC.md §4.3).
     fn volume_labels(&self) -> Option<Result<LabelPair, DeviceError>> {
@@ -104,6 +111,9 @@ impl<T: crate::device::BlockDevice + ?Sized> ReadAt for T {
     }
     fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
         crate::device::BlockDevice::read_vec(self, offset, len)
+    }
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        crate::device::BlockDevice::read_bulk(self, offset, buffer)
     }
     fn volume_labels(&self) -> Option<Result<LabelPair, DeviceError>> {
         crate::device::BlockDevice::volume_labels(self)
@@ -123,29 +133,77 @@ pub fn read_tolerant(
     len: u64,
     sector: u64,
 ) -> Result<(Vec<u8>, Vec<u64>), DeviceError> {
-    let first_error = match device.read_vec(offset, len) {
-        Ok(bytes) => return Ok((bytes, Vec::new())),
+    let mut bytes = vec![0u8; len as usize];
+    let unreadable = read_tolerant_into(device, offset, &mut bytes, sector)?;
+    Ok((bytes, unreadable))
+}
+
+/// As [`read_tolerant`], into `buffer` (its whole length, through `ReadAt::read_bulk`):
+/// returns the offsets of the sectors that cannot be read, which are left as zeros.
+pub fn read_tolerant_into(
+    device: &(impl ReadAt + ?Sized),
+    offset: u64,
+    buffer: &mut [u8],
+    sector: u64,
+) -> Result<Vec<u64>, DeviceError> {
+    let first_error = match device.read_bulk(offset, buffer) {
+        Ok(()) => return Ok(Vec::new()),
         Err(error) => error,
     };
-    let sector = sector.max(1);
-    let mut bytes = Vec::with_capacity(len as usize);
+    let sector = sector.max(1) as usize;
     let mut unreadable = Vec::new();
-    let mut at = 0u64;
-    while at < len {
-        let piece = sector.min(len - at);
-        match device.read_vec(offset + at, piece) {
-            Ok(read) => bytes.extend_from_slice(&read),
+    for (index, piece) in buffer.chunks_mut(sector).enumerate() {
+        let at = offset + (index * sector) as u64;
+        match device.read_vec(at, piece.len() as u64) {
+            Ok(read) => piece.copy_from_slice(&read),
             Err(_) => {
-                bytes.resize(bytes.len() + piece as usize, 0);
-                unreadable.push(offset + at);
+                piece.fill(0);
+                unreadable.push(at);
             }
         }
-        at += piece;
     }
-    if unreadable.len() as u64 == len.div_ceil(sector) {
+    if unreadable.len() == buffer.len().div_ceil(sector) {
         return Err(first_error);
     }
-    Ok((bytes, unreadable))
+    Ok(unreadable)
+}
+
+/// A buffer whose bytes start at a page boundary, as `O_DIRECT` wants (`read_bulk`).
+pub struct AlignedBuffer {
+    storage: Vec<u8>,
+    shift: usize,
+    len: usize,
+}
+
+impl AlignedBuffer {
+    /// The alignment: a page, a multiple of every logical block size Linux supports.
+    pub const ALIGN: usize = 4096;
+
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Self {
+        let storage = vec![0u8; len + Self::ALIGN];
+        let shift = storage.as_ptr().align_offset(Self::ALIGN);
+        Self { storage, shift, len }
+    }
+}
+
+impl std::ops::Deref for AlignedBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.storage[self.shift..self.shift + self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.shift..self.shift + self.len]
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
 }
 
 /// A volume image held in memory (tests, the crash simulator).
