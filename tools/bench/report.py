@@ -15,7 +15,7 @@ def load(directory: Path):
     runs, limits = {}, {}
     for path in sorted(directory.glob("*.json")):
         document = json.loads(path.read_text())
-        if path.name in ("machine.json", "recovery.json"):
+        if path.name in ("machine.json", "recovery.json", "fsck.json"):
             continue
         if path.name.startswith("limits-"):
             limits[document["setup"]] = document["limits"]
@@ -23,6 +23,14 @@ def load(directory: Path):
             runs[document["setup"]] = document
     machine = json.loads((directory / "machine.json").read_text())
     return runs, limits, machine
+
+
+def args_num(directory) -> str:
+    """The --num of the run whose results are in `directory`, formatted."""
+    try:
+        return f"{json.loads((Path(directory) / 'machine.json').read_text())['args']['num']:,}"
+    except (OSError, KeyError, ValueError):
+        return "?"
 
 
 def result(runs, setup, workload):
@@ -354,6 +362,13 @@ def main():
         doc = json.loads(path.read_text())
         w(f"| recovery of a full 64 MiB version log under 0.1 s | {doc['open_seconds']:.3f} s for {doc['version_log_bytes'] / 2**20:.1f} MiB "
           f"({doc['objects']:,} objects, {doc['where']}) | {'yes' if doc['open_seconds'] < 0.1 else 'no'} |")
+    for directory, keys in [(Path(args.results), f"{args_num(args.results)} keys"), (Path(args.scale_results), f"{args_num(args.scale_results)} keys")]:
+        path = directory / "fsck.json"
+        if path.exists():
+            doc = json.loads(path.read_text())
+            w(f"| fsck --deep at 70% or more of an O_DIRECT read of the same slots ({keys}) | "
+              f"{doc['fsck_deep_mb_per_sec']:.0f} vs {doc['read_mb_per_sec']:.0f} MB/s over {doc['slots']} slots: "
+              f"{100 * doc['ratio']:.0f}% (medians of {len(doc['runs']['read_mb_per_sec'])}) | {'yes' if doc['ratio'] >= 0.7 else 'no'} |")
     w("")
     # The scale run (run.py --num 5000000 --out docs/bench/results-scale), when it was run.
     scaled = Path(args.scale_results)

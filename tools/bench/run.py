@@ -141,6 +141,15 @@ def limits(lds: str, path: Path, out: Path, label: str, size: str):
           f"append+flush p50 {document['limits']['append_flush_p50_us']:.0f} us", flush=True)
 
 
+def fsck_rate(lds: str, path: Path, out: Path):
+    """`lds fsck --deep` of the volume the benchmarks left, against reading its chunks' slots
+    with O_DIRECT (tools/bench/fsck_rate.py)."""
+    script = Path(__file__).with_name("fsck_rate.py")
+    result = subprocess.run([sys.executable, str(script), "--lds", lds, "--runs", "3", "--json", str(out / "fsck.json"),
+                             str(path)], text=True, capture_output=True)
+    print(f"   fsck: {(result.stdout or result.stderr).strip()}", flush=True)
+
+
 def recovery(lds: str, path: Path, out: Path):
     result = subprocess.run([lds, "bench", "--recovery", "--json", "--force", str(path)], text=True, capture_output=True)
     if result.returncode != 0:
@@ -209,6 +218,7 @@ def run_all(args, work: Path, out: Path, size_bytes: int):
         stack.callback(loop.close)
         limits(args.lds, Path(loop.device), out, "raw-loop", args.size)
         bench(args.lds, "lds", Path(loop.device), loop.name, args, out, "lds-raw")
+        fsck_rate(args.lds, Path(loop.device), out)
         recovery(args.lds, Path(loop.device), out)
 
     for fs in [f for f in args.filesystems.split(",") if f]:
