@@ -165,7 +165,7 @@ fn check_tree(
         Ok(check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, log, report))
     };
     let checkers = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, CHECKERS_MAX);
-    if chunks.len() <= INLINE_CHUNKS_MAX || checkers == 1 {
+    if chunks.len() <= INLINE_CHUNKS_MAX {
         let mut spare: Vec<AlignedBuffer> = Vec::new();
         for chunk in chunks {
             let mut read = read_chunk(chunk, &mut || Some(spare.pop().unwrap_or_else(|| AlignedBuffer::new(slot_len))))
@@ -182,11 +182,13 @@ fn check_tree(
     let buffers_max = (2 * checkers + 2).max(most_slots);
     let (free_sender, free) = std::sync::mpsc::channel::<AlignedBuffer>();
     let (work_sender, work) = std::sync::mpsc::sync_channel::<(usize, ChunkRead)>(checkers);
-    let work = std::sync::Mutex::new(work);
+    // The checkers alone hold the work queue: once they stop, the reader's next send fails.
+    let work = std::sync::Arc::new(std::sync::Mutex::new(work));
     let (done_sender, done) = std::sync::mpsc::channel::<Checked>();
     std::thread::scope(|scope| -> Result<(), CheckError> {
         // Dropped when this closure returns, early or not: the reader waiting for a buffer
-        // and the checkers sending a result then stop.
+        // and the checkers sending a result then stop, and with the checkers the reader
+        // waiting to hand over a chunk.
         let (free_sender, done) = (free_sender, done);
         let reader_chunks = chunks.clone();
         scope.spawn(move || {
@@ -208,18 +210,22 @@ fn check_tree(
             }
         });
         for _ in 0..checkers {
-            let (work, done_sender, chunks) = (&work, done_sender.clone(), &chunks);
+            let (work, done_sender, chunks, verify) = (work.clone(), done_sender.clone(), &chunks, &verify);
             scope.spawn(move || loop {
                 let next = work.lock().map_or(None, |work| work.recv().ok());
                 let Some((index, mut read)) = next else { return };
                 let mut local = Report::default();
-                let values = verify(chunks[index], &mut read, &mut local);
+                // A panic goes to the caller with the chunk's place in the order, where it
+                // resumes: a checker that died silently would leave the merge waiting.
+                let values = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    verify(chunks[index], &mut read, &mut local)
+                }));
                 if done_sender.send((index, local, values, read)).is_err() {
                     return;
                 }
             });
         }
-        drop(done_sender);
+        drop((work, done_sender));
         let mut waiting = std::collections::BTreeMap::new();
         for (next, chunk) in chunks.iter().enumerate() {
             let (local, values, read) = loop {
@@ -230,7 +236,8 @@ fn check_tree(
                 waiting.insert(index, (local, values, read));
             };
             report.absorb(local);
-            pointers(chunk, values?, report)?;
+            let values = values.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            pointers(chunk, values, report)?;
             progress(chunk.len_data);
             for (buffer, _) in read {
                 // The reader may have finished: its buffers are no longer wanted.
@@ -245,8 +252,9 @@ fn check_tree(
 /// read (zeros in the buffer), or why none of it can.
 type ChunkRead = Vec<(AlignedBuffer, Result<Vec<u64>, DeviceError>)>;
 
-/// A checked chunk: its index in the tree's list, its report, its values, its buffers.
-type Checked = (usize, Report, Result<ChunkValues, CheckError>, ChunkRead);
+/// A checked chunk: its index in the tree's list, its report, its values (or the checker's
+/// panic), its buffers.
+type Checked = (usize, Report, std::thread::Result<Result<ChunkValues, CheckError>>, ChunkRead);
 
 /// Checking threads at most.
 const CHECKERS_MAX: usize = 4;

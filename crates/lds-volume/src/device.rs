@@ -378,12 +378,16 @@ impl Device {
                 && buffer.as_ptr().align_offset(crate::volume::AlignedBuffer::ALIGN) == 0
         };
         match direct.as_ref().filter(|(_, block)| aligned(*block)) {
-            Some((file, _)) => file.read_exact_at(buffer, offset).map_err(|source| DeviceError::Read {
-                path: self.path.clone(),
-                offset,
-                len: buffer.len() as u64,
-                source,
-            }),
+            Some((file, _)) => match file.read_exact_at(buffer, offset) {
+                // An alignment the device wants beyond its logical block size.
+                Err(error) if error.raw_os_error() == Some(libc::EINVAL) => self.read_at(offset, buffer),
+                result => result.map_err(|source| DeviceError::Read {
+                    path: self.path.clone(),
+                    offset,
+                    len: buffer.len() as u64,
+                    source,
+                }),
+            },
             None => self.read_at(offset, buffer),
         }
     }
