@@ -81,7 +81,7 @@ fn recover(image: &[u8]) -> Option<(Label, bool)> {
 
 /// fsck finds no error or warning.
 fn fsck_clean(image: &[u8]) -> bool {
-    match check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {}) {
+    match check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {}) {
         Ok(report) => {
             for problem in &report.problems {
                 let _ = lds_cli::fsck::problem_line(problem);

@@ -66,6 +66,9 @@ pub enum CheckError {
 pub struct CheckOptions {
     /// Also recompute every chunk's blake3 digest and test every key against its filter.
     pub deep: bool,
+    /// Threads checking the chunks of a large tree while one reads them; 0 (the default):
+    /// one fewer than the cores, at least one, at most four.
+    pub checkers: usize,
 }
 
 /// An instance whose version log recovered, for the passes after the logs.

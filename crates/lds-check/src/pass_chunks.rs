@@ -164,7 +164,12 @@ fn check_tree(
         let images: Vec<&[u8]> = read.iter().map(|(buffer, _)| &buffer[..]).collect();
         Ok(check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, log, report))
     };
-    let checkers = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, CHECKERS_MAX);
+    // A core is left to the reader (and the kernel threads completing its reads): on two
+    // cores one checker keeps up with the device and two slow the reads down.
+    let checkers = match options.checkers {
+        0 => std::thread::available_parallelism().map_or(1, usize::from).saturating_sub(1).clamp(1, CHECKERS_MAX),
+        checkers => checkers,
+    };
     if chunks.len() <= INLINE_CHUNKS_MAX {
         let mut spare: Vec<AlignedBuffer> = Vec::new();
         for chunk in chunks {
@@ -256,7 +261,7 @@ type ChunkRead = Vec<(AlignedBuffer, Result<Vec<u64>, DeviceError>)>;
 /// panic), its buffers.
 type Checked = (usize, Report, std::thread::Result<Result<ChunkValues, CheckError>>, ChunkRead);
 
-/// Checking threads at most.
+/// Checking threads at most, unless `CheckOptions::checkers` says otherwise.
 const CHECKERS_MAX: usize = 4;
 
 /// Trees of at most this many chunks are read without a reader thread.

@@ -361,7 +361,7 @@ mod tests {
     }
 
     fn check_bytes(bytes: &[u8]) -> Report {
-        check(&MemoryImage(bytes), CheckOptions { deep: true }, &mut |_, _| {})
+        check(&MemoryImage(bytes), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
             .unwrap_or_else(|error| panic!("{error}"))
     }
 

@@ -141,7 +141,7 @@ pub fn run(options: &FsckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
             last_quarter = quarter;
         }
     };
-    let result = check(&device, CheckOptions { deep: options.deep }, &mut progress);
+    let result = check(&device, CheckOptions { deep: options.deep, ..Default::default() }, &mut progress);
     bar.finish_and_clear();
     let report = match result {
         Ok(report) => report,

@@ -47,8 +47,12 @@ fn scan(path: &Path) -> String {
 
 fn fsck_lines(path: &Path) -> Vec<String> {
     let bytes = std::fs::read(path).unwrap_or_else(|error| panic!("{error}"));
-    let report = lds_check::check(&MemoryImage(&bytes), lds_check::CheckOptions { deep: true }, &mut |_, _| {})
-        .unwrap_or_else(|error| panic!("{error}"));
+    let report = lds_check::check(
+        &MemoryImage(&bytes),
+        lds_check::CheckOptions { deep: true, ..Default::default() },
+        &mut |_, _| {},
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
     report.problems.iter().map(lds_check::Problem::line).collect()
 }
 

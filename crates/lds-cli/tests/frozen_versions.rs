@@ -64,8 +64,9 @@ fn read_state(path: &Path, instance_count: u32) -> State {
 fn fsck_clean(path: &Path, context: &str) -> lds_check::Summary {
     let volume = lds_volume::Members::open(path, lds_volume::OpenMode::ReadOnly, Duration::ZERO)
         .unwrap_or_else(|error| panic!("{context}: {error}"));
-    let report = lds_check::check(&volume, lds_check::CheckOptions { deep: true }, &mut |_, _| {})
-        .unwrap_or_else(|error| panic!("{context}: {error}"));
+    let report =
+        lds_check::check(&volume, lds_check::CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+            .unwrap_or_else(|error| panic!("{context}: {error}"));
     let lines: Vec<String> = report.problems.iter().map(lds_check::Problem::line).collect();
     assert_eq!(report.exit_code(), 0, "{context}: {lines:#?}");
     report.summary

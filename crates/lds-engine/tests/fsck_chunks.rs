@@ -15,14 +15,9 @@ use lds_format::version::ChunkMeta;
 use lds_volume::volume::{read_labels, MemoryImage, ReadAt};
 use lds_volume::DeviceError;
 
-/// The threaded passes run only with more than one core.
-fn threaded() -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    if cores < 2 {
-        eprintln!("one core: fsck checks inline, the threaded pass is not exercised here");
-    }
-    cores >= 2
-}
+/// Three checkers, whatever the cores: chunks finish out of order and the merge must
+/// restore it.
+const DEEP: CheckOptions = CheckOptions { deep: true, checkers: 3 };
 
 /// A store of many chunks, closed; its image, geometry, last sequence and chunks.
 fn many_chunks(name: &str) -> (Vec<u8>, Geometry, u64, Vec<ChunkMeta>) {
@@ -52,11 +47,8 @@ fn many_chunks(name: &str) -> (Vec<u8>, Geometry, u64, Vec<ChunkMeta>) {
 
 #[test]
 fn a_tree_of_many_chunks_reports_each_damaged_chunk_in_chunk_order() {
-    if !threaded() {
-        return;
-    }
     let (original, geometry, last_sequence, chunks) = many_chunks("fsck-chunks");
-    let deep = CheckOptions { deep: true };
+    let deep = DEEP;
     let clean = check(&MemoryImage(&original), deep, &mut |_, _| {}).expect("check");
     assert_eq!(clean.exit_code(), 0, "{:?}", clean.problems);
     assert_eq!(clean.summary.chunks, chunks.len() as u64);
@@ -126,9 +118,6 @@ impl ReadAt for Failing<'_> {
 
 #[test]
 fn a_slot_that_cannot_be_read_ends_the_check_with_an_error_naming_it() {
-    if !threaded() {
-        return;
-    }
     let (original, geometry, _, chunks) = many_chunks("fsck-unreadable");
     let original = std::sync::Arc::new(original);
     for at in [1, chunks.len() / 2, chunks.len() - 1] {
@@ -139,7 +128,7 @@ fn a_slot_that_cannot_be_read_ends_the_check_with_an_error_naming_it() {
         // Not a scoped thread: a check that hangs must fail the test, not hang it.
         std::thread::spawn(move || {
             let failing = Failing { image: MemoryImage(&bytes), bad: start..start + geometry.slot_size };
-            let _ = sender.send(check(&failing, CheckOptions { deep: true }, &mut |_, _| {}).map(|_| ()));
+            let _ = sender.send(check(&failing, DEEP, &mut |_, _| {}).map(|_| ()));
         });
         let error = match receiver.recv_timeout(std::time::Duration::from_secs(120)) {
             Ok(Err(error)) => error.to_string(),

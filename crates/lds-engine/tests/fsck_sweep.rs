@@ -102,7 +102,7 @@ fn sweep(name: &str) -> (usize, usize, usize) {
     let original = lds_fixtures::load(name);
     let reference = observable(&original);
     // The clean image's own findings (info lines); a flip is reported when fsck says more.
-    let baseline = check(&MemoryImage(&original), CheckOptions { deep: true }, &mut |_, _| {})
+    let baseline = check(&MemoryImage(&original), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
         .unwrap_or_else(|error| panic!("{error}"))
         .problems;
     assert!(
@@ -119,7 +119,7 @@ fn sweep(name: &str) -> (usize, usize, usize) {
             let mut bytes = original.clone();
             bytes[at] ^= 0x01 << (at % 8);
             runs += 1;
-            let report = check(&MemoryImage(&bytes), CheckOptions { deep: true }, &mut |_, _| {});
+            let report = check(&MemoryImage(&bytes), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {});
             let found = match &report {
                 Ok(report) => report.problems != baseline,
                 Err(_) => true,

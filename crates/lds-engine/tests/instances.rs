@@ -23,8 +23,9 @@ type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 fn fsck_clean(image: &Image) {
     let volume = lds_volume::Members::open(image.path(), lds_volume::OpenMode::ReadOnly, Duration::ZERO)
         .unwrap_or_else(|error| panic!("{error}"));
-    let report = lds_check::check(&volume, lds_check::CheckOptions { deep: true }, &mut |_, _| {})
-        .unwrap_or_else(|error| panic!("{error}"));
+    let report =
+        lds_check::check(&volume, lds_check::CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+            .unwrap_or_else(|error| panic!("{error}"));
     let lines: Vec<String> = report.problems.iter().map(lds_check::Problem::line).collect();
     assert_eq!(report.exit_code(), 0, "{lines:#?}");
 }

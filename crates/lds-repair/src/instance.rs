@@ -808,7 +808,14 @@ impl Rebuild<'_> {
         for id in ids {
             let Some(meta) = self.tree.get(&id).cloned() else { continue };
             let images = chunk_images(self.device, geometry, &meta)?;
-            let problems = chunk_problems(&images, geometry, instance, &meta, u64::MAX, CheckOptions { deep: true });
+            let problems = chunk_problems(
+                &images,
+                geometry,
+                instance,
+                &meta,
+                u64::MAX,
+                CheckOptions { deep: true, ..Default::default() },
+            );
             let mut codes: Vec<Code> = problems.iter().map(|problem| problem.code).collect();
             codes.sort();
             codes.dedup();

@@ -266,7 +266,7 @@ pub fn repair(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RepairReport, RepairError> {
     let name = device.name().display().to_string();
-    let check_options = CheckOptions { deep: true };
+    let check_options = CheckOptions { deep: true, ..Default::default() };
     let before = check(device, check_options, progress)?;
     let mut report = RepairReport {
         before: before.clone(),

@@ -229,7 +229,8 @@ pub(crate) fn versions(device: &dyn BlockDevice, geometry: &Geometry) -> Result<
 /// offline change writes nothing then (a refusal after its first write would leave the volume
 /// changed).
 pub(crate) fn refuse_problems(device: &dyn BlockDevice, tolerated: &[lds_check::Code]) -> Result<(), ResizeError> {
-    let report = check(device, CheckOptions { deep: false }, &mut |_, _| {}).map_err(RepairError::from)?;
+    let report =
+        check(device, CheckOptions { deep: false, ..Default::default() }, &mut |_, _| {}).map_err(RepairError::from)?;
     let blocking = report
         .problems
         .iter()

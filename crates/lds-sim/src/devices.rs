@@ -268,8 +268,8 @@ fn reads(device: &SimDevice, sizes: &[u64]) -> Result<Model, String> {
 /// fsck's warnings and errors, by number, but `tolerated`.
 fn problems(device: &SimDevice, sizes: &[u64], tolerated: &[Code]) -> Result<Vec<u16>, String> {
     let volume = volume_of(device, sizes)?;
-    let report =
-        check(&volume, CheckOptions { deep: true }, &mut |_, _| {}).map_err(|error| format!("fsck: {error}"))?;
+    let report = check(&volume, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+        .map_err(|error| format!("fsck: {error}"))?;
     let mut numbers: Vec<u16> = report
         .problems
         .iter()

@@ -79,8 +79,9 @@ fn check_image(
     unbuffered: bool,
 ) -> Result<(), (&'static str, String)> {
     // I3: fsck finds no error or warning (info lines, such as a torn head, are expected).
-    let report = check(&MemoryImage(image.as_slice()), CheckOptions { deep: true }, &mut |_, _| {})
-        .map_err(|error| ("I3", format!("fsck cannot check: {error}")))?;
+    let report =
+        check(&MemoryImage(image.as_slice()), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+            .map_err(|error| ("I3", format!("fsck cannot check: {error}")))?;
     if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
         return Err((
             "I3",
@@ -125,7 +126,7 @@ fn check_image(
         }
         db.close().map_err(|error| ("resume", error.to_string()))?;
         let current = device.current();
-        let report = check(&MemoryImage(&current), CheckOptions { deep: true }, &mut |_, _| {})
+        let report = check(&MemoryImage(&current), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
             .map_err(|error| ("I3", format!("fsck cannot check after the resume: {error}")))?;
         if let Some(problem) = report.first_inconsistency() {
             return Err(("I3", format!("fsck after the resumed compaction: {}", problem.line())));

@@ -129,7 +129,7 @@ fn windows(run: &InstancesRun, point: usize) -> Vec<(usize, usize)> {
 }
 
 fn check_image(run: &InstancesRun, point: usize, image: &[u8]) -> Verdict {
-    let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+    let report = check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
         .map_err(|error| ("I3", format!("fsck cannot check: {error}")))?;
     if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
         return Err(("I3", format!("fsck: {}", problem.line())));

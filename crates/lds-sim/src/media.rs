@@ -519,7 +519,7 @@ fn read_everything(volume: &Volume, device: &SimDevice) -> Reads {
 /// Runs one case on a prepared device.
 pub fn run_case(volume: &Volume, device: &SimDevice) -> Case {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let fsck = check(device, CheckOptions { deep: true }, &mut |_, _| {});
+        let fsck = check(device, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {});
         let (fsck_reported, fsck_note) = match &fsck {
             Err(error) => (true, format!("fsck cannot check: {error}")),
             Ok(report) => match report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {

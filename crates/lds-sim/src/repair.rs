@@ -42,7 +42,7 @@ pub struct Damaged {
 
 /// Whether fsck finds something to repair in an image.
 fn inconsistent(image: &[u8]) -> bool {
-    check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+    check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
         .map_or(true, |report| report.first_inconsistency().is_some())
 }
 
@@ -168,7 +168,7 @@ pub(crate) fn reads_of(image: Vec<u8>) -> Result<Model, String> {
 
 /// fsck's warnings and errors on an image, by number.
 pub(crate) fn problems_of(image: &[u8]) -> Result<Vec<u16>, String> {
-    let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+    let report = check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
         .map_err(|error| format!("fsck: {error}"))?;
     let mut problems: Vec<u16> = report
         .problems

@@ -150,8 +150,9 @@ fn a_torn_backup_log_write_with_later_writes_landed_is_a_crash_state_not_fsck_30
                 for &later in &pending[position + 1..] {
                     apply(&mut image, &history.writes[later], sector_size, None);
                 }
-                let report = check(&MemoryImage(&image), CheckOptions { deep: true }, &mut |_, _| {})
-                    .unwrap_or_else(|error| panic!("{error}"));
+                let report =
+                    check(&MemoryImage(&image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+                        .unwrap_or_else(|error| panic!("{error}"));
                 let torn_with_later = report
                     .problems
                     .iter()

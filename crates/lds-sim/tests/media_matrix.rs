@@ -26,7 +26,8 @@ fn open(device: &SimDevice) -> Result<Db, Error> {
 }
 
 fn fsck_codes(device: &SimDevice) -> Vec<u16> {
-    let report = check(device, CheckOptions { deep: true }, &mut |_, _| {}).unwrap_or_else(|error| panic!("{error}"));
+    let report = check(device, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+        .unwrap_or_else(|error| panic!("{error}"));
     report
         .problems
         .iter()

@@ -120,8 +120,8 @@ fn a_batch_a_crash_dropped_never_comes_back_after_the_gap_is_refilled() {
         apply_to_model(&mut model, op);
         // Every write lands (nothing is lost): a crash now must give exactly the model.
         let again = SimDevice::new(device.current());
-        let report =
-            check(&again, CheckOptions { deep: true }, &mut |_, _| {}).unwrap_or_else(|error| panic!("{error}"));
+        let report = check(&again, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
+            .unwrap_or_else(|error| panic!("{error}"));
         let errors: Vec<_> =
             report.problems.iter().filter(|problem| problem.code.severity() != Severity::Info).collect();
         assert!(errors.is_empty(), "{}: {errors:?}", op.describe());

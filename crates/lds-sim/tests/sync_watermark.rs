@@ -66,7 +66,7 @@ fn zero_sector_of(mut image: Vec<u8>, objects: &[(u64, u64)], lsn: u64) -> Vec<u
 }
 
 fn fsck_codes(image: &[u8]) -> Vec<(u16, Severity)> {
-    let report = check(&MemoryImage(image), CheckOptions { deep: true }, &mut |_, _| {})
+    let report = check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
         .unwrap_or_else(|error| panic!("fsck: {error}"));
     report.problems.iter().map(|problem| (problem.code.number(), problem.code.severity())).collect()
 }
