@@ -149,17 +149,8 @@ fn check_tree(
     let verify = |chunk: &ChunkMeta, read: &mut ChunkRead, report: &mut Report| -> Result<ChunkValues, CheckError> {
         for (_, result) in read.iter_mut() {
             let unreadable = std::mem::replace(result, Ok(Vec::new()))?;
-            if let (Some(&first), Some(&last)) = (unreadable.first(), unreadable.last()) {
-                report.add(
-                    Code::UnreadableSector,
-                    format!("chunk {} of instance {instance}", chunk.chunk_id),
-                    first,
-                    format!(
-                        "{} sectors from offset {first} to {last} cannot be read; they are read as zeros",
-                        unreadable.len()
-                    ),
-                );
-            }
+            let structure = format!("chunk {} of instance {instance}", chunk.chunk_id);
+            crate::pass_logs::report_unreadable(&unreadable, &structure, report);
         }
         let images: Vec<&[u8]> = read.iter().map(|(buffer, _)| &buffer[..]).collect();
         Ok(check_chunk(&images, geometry, instance, chunk, version.last_sequence, options, log, report))

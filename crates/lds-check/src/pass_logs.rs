@@ -203,6 +203,12 @@ pub(crate) fn read_reporting(
     report: &mut Report,
 ) -> Result<Vec<u8>, CheckError> {
     let (bytes, unreadable) = lds_volume::volume::read_tolerant(device, offset, len, sector)?;
+    report_unreadable(&unreadable, structure, report);
+    Ok(bytes)
+}
+
+/// Reports the sectors of a structure that could not be read and were read as zeros (107).
+pub(crate) fn report_unreadable(unreadable: &[u64], structure: &str, report: &mut Report) {
     if let (Some(&first), Some(&last)) = (unreadable.first(), unreadable.last()) {
         report.add(
             Code::UnreadableSector,
@@ -214,7 +220,6 @@ pub(crate) fn read_reporting(
             ),
         );
     }
-    Ok(bytes)
 }
 
 /// The value pointers of the batches `recovery` replays; a pointer that does not decode is

@@ -67,7 +67,7 @@ fn mkfs_and_dump_on_a_loop_device() {
 #[test]
 fn a_range_flush_also_flushes_a_volatile_write_cache() {
     let _serial = serial();
-    use lds_volume::device::{Device, OpenMode};
+    use lds_volume::device::OpenMode;
     if !skip_unless_root() {
         return;
     }
@@ -75,7 +75,7 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
     let name = name_of(&loop_device);
     let mode = std::path::PathBuf::from(format!("/sys/block/{name}/queue/write_cache"));
     let original = std::fs::read_to_string(&mode).unwrap_or_else(|error| panic!("{}: {error}", mode.display()));
-    let open = || Device::open(&loop_device.device, OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+    let open = || opened(&loop_device, OpenMode::ReadOnly);
     assert_eq!(open().has_volatile_cache(), original.trim() != "write through", "mode {original:?}");
     // The kernel lets root declare the cache safe; then sync_file_range alone suffices.
     for (set, volatile) in [("write through", false), ("write back", true)] {
@@ -89,6 +89,11 @@ fn a_range_flush_also_flushes_a_volatile_write_cache() {
 fn attached(tag: &str, len: u64) -> LoopDevice {
     let backing = std::env::temp_dir().join(format!("lds-loop-{tag}-{}.img", std::process::id()));
     LoopDevice::attach(&backing, len).unwrap_or_else(|| panic!("cannot attach a loop device as root"))
+}
+
+/// The attached device, opened in `mode`.
+fn opened(loop_device: &LoopDevice, mode: lds_volume::device::OpenMode) -> lds_volume::device::Device {
+    lds_volume::device::Device::open(&loop_device.device, mode).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// The device's name, as in /sys/block (`loopN`).
@@ -106,13 +111,13 @@ fn written_and_flushes(name: &str) -> (u64, u64) {
 #[test]
 fn a_flush_except_a_range_leaves_its_dirty_pages_and_flushes_the_cache() {
     let _serial = serial();
-    use lds_volume::device::{BlockDevice, Device, OpenMode};
+    use lds_volume::device::{BlockDevice, OpenMode};
     if !skip_unless_root() {
         return;
     }
     let loop_device = attached("except", 16 << 20);
     let name = name_of(&loop_device);
-    let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
+    let device = opened(&loop_device, OpenMode::ReadWrite);
     assert!(device.has_volatile_cache(), "a loop device reports a write-back cache");
     let (excluded, excluded_len) = (4u64 << 20, 1u64 << 20);
     let (other, other_len) = (8u64 << 20, 256u64 << 10);
@@ -177,13 +182,13 @@ fn mkfs_takes_the_sector_size_the_device_writes_atomically() {
 #[test]
 fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     let _serial = serial();
-    use lds_volume::device::{BlockDevice, Device, OpenMode};
+    use lds_volume::device::{BlockDevice, OpenMode};
     if !skip_unless_root() {
         return;
     }
     let loop_device = attached("direct", 8 << 20);
     let name = name_of(&loop_device);
-    let device = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
+    let device = opened(&loop_device, OpenMode::ReadWrite);
     let at = 1u64 << 20;
     // A buffered write leaves a dirty page; the direct write over it replaces it on the device.
     device.write_at(at, &[0x11; 8192]).unwrap_or_else(|error| panic!("{error}"));
@@ -220,14 +225,14 @@ fn sectors_read(name: &str) -> u64 {
 #[test]
 fn a_bulk_read_goes_to_the_device_and_sees_unflushed_writes() {
     let _serial = serial();
-    use lds_volume::device::{Device, OpenMode};
+    use lds_volume::device::OpenMode;
     if !skip_unless_root() {
         return;
     }
     let loop_device = attached("bulk", 8 << 20);
     let name = name_of(&loop_device);
-    let writer = Device::open(&loop_device.device, OpenMode::ReadWrite).unwrap_or_else(|error| panic!("{error}"));
-    let reader = Device::open(&loop_device.device, OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+    let writer = opened(&loop_device, OpenMode::ReadWrite);
+    let reader = opened(&loop_device, OpenMode::ReadOnly);
     let at = 2u64 << 20;
     writer.write_at(at, &[0x44; 16384]).unwrap_or_else(|error| panic!("{error}"));
     // The pages are cached now: a buffered read would not reach the device.

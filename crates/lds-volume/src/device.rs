@@ -294,12 +294,7 @@ impl Device {
 
     /// Reads exactly `buffer.len()` bytes at `offset`.
     pub fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
-        self.file.read_exact_at(buffer, offset).map_err(|source| DeviceError::Read {
-            path: self.path.clone(),
-            offset,
-            len: buffer.len() as u64,
-            source,
-        })
+        self.file.read_exact_at(buffer, offset).map_err(|source| self.read_error(offset, buffer.len(), source))
     }
 
     /// Reads `len` bytes at `offset` into a new buffer.
@@ -381,12 +376,7 @@ impl Device {
             Some((file, _)) => match file.read_exact_at(buffer, offset) {
                 // An alignment the device wants beyond its logical block size.
                 Err(error) if error.raw_os_error() == Some(libc::EINVAL) => self.read_at(offset, buffer),
-                result => result.map_err(|source| DeviceError::Read {
-                    path: self.path.clone(),
-                    offset,
-                    len: buffer.len() as u64,
-                    source,
-                }),
+                result => result.map_err(|source| self.read_error(offset, buffer.len(), source)),
             },
             None => self.read_at(offset, buffer),
         }
@@ -408,6 +398,10 @@ impl Device {
             .open(path)
             .ok()?;
         Some((file, u64::from(logical).max(1)))
+    }
+
+    fn read_error(&self, offset: u64, len: usize, source: std::io::Error) -> DeviceError {
+        DeviceError::Read { path: self.path.clone(), offset, len: len as u64, source }
     }
 
     fn write_error(&self, offset: u64, len: usize, source: std::io::Error) -> DeviceError {
