@@ -20,10 +20,13 @@ doc: |
   kind `log_ref` (format 1.6, feature `log_tables`), only in the blocks of a
   log chunk (lds_chunk_meta flag `log_refs`), holds a log reference as its
   value (`log_ref`): the put's value is in the backup log (SPEC.md §8.9).
+  A compact block (format 1.7, feature `compact_entries`: bit 31 of the
+  trailer's `num_entries`) holds compact entries: a varint `tag` of
+  sequence and kind and varint lengths instead of the 14 fixed bytes.
 doc-ref: SPEC.md §8.2
 seq:
   - id: entries
-    type: entry(_io.pos)
+    type: entry(_io.pos, compact)
     repeat: until
     repeat-until: _io.pos >= _io.size - 8
     doc: The trailer's `num_entries` entries (at least 1).
@@ -31,9 +34,22 @@ seq:
     type: u4
     valid:
       min: 1
+    doc: |
+      The entry count in bits 0 to 30; bit 31 (format 1.7, feature
+      `compact_entries`) set in a compact block (`compact`).
   - id: crc32c
     type: u4
     doc: crc32c of the block's bytes before it (entries and `num_entries`).
+instances:
+  trailer_flags:
+    pos: _io.size - 5
+    type: u1
+    doc: The last byte of `num_entries`, read before the entries.
+  compact:
+    value: trailer_flags >= 128
+    doc: |
+      The entries are compact (format 1.7): three varints, then key and
+      value, instead of 14 fixed bytes.
 types:
   entry:
     doc-ref: SPEC.md §8.2
@@ -41,41 +57,89 @@ types:
       - id: ofs_entry
         type: u8
         doc: Where the entry starts in the block (locates `pointer`).
+      - id: compact
+        type: bool
+        doc: The block is compact.
     seq:
       - id: seq_kind
         type: u8
+        if: not compact
         doc: (sequence << 8) | kind.
-      - id: len_key
+      - id: fixed_len_key
         type: u2
-      - id: len_value
+        if: not compact
+      - id: fixed_len_value
         type: u4
+        if: not compact
+      - id: tag
+        type: varint
+        if: compact
+        doc: (sequence << 2) | kind, in a compact entry.
+      - id: varint_len_key
+        type: varint
+        if: compact
+      - id: varint_len_value
+        type: varint
+        if: compact
       - id: key
         size: len_key
       - id: value
         size: len_value
     instances:
+      len_key:
+        value: 'compact ? varint_len_key.value : fixed_len_key'
+      len_value:
+        value: 'compact ? varint_len_value.value : fixed_len_value'
+      len_header:
+        value: 'compact ? tag.len + varint_len_key.len + varint_len_value.len : 14'
+        doc: Bytes before the key.
       sequence:
-        value: (seq_kind / 256).as<u8>
+        value: '(compact ? tag.value / 4 : seq_kind / 256).as<u8>'
         doc: |
-          `seq_kind >> 8`, written as a division so that languages whose
-          shifts are 32-bit (JavaScript) keep every bit.
+          `seq_kind >> 8` (or `tag >> 2`), written as a division so that
+          languages whose shifts are 32-bit (JavaScript) keep every bit.
       kind:
-        value: seq_kind % 256
+        value: 'compact ? tag.value % 4 : seq_kind % 256'
         enum: kind
       pointer:
-        pos: ofs_entry + 14 + len_key
+        pos: ofs_entry + len_header + len_key
         size: len_value
         type: lds_value_pointer
         if: kind == kind::pointer
         doc: The value of a `pointer` entry, decoded (the same bytes as `value`).
       log_ref:
-        pos: ofs_entry + 14 + len_key
+        pos: ofs_entry + len_header + len_key
         size: len_value
         type: lds_log_ref
         if: kind == kind::log_ref
         doc: |
           The value of a `log_ref` entry, decoded (the same bytes as `value`):
           where the put's value is in the backup log (SPEC.md §8.9).
+  varint:
+    doc: |
+      An unsigned LEB128 varint of a compact entry: 7 bits a byte, least
+      significant first, the high bit set on every byte but the last
+      (at most 9 bytes, SPEC.md §8.2).
+    seq:
+      - id: groups
+        type: u1
+        repeat: until
+        repeat-until: _ < 128
+    instances:
+      len:
+        value: groups.size
+      value:
+        value: >-
+          (groups[0] % 128).as<u8>
+          + (groups.size > 1 ? (groups[1] % 128).as<u8> * 128 : 0)
+          + (groups.size > 2 ? (groups[2] % 128).as<u8> * 16384 : 0)
+          + (groups.size > 3 ? (groups[3] % 128).as<u8> * 2097152 : 0)
+          + (groups.size > 4 ? (groups[4] % 128).as<u8> * 268435456 : 0)
+          + (groups.size > 5 ? (groups[5] % 128).as<u8> * 34359738368 : 0)
+          + (groups.size > 6 ? (groups[6] % 128).as<u8> * 4398046511104 : 0)
+          + (groups.size > 7 ? (groups[7] % 128).as<u8> * 562949953421312 : 0)
+          + (groups.size > 8 ? (groups[8] % 128).as<u8> * 72057594037927936 : 0)
+        doc: The value (exact to 2^53 in JavaScript).
 enums:
   kind:
     0: delete

@@ -52,7 +52,9 @@ seq:
       `chunk_sketches`, level-0 chunks carry a key sketch (lds_key_sketch,
       lds_chunk_footer::len_sketch). Bit 5 (1.6): `log_tables`, level-0
       chunks may hold log references into the backup log (lds_log_ref,
-      lds_chunk_meta::has_log_refs), whose objects writers retain.
+      lds_chunk_meta::has_log_refs), whose objects writers retain. Bit 6
+      (1.7): `compact_entries`, blocks may hold compact entries
+      (lds_block::compact).
   - id: geometry
     type: geometry
   - id: generation
@@ -98,16 +100,21 @@ instances:
     doc: |
       Feature `log_tables` (1.6): log chunks, whose entries of kind 3 name
       puts in the backup log (SPEC.md §8.9).
+  has_compact_entries:
+    value: (features_incompat & 64) != 0
+    doc: |
+      Feature `compact_entries` (1.7): blocks may hold compact entries, whose
+      sequence, kind and lengths are varints (SPEC.md §8.2).
   is_valid_except_crc:
     value: >-
-      version_major == 1 and len_label == 512 and features_incompat <= 63
+      version_major == 1 and len_label == 512 and features_incompat <= 127
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
       (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3, 1.5 bit 4,
-      1.6 bit 5), zero reserved bytes or a
+      1.6 bit 5, 1.7 bit 6), zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use lds_format::batch::{decode_entries, WriteBatchRecord, SEQUENCE_MAX};
 use lds_format::chunk::{
-    compare_internal, decode_block, decode_index, pack_seq_kind, visit_block, Filter, Footer, SubChunkView,
-    CHUNK_MAGIC, FOOTER_LEN,
+    compare_internal, decode_block, decode_index, encode_entry, pack_seq_kind, visit_block, Filter, Footer,
+    SubChunkView, BLOCK_FLAG_COMPACT, CHUNK_MAGIC, FOOTER_LEN,
 };
 use lds_format::codec::{align8, align_up, crc32c, Reader, Writer};
 use lds_format::image::empty_base_version;
@@ -645,27 +645,25 @@ pub fn filter(data: &[u8]) {
     }
 }
 
-/// `block`: a block with its trailer (SPEC.md §8.2). A block that decodes holds entries in
-/// strictly increasing internal-key order and encodes back to the same bytes.
+/// `block`: a block with its trailer (SPEC.md §8.2), fixed or compact entries. A block that
+/// decodes holds entries in strictly increasing internal-key order and encodes back to the
+/// same bytes (a compact entry's varints are in their shortest form).
 pub fn block(data: &[u8]) {
     as_given_and_repaired(data, fixup::block, |bytes| {
         let Ok(entries) = decode_block(bytes, 0) else {
             return;
         };
-        let mut writer = Writer::new();
+        // Fixed or compact entries, as the trailer's flag says (format 1.7).
+        let flag = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap_or([0; 4]))
+            & BLOCK_FLAG_COMPACT;
+        let mut encoded = Vec::new();
         for entry in &entries {
-            let value_len = u32::try_from(entry.value.len()).unwrap_or(u32::MAX);
-            let key_len = u16::try_from(entry.key.len()).unwrap_or(u16::MAX);
-            writer
-                .u64(pack_seq_kind(entry.sequence, entry.kind))
-                .u16(key_len)
-                .u32(value_len)
-                .bytes(entry.key)
-                .bytes(entry.value);
+            encode_entry(&mut encoded, flag != 0, entry.key, entry.sequence, entry.kind, entry.value);
         }
-        writer.u32(entries.len() as u32);
-        writer.u32(crc32c(writer.as_slice()));
-        assert!(writer.as_slice() == bytes, "block: decoding then encoding changes the bytes");
+        encoded.extend_from_slice(&(entries.len() as u32 | flag).to_le_bytes());
+        let crc = crc32c(&encoded);
+        encoded.extend_from_slice(&crc.to_le_bytes());
+        assert!(encoded == bytes, "block: decoding then encoding changes the bytes");
         for pair in entries.windows(2) {
             let order = compare_internal(
                 pair[0].key,

@@ -426,7 +426,7 @@ def test_engine_written_kv_separated_volume_matches(kaitai_dump, tmp_path):
 
     volume = compare(image, "kv-separated volume")
     label = volume["labels"]["primary"]
-    assert label["features_incompat"] & 8 and label["version_minor"] == 4, label
+    assert label["features_incompat"] & (8 | 64) == 8 | 64 and label["version_minor"] == 7, label
     assert any("value_footer" in slot for slot in volume["slots"]), "no slot holds a value chunk"
     objects = [o for log in ("version_log", "backup_log") for side in ("left", "right")
                for o in volume["instances"][0][log][side] if o["payload"] is not None]
@@ -538,7 +538,7 @@ def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
 
     volume = compare(image, "triad-log volume")
     label = volume["labels"]["primary"]
-    assert label["features_incompat"] & 32 and label["version_minor"] == 6, label
+    assert label["features_incompat"] & (32 | 64) == 32 | 64 and label["version_minor"] == 7, label
     assert volume["instances"][0]["status"]["retained_bytes"] == tree["retained_bytes"]
     state = compare_state(image, "triad-log volume", volume)
     assert state is not None, "the readers cannot read the triad-log volume"

@@ -77,9 +77,10 @@ pub struct BenchOptions {
     /// Measure the device's limits on PATH instead (overwrites its first bytes).
     #[arg(long)]
     pub device_limits: bool,
-    /// For lds: the format version mkfs writes (1.3, its default: xxh3-128 chunk digests and the
-    /// sync watermark; 1.1 blake3 digests; 1.0 no watermark).
-    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3"])]
+    /// For lds: the format version mkfs writes (1.7, its default: compact block entries,
+    /// xxh3-128 chunk digests and the sync watermark; 1.3 fixed-size entry headers; 1.1 blake3
+    /// digests; 1.0 no watermark).
+    #[arg(long, default_value = "1.7", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.7"])]
     pub format_version: String,
     /// Measure recovery instead: write an image with a full 64 MiB version log to PATH
     /// (overwriting it) and time the open, page cache dropped first when root.

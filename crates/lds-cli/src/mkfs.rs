@@ -52,11 +52,13 @@ pub struct MkfsOptions {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Format version: 1.3 (the default: chunks record an xxh3-128 digest, SPEC.md §8.3, and
-    /// write batches a sync watermark, §7.1), 1.1 or 1.2 (a blake3 digest: readable by builds
-    /// from 1.1 on; 1.2 adds nothing a new volume has) or 1.0 (readable by every build); 1.4
-    /// is 1.3 with `--value-chunks`, 1.5 with `--chunk-sketches`, 1.6 with `--log-tables`.
-    #[arg(long, default_value = "1.3", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"])]
+    /// Format version: 1.7 (the default: blocks hold compact entries, SPEC.md §8.2, chunks
+    /// record an xxh3-128 digest, §8.3, and write batches a sync watermark, §7.1); 1.3 (the
+    /// same with fixed-size entry headers: readable by builds from 1.3 on); 1.1 or 1.2 (a blake3
+    /// digest: readable by builds from 1.1 on; 1.2 adds nothing a new volume has) or 1.0
+    /// (readable by every build); 1.4 is 1.3 with `--value-chunks`, 1.5 with
+    /// `--chunk-sketches`, 1.6 with `--log-tables`. Those three options also go with 1.7.
+    #[arg(long, default_value = "1.7", value_parser = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"])]
     pub format_version: String,
     /// Allow value chunks (format 1.4, feature `value_chunks`, SPEC.md §8.6): the engine's
     /// key-value separation (`--technique kv-separation`) keeps large values there, up to 1 GiB
@@ -211,12 +213,13 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     };
     let geometry =
         plan_layout(&request, uuid).map_err(|error| format!("{}: cannot lay out a volume: {error}", path.display()))?;
-    // 1.3 unless an earlier version is asked for (`MkfsOptions::default()` leaves the field
+    // 1.7 unless an earlier version is asked for (`MkfsOptions::default()` leaves the field
     // empty).
     let label = match options.format_version.as_str() {
         "1.0" => Label::new(geometry, &options.name),
         "1.1" | "1.2" => Label::new(geometry, &options.name).with_sync_watermark(),
-        _ => Label::new(geometry, &options.name).with_sync_watermark().with_fast_digest(),
+        "1.3" | "1.4" | "1.5" | "1.6" => Label::new(geometry, &options.name).with_sync_watermark().with_fast_digest(),
+        _ => Label::new(geometry, &options.name).with_sync_watermark().with_fast_digest().with_compact_entries(),
     };
     let label = match (options.value_chunks || options.format_version == "1.4", options.format_version.as_str()) {
         (true, "1.0" | "1.1" | "1.2") => {

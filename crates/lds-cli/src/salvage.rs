@@ -136,7 +136,7 @@ fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &S
         force: args.force,
         json: false,
         // What mkfs writes (SPEC.md §17), with value chunks where the source has them.
-        format_version: if salvaged.has_value_chunks { "1.4" } else { "1.3" }.into(),
+        format_version: "1.7".into(),
         value_chunks: salvaged.has_value_chunks,
         chunk_sketches: false,
         log_tables: false,

@@ -228,9 +228,9 @@ fn join_fill_and_remove_devices_of_image_files() {
     };
     assert_eq!(lds_cli::dump::run(&dump, &mut out, &mut err), 0);
     let label: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
-    // The feature multi_device cleared; mkfs's 1.3 features stay (SPEC.md §17).
-    assert_eq!(label["primary"]["features_incompat"], 5, "{label}");
-    assert_eq!(label["primary"]["version_minor"], 3, "{label}");
+    // The feature multi_device cleared; mkfs's 1.7 features stay (SPEC.md §17).
+    assert_eq!(label["primary"]["features_incompat"], 1 | 4 | 64, "{label}");
+    assert_eq!(label["primary"]["version_minor"], 7, "{label}");
     let _ = std::fs::remove_dir_all(&directory);
 }
 

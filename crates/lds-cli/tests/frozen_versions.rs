@@ -125,7 +125,7 @@ fn write_log_chunks(name: &str, path: &Path, written: &mut State) {
 fn every_frozen_volume_reads_checks_dumps_and_takes_writes() {
     let volumes = frozen_volumes();
     for (version, count) in
-        [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5), ("v1.5/", 5), ("v1.6/", 7)]
+        [("v1.0/", 4), ("v1.1/", 4), ("v1.2/", 2), ("v1.3/", 4), ("v1.4/", 5), ("v1.5/", 5), ("v1.6/", 7), ("v1.7/", 4)]
     {
         assert!(
             volumes.iter().filter(|(name, _)| name.starts_with(version)).count() >= count,

@@ -145,8 +145,19 @@ fn options_shape_the_layout() {
 }
 
 #[test]
-fn format_version_1_3_by_default_and_earlier_ones_on_request() {
-    for (version, minor, incompat) in [("", 3, 5), ("1.3", 3, 5), ("1.2", 1, 1), ("1.1", 1, 1), ("1.0", 0, 0)] {
+fn format_version_1_7_by_default_and_earlier_ones_on_request() {
+    let versions = [
+        ("", 7, 1 | 4 | 64),
+        ("1.7", 7, 1 | 4 | 64),
+        ("1.6", 6, 1 | 4 | 32),
+        ("1.5", 5, 1 | 4 | 16),
+        ("1.4", 4, 1 | 4 | 8),
+        ("1.3", 3, 5),
+        ("1.2", 1, 1),
+        ("1.1", 1, 1),
+        ("1.0", 0, 0),
+    ];
+    for (version, minor, incompat) in versions {
         let path = scratch(&format!("version-{version}.img"));
         let options = MkfsOptions {
             path: path.clone(),

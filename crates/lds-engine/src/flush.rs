@@ -43,7 +43,7 @@ pub(crate) fn flush_frozen(
     let batches = tracked.filter(|_| log_chunk);
     let (mut references, mut kept_entries) = (0u64, 0u64);
     let mut retention = Retention::new(smallest_snapshot);
-    let mut format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
+    let mut format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.encoding);
     if shared.sketches {
         format = format.with_sketches();
     }

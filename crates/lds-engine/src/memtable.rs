@@ -141,11 +141,15 @@ pub(crate) struct BatchPosition {
 const ENTRY_OVERHEAD_BYTES: usize = list::mean_entry_bytes(0, 0);
 
 /// At most the bytes an entry takes in the blocks and block index of a chunk (SPEC.md §8.2):
-/// its fixed fields, key and value and, were it alone in its block, the block's trailer and
-/// index entry (which repeats the key).
+/// its header at its longest (fixed or compact), key and value and, were it alone in its
+/// block, the block's trailer and index entry (which repeats the key).
 fn chunk_bytes_max(key: &[u8], value: &[u8]) -> usize {
-    use lds_format::chunk::{BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN};
-    ENTRY_FIXED_LEN + BLOCK_TRAILER_LEN + INDEX_ENTRY_FIXED_LEN + 2 * key.len() + value.len()
+    use lds_format::chunk::{BLOCK_TRAILER_LEN, COMPACT_ENTRY_HEADER_MAX_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN};
+    ENTRY_FIXED_LEN.max(COMPACT_ENTRY_HEADER_MAX_LEN)
+        + BLOCK_TRAILER_LEN
+        + INDEX_ENTRY_FIXED_LEN
+        + 2 * key.len()
+        + value.len()
 }
 
 impl MemTable {

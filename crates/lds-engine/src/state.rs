@@ -383,8 +383,9 @@ pub(crate) struct Shared {
     /// The online map, shared with the other instances opened with this one.
     pub(crate) slots: Arc<Mutex<SlotMap>>,
     pub(crate) geometry: Geometry,
-    /// The digest new chunks record (the label's feature `fast_digest`, SPEC.md §8.3).
-    pub(crate) digest: lds_format::chunk::DigestKind,
+    /// The digest and entry encoding of new chunks (the label's features `fast_digest` and
+    /// `compact_entries`, SPEC.md §8.2, §8.3).
+    pub(crate) encoding: lds_format::pack::ChunkEncoding,
     pub(crate) instance: u32,
     pub(crate) options: Options,
     pub(crate) path: PathBuf,

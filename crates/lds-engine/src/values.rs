@@ -34,7 +34,7 @@ pub(crate) fn format(shared: &Shared) -> ValueFormat {
         slot_size: shared.geometry.slot_size,
         instance: shared.instance,
         volume_uuid: shared.geometry.volume_uuid,
-        digest: shared.digest,
+        digest: shared.encoding.digest,
     }
 }
 

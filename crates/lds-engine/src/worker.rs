@@ -151,7 +151,7 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
             *slot = Some(crate::compaction::start(shared, plan)?);
         } else if let Some(journal) = resume {
             let version = Arc::clone(shared.lock_state().version());
-            let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
+            let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.encoding);
             let forest = (shared.options.forest_fanout > 0).then_some(shared.options.forest_fanout);
             let mut merger = Merger::resume(&journal, &version, shared.smallest_snapshot(), format, forest)?;
             crate::compaction::read_log_region(shared, &mut merger, &version)?;

@@ -16,6 +16,14 @@ const FOOTER_CRC_OFFSET: usize = FOOTER_LEN - 4;
 pub const BLOCK_TRAILER_LEN: usize = 8;
 /// Fixed bytes of an entry before key and value.
 pub const ENTRY_FIXED_LEN: usize = 14;
+/// Bit 31 of a block trailer's `num_entries` (format 1.7, feature `compact_entries`): the
+/// block's entries are compact, their header three varints (SPEC.md §8.2).
+pub const BLOCK_FLAG_COMPACT: u32 = 1 << 31;
+/// Most bytes a compact entry's header takes: sequence and kind in 9 varint bytes (2^58),
+/// `len_key` in 3 (2^16), `len_value` in 5 (2^32).
+pub const COMPACT_ENTRY_HEADER_MAX_LEN: usize = 17;
+/// Fewest bytes a compact entry takes: three 1-byte varints and a 1-byte key.
+const COMPACT_ENTRY_MIN_LEN: usize = 4;
 /// Fixed bytes of a block index entry before the key.
 pub const INDEX_ENTRY_FIXED_LEN: usize = 18;
 /// Bytes of the filter header.
@@ -32,6 +40,70 @@ pub fn pack_seq_kind(sequence: u64, kind: EntryKind) -> u64 {
 pub fn unpack_seq_kind(seq_kind: u64) -> Option<(u64, EntryKind)> {
     let kind = EntryKind::from_code((seq_kind & 0xff) as u8)?;
     Some((seq_kind >> 8, kind))
+}
+
+/// Bytes of `value` as an LEB128 varint.
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// The varint at `bytes[*at..]` of at most `max_len` bytes, in its shortest form; advances
+/// `at`. `Err(true)` when the bytes end inside it, `Err(false)` when it is longer than
+/// `max_len` or than its value needs.
+fn get_varint(bytes: &[u8], at: &mut usize, max_len: usize) -> Result<u64, bool> {
+    let mut value = 0u64;
+    for index in 0..max_len {
+        let Some(&byte) = bytes.get(*at + index) else {
+            return Err(true);
+        };
+        value |= u64::from(byte & 0x7f) << (7 * index);
+        if byte < 0x80 {
+            if byte == 0 && index > 0 {
+                return Err(false);
+            }
+            *at += index + 1;
+            return Ok(value);
+        }
+    }
+    Err(false)
+}
+
+/// The varint that leads a compact entry: `(sequence << 2) | kind` (SPEC.md §8.2).
+fn compact_tag(sequence: u64, kind: EntryKind) -> u64 {
+    (sequence << 2) | u64::from(kind.code())
+}
+
+/// Bytes of an entry's header before its key: 14 fixed bytes, or (format 1.7) three varints.
+pub fn entry_header_len(compact: bool, sequence: u64, kind: EntryKind, len_key: usize, len_value: usize) -> usize {
+    if compact {
+        varint_len(compact_tag(sequence, kind)) + varint_len(len_key as u64) + varint_len(len_value as u64)
+    } else {
+        ENTRY_FIXED_LEN
+    }
+}
+
+/// Appends one block entry (SPEC.md §8.2): fixed, or compact (`compact`, format 1.7). The
+/// key is at most 65535 bytes and the value below 4 GiB (§16).
+pub fn encode_entry(out: &mut Vec<u8>, compact: bool, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+    if compact {
+        put_varint(out, compact_tag(sequence, kind));
+        put_varint(out, key.len() as u64);
+        put_varint(out, value.len() as u64);
+    } else {
+        out.extend_from_slice(&pack_seq_kind(sequence, kind).to_le_bytes());
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
 }
 
 /// The chunk footer (SPEC.md §8.3).
@@ -288,7 +360,8 @@ pub fn decode_index(bytes: &[u8], offset: u64, footer: &Footer) -> Result<Vec<In
             last_seq_kind: reader.u64()?,
             last_key: reader.key()?.to_vec(),
         };
-        if entry.ofs_block != expected_offset || (entry.len_block as usize) < BLOCK_TRAILER_LEN + ENTRY_FIXED_LEN + 1 {
+        if entry.ofs_block != expected_offset || (entry.len_block as usize) < BLOCK_TRAILER_LEN + COMPACT_ENTRY_MIN_LEN
+        {
             return Err(FormatError::invalid(
                 S,
                 "ofs_block",
@@ -342,6 +415,42 @@ pub struct EntryRef<'a> {
     pub value: &'a [u8],
 }
 
+/// Why an entry header could not be read (`entry_header`).
+pub(crate) enum BadHeader {
+    /// The bytes end at `at`, `needed` short.
+    Truncated { at: usize, needed: usize },
+    /// A compact entry's varint `field` is longer than its field allows, too large, or not
+    /// in its shortest form.
+    Varint(&'static str),
+}
+
+/// The header of the entry at `body[at..]` (SPEC.md §8.2): `(seq_kind, len_key, len_value,
+/// where the key starts)`; `compact` (block trailer flag) says which encoding.
+pub(crate) fn entry_header(body: &[u8], at: usize, compact: bool) -> Result<(u64, usize, usize, usize), BadHeader> {
+    if compact {
+        let mut cursor = at;
+        let mut varint = |field: &'static str, max_len: usize, limit: u64| match get_varint(body, &mut cursor, max_len)
+        {
+            Ok(value) if value <= limit => Ok(value),
+            Err(true) => Err(BadHeader::Truncated { at: body.len(), needed: 1 }),
+            _ => Err(BadHeader::Varint(field)),
+        };
+        let tag = varint("seq_kind", 9, (SEQUENCE_MAX << 2) | 3)?;
+        let len_key = varint("len_key", 3, u64::from(u16::MAX))? as usize;
+        let len_value = varint("len_value", 5, u64::from(u32::MAX))? as usize;
+        Ok(((tag >> 2) << 8 | (tag & 3), len_key, len_value, cursor))
+    } else {
+        let Some(fixed) = body.get(at..at + ENTRY_FIXED_LEN) else {
+            return Err(BadHeader::Truncated { at, needed: ENTRY_FIXED_LEN });
+        };
+        let seq_kind =
+            u64::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]]);
+        let len_key = usize::from(u16::from_le_bytes([fixed[8], fixed[9]]));
+        let len_value = u32::from_le_bytes([fixed[10], fixed[11], fixed[12], fixed[13]]) as usize;
+        Ok((seq_kind, len_key, len_value, at + ENTRY_FIXED_LEN))
+    }
+}
+
 /// Checks a block's trailer crc and decodes its entries in order.
 pub fn decode_block(bytes: &[u8], offset: u64) -> Result<Vec<EntryRef<'_>>, FormatError> {
     let mut entries = Vec::new();
@@ -379,15 +488,18 @@ pub fn visit_block_checked<'a>(
         return Err(FormatError::ChecksumMismatch { structure: S, offset, expected: stored, actual });
     }
     let count_at = bytes.len() - BLOCK_TRAILER_LEN;
-    let num_entries =
+    let trailer_count =
         u32::from_le_bytes([bytes[count_at], bytes[count_at + 1], bytes[count_at + 2], bytes[count_at + 3]]);
+    let compact = trailer_count & BLOCK_FLAG_COMPACT != 0;
+    let num_entries = trailer_count & !BLOCK_FLAG_COMPACT;
     let body = &bytes[..count_at];
-    let count = Reader::new(body, S, offset).count(u64::from(num_entries), ENTRY_FIXED_LEN + 1, "num_entries")?;
+    let entry_min = if compact { COMPACT_ENTRY_MIN_LEN } else { ENTRY_FIXED_LEN + 1 };
+    let count = Reader::new(body, S, offset).count(u64::from(num_entries), entry_min, "num_entries")?;
     if count == 0 {
         return Err(FormatError::invalid(S, "num_entries", offset, "an empty block"));
     }
-    // A tight parse (reads decode every block they load): each entry's fixed fields, then its
-    // key and value, every length checked against the bytes that remain before it is used.
+    // A tight parse (reads decode every block they load): each entry's header, then its key
+    // and value, every length checked against the bytes that remain before it is used.
     let truncated = |at: usize, needed: usize| FormatError::Truncated {
         structure: S,
         offset: offset + at as u64,
@@ -398,14 +510,12 @@ pub fn visit_block_checked<'a>(
     let mut previous: Option<(&[u8], u64)> = None;
     for _ in 0..count {
         let entry_offset = offset + at as u64;
-        let Some(fixed) = body.get(at..at + ENTRY_FIXED_LEN) else {
-            return Err(truncated(at, ENTRY_FIXED_LEN));
-        };
-        let seq_kind =
-            u64::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]]);
-        let len_key = usize::from(u16::from_le_bytes([fixed[8], fixed[9]]));
-        let len_value = u32::from_le_bytes([fixed[10], fixed[11], fixed[12], fixed[13]]) as usize;
-        let key_start = at + ENTRY_FIXED_LEN;
+        let (seq_kind, len_key, len_value, key_start) = entry_header(body, at, compact).map_err(|bad| match bad {
+            BadHeader::Truncated { at, needed } => truncated(at, needed),
+            BadHeader::Varint(field) => {
+                FormatError::invalid(S, field, entry_offset, "a varint longer or larger than its field allows")
+            }
+        })?;
         let Some(key) = body.get(key_start..key_start + len_key) else {
             return Err(truncated(key_start, len_key));
         };
@@ -600,6 +710,8 @@ pub struct ChunkOptions {
     /// The precision of the key sketch each sub-chunk carries (SPEC.md §8.7, volumes with
     /// feature `chunk_sketches`); 0 for none.
     pub sketch_precision: u8,
+    /// Blocks hold compact entries (SPEC.md §8.2, volumes with feature `compact_entries`).
+    pub compact_entries: bool,
 }
 
 impl ChunkOptions {
@@ -762,7 +874,8 @@ impl ChunkBuilder {
     /// Adds an entry if it fits the slot; returns false (adding nothing) when it does not.
     /// Entries must come in internal-key order.
     pub fn add(&mut self, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) -> bool {
-        let entry_len = ENTRY_FIXED_LEN + key.len() + value.len();
+        let compact = self.options.compact_entries;
+        let entry_len = entry_header_len(compact, sequence, kind, key.len(), value.len()) + key.len() + value.len();
         let new_key = usize::from(self.num_entries == 0 || self.last_key != key);
         let close_first = self.block_entries > 0
             && self.body.len() - self.block_start + entry_len + BLOCK_TRAILER_LEN > self.options.block_size;
@@ -792,11 +905,7 @@ impl ChunkBuilder {
         debug_assert!(
             self.num_entries == 0 || compare_internal(&self.last_key, self.last_seq_kind, key, seq_kind).is_lt()
         );
-        self.body.extend_from_slice(&seq_kind.to_le_bytes());
-        self.body.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        self.body.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        self.body.extend_from_slice(key);
-        self.body.extend_from_slice(value);
+        encode_entry(&mut self.body, compact, key, sequence, kind, value);
         if new_key == 1 {
             self.key_hashes.push(filter_hash(key));
         }
@@ -826,7 +935,8 @@ impl ChunkBuilder {
         if self.block_entries == 0 {
             return;
         }
-        self.body.extend_from_slice(&self.block_entries.to_le_bytes());
+        let flag = if self.options.compact_entries { BLOCK_FLAG_COMPACT } else { 0 };
+        self.body.extend_from_slice(&(self.block_entries | flag).to_le_bytes());
         let crc = crc32c(&self.body[self.block_start..]);
         self.body.extend_from_slice(&crc.to_le_bytes());
         let len_block = (self.body.len() - self.block_start) as u32;
@@ -1156,6 +1266,7 @@ mod tests {
             bloom_bits_per_key: 10,
             digest: DigestKind::Blake3,
             sketch_precision: 0,
+            compact_entries: false,
         }
     }
 
@@ -1183,6 +1294,125 @@ mod tests {
             assert!(builder.add(&key(number), u64::from(number) + 1, kind, &value));
         }
         builder.finish(identity()).expect("not empty")
+    }
+
+    /// Entries of every length class a varint has: sequences near each 7-bit boundary and the
+    /// largest, keys of 10 to 300 bytes, values of 0 to 20,000, puts and deletes.
+    fn varied_entries() -> Vec<(Vec<u8>, u64, EntryKind, Vec<u8>)> {
+        let sequences = [1u64, 31, 32, 127, 128, 1 << 19, (1 << 19) - 1, 1 << 26, SEQUENCE_MAX - 1, SEQUENCE_MAX];
+        let mut entries = Vec::new();
+        for number in 0..400u32 {
+            let mut key = key(number);
+            key.resize(key.len().max((number as usize * 37) % 300), b'k');
+            let kind = if number % 5 == 2 { EntryKind::Delete } else { EntryKind::Put };
+            let len_value = [0usize, 1, 127, 128, 300, 16_383, 16_384, 20_000][number as usize % 8];
+            let value = if kind == EntryKind::Put { vec![number as u8; len_value] } else { Vec::new() };
+            entries.push((key, sequences[number as usize % sequences.len()], kind, value));
+        }
+        entries.sort_by(|a, b| compare_internal(&a.0, pack_seq_kind(a.1, a.2), &b.0, pack_seq_kind(b.1, b.2)));
+        entries.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        entries
+    }
+
+    fn build_entries(options: ChunkOptions, entries: &[(Vec<u8>, u64, EntryKind, Vec<u8>)]) -> BuiltSubChunk {
+        let mut builder = ChunkBuilder::new(options);
+        for (key, sequence, kind, value) in entries {
+            assert!(builder.add(key, *sequence, *kind, value), "fits the slot");
+        }
+        builder.finish(identity()).expect("not empty")
+    }
+
+    #[test]
+    fn compact_entries_read_back_as_written_and_take_fewer_bytes() {
+        let entries = varied_entries();
+        let options = ChunkOptions { slot_size: 4 << 20, ..options() };
+        let fixed = build_entries(options, &entries);
+        let compact = build_entries(ChunkOptions { compact_entries: true, ..options }, &entries);
+        for (built, flag) in [(&fixed, 0), (&compact, BLOCK_FLAG_COMPACT)] {
+            let image = built.slot_image();
+            let view = SubChunkView::open(&image, 0).expect("opens");
+            view.verify_digest(0).expect("digest");
+            let read: Vec<_> = view
+                .entries(0)
+                .expect("decodes")
+                .into_iter()
+                .map(|entry| (entry.key.to_vec(), entry.sequence, entry.kind, entry.value.to_vec()))
+                .collect();
+            assert_eq!(read, entries);
+            for index in 0..view.index.len() {
+                let block = view.block(index);
+                let trailer = u32::from_le_bytes(block[block.len() - 8..block.len() - 4].try_into().expect("4"));
+                assert_eq!(trailer & BLOCK_FLAG_COMPACT, flag, "block {index}");
+            }
+        }
+        // Each header is exactly what `entry_header_len` says: the bodies differ by the sum.
+        let saved: usize = entries
+            .iter()
+            .map(|(key, sequence, kind, value)| {
+                ENTRY_FIXED_LEN - entry_header_len(true, *sequence, *kind, key.len(), value.len())
+            })
+            .sum();
+        assert!(saved > 0);
+        let blocks = |built: &BuiltSubChunk| built.footer.num_blocks as usize;
+        assert_eq!(blocks(&fixed), blocks(&compact), "same block boundaries at this size");
+        assert_eq!(fixed.footer.len_body as usize - compact.footer.len_body as usize, saved);
+    }
+
+    #[test]
+    fn varints_are_shortest_form_and_bounded() {
+        for value in [0u64, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), (SEQUENCE_MAX << 2) | 3, u64::MAX] {
+            let mut bytes = Vec::new();
+            put_varint(&mut bytes, value);
+            assert_eq!(bytes.len(), varint_len(value), "{value}");
+            let mut at = 0;
+            assert_eq!(get_varint(&bytes, &mut at, 10), Ok(value));
+            assert_eq!(at, bytes.len());
+            // One byte short: truncated.
+            let mut at = 0;
+            assert_eq!(get_varint(&bytes[..bytes.len() - 1], &mut at, 10), Err(true), "{value}");
+            if bytes.len() > 1 {
+                // Longer than the field allows.
+                assert_eq!(get_varint(&bytes, &mut 0, bytes.len() - 1), Err(false), "{value}");
+            }
+        }
+        // Not the shortest form: 1 written as two bytes.
+        assert_eq!(get_varint(&[0x81, 0x00], &mut 0, 10), Err(false));
+    }
+
+    /// A one-block slot image of `entries` with the compact flag, crc fixed after `edit`.
+    fn compact_block(body: &[u8], num_entries: u32) -> Vec<u8> {
+        let mut block = body.to_vec();
+        block.extend_from_slice(&(num_entries | BLOCK_FLAG_COMPACT).to_le_bytes());
+        let crc = crc32c(&block);
+        block.extend_from_slice(&crc.to_le_bytes());
+        block
+    }
+
+    #[test]
+    fn a_compact_block_with_a_bad_varint_is_refused_naming_the_field() {
+        // tag (sequence 5, put), len_key 3, len_value 2, key, value.
+        let good = [(5 << 2) | 1, 3, 2, b'a', b'b', b'c', b'x', b'y'];
+        let block = compact_block(&good, 1);
+        let entries = decode_block(&block, 0).expect("decodes");
+        assert_eq!(entries, vec![EntryRef { key: b"abc", sequence: 5, kind: EntryKind::Put, value: b"xy" }]);
+        // len_key in two bytes where one does.
+        let overlong = [(5 << 2) | 1, 0x83, 0x00, 2, b'a', b'b', b'c', b'x', b'y'];
+        let error = decode_block(&compact_block(&overlong, 1), 4096).expect_err("overlong");
+        assert!(matches!(error, FormatError::InvalidField { field: "len_key", offset: 4096, .. }), "{error:?}");
+        // len_key above 65535.
+        let large = [(5 << 2) | 1, 0x80, 0x80, 0x04, 2, b'a'];
+        let error = decode_block(&compact_block(&large, 1), 0).expect_err("too large");
+        assert!(matches!(error, FormatError::InvalidField { field: "len_key", .. }), "{error:?}");
+        // The value runs past the block.
+        let short = [(5 << 2) | 1, 3, 9, b'a', b'b', b'c', b'x'];
+        let error = decode_block(&compact_block(&short, 1), 0).expect_err("truncated");
+        assert!(matches!(error, FormatError::Truncated { .. }), "{error:?}");
+        // The same bytes without the flag are not read as compact.
+        let mut unflagged = good.to_vec();
+        unflagged.extend_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c(&unflagged);
+        unflagged.extend_from_slice(&crc.to_le_bytes());
+        assert!(decode_block(&unflagged, 0).is_err());
     }
 
     #[test]

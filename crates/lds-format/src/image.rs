@@ -254,6 +254,7 @@ impl ImageBuilder {
             bloom_bits_per_key: 10,
             digest: crate::chunk::DigestKind::Blake3,
             sketch_precision: 0,
+            compact_entries: self.label.has_compact_entries(),
         };
         let mut builder = ChunkBuilder::new(options);
         for (key, sequence, kind, value) in entries {

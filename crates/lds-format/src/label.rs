@@ -273,13 +273,18 @@ pub const FEATURE_INCOMPAT_CHUNK_SKETCHES: u64 = 16;
 /// references (entry kind 3) into the backup log, whose retained objects writers keep
 /// (SPEC.md §8.9); a 1.5 reader rejects the entry kind and the chunk metadata flag.
 pub const FEATURE_INCOMPAT_LOG_TABLES: u64 = 32;
+/// Incompatible feature `compact_entries` (format 1.7): blocks may hold compact entries, whose
+/// sequence, kind and lengths are varints (block trailer flag bit 31, SPEC.md §8.2), which a
+/// 1.6 reader takes for a bad entry count.
+pub const FEATURE_INCOMPAT_COMPACT_ENTRIES: u64 = 64;
 /// Incompatible features this build knows.
 pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK
     | FEATURE_INCOMPAT_MULTI_DEVICE
     | FEATURE_INCOMPAT_FAST_DIGEST
     | FEATURE_INCOMPAT_VALUE_CHUNKS
     | FEATURE_INCOMPAT_CHUNK_SKETCHES
-    | FEATURE_INCOMPAT_LOG_TABLES;
+    | FEATURE_INCOMPAT_LOG_TABLES
+    | FEATURE_INCOMPAT_COMPACT_ENTRIES;
 
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
@@ -342,6 +347,19 @@ impl Label {
         self
     }
 
+    /// The label of format version 1.7 (SPEC.md §17): this one with feature `compact_entries`,
+    /// which mkfs sets on new volumes (with `sync_watermark` and `fast_digest`).
+    pub fn with_compact_entries(mut self) -> Self {
+        self.features_incompat |= FEATURE_INCOMPAT_COMPACT_ENTRIES;
+        self.version_minor = self.version_minor.max(7);
+        self
+    }
+
+    /// True when new chunks' blocks hold compact entries (SPEC.md §8.2).
+    pub fn has_compact_entries(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_COMPACT_ENTRIES != 0
+    }
+
     /// True when level-0 chunks may hold log references into the backup log (SPEC.md §8.9).
     pub fn has_log_tables(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_LOG_TABLES != 0
@@ -393,6 +411,9 @@ impl Label {
         }
         if self.has_log_tables() {
             self.version_minor = self.version_minor.max(6);
+        }
+        if self.has_compact_entries() {
+            self.version_minor = self.version_minor.max(7);
         }
         self.devices = devices;
         self
@@ -698,7 +719,7 @@ mod tests {
     #[test]
     fn unknown_incompat_feature_is_refused() {
         let mut label = sample_label();
-        label.features_incompat = 64;
+        label.features_incompat = 128;
         let error = Label::decode(&label.encode(), 0).err();
         assert!(matches!(error, Some(FormatError::InvalidField { field: "features_incompat", .. })));
     }

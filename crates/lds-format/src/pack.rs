@@ -5,7 +5,8 @@
 
 use crate::batch::EntryKind;
 use crate::chunk::{
-    BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN,
+    entry_header_len, BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN,
+    INDEX_ENTRY_FIXED_LEN,
 };
 use crate::label::Geometry;
 use crate::version::{ChunkMeta, SubChunkRef, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS};
@@ -19,7 +20,29 @@ pub struct ChunkFormat {
     pub identity: ChunkIdentity,
 }
 
+/// What a volume's features decide of the chunks written to it (SPEC.md §17): the digest
+/// (`fast_digest`, §8.3) and the entry encoding (`compact_entries`, §8.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkEncoding {
+    /// The footer's digest function.
+    pub digest: crate::chunk::DigestKind,
+    /// Blocks hold compact entries.
+    pub compact_entries: bool,
+}
+
+impl ChunkEncoding {
+    /// The encoding of new chunks on the volume `label` describes.
+    pub fn of_label(label: &crate::label::Label) -> Self {
+        Self { digest: label.digest_kind(), compact_entries: label.has_compact_entries() }
+    }
+}
+
 impl ChunkFormat {
+    /// The same format with the digest and entry encoding of `encoding`.
+    pub fn with_encoding(self, encoding: ChunkEncoding) -> Self {
+        self.with_digest(encoding.digest).with_compact_entries(encoding.compact_entries)
+    }
+
     /// The same format with the digest `kind` (xxh3-128 on volumes with feature
     /// `fast_digest`, SPEC.md §8.3).
     pub fn with_digest(mut self, kind: crate::chunk::DigestKind) -> Self {
@@ -34,10 +57,18 @@ impl ChunkFormat {
         self
     }
 
+    /// The same format with compact block entries when `compact` (SPEC.md §8.2: volumes
+    /// with feature `compact_entries`).
+    pub fn with_compact_entries(mut self, compact: bool) -> Self {
+        self.options.compact_entries = compact;
+        self
+    }
+
     /// The format of chunks of `instance` on the volume `label` describes: its digest kind
-    /// from the label's features.
+    /// and entry encoding from the label's features.
     pub fn for_label(label: &crate::label::Label, instance: u32, block_size: usize, bloom_bits_per_key: u32) -> Self {
-        Self::new(&label.geometry, instance, block_size, bloom_bits_per_key).with_digest(label.digest_kind())
+        Self::new(&label.geometry, instance, block_size, bloom_bits_per_key)
+            .with_encoding(ChunkEncoding::of_label(label))
     }
 
     /// Chunks of `instance` on a volume of `geometry`, with blocks of `block_size` bytes and
@@ -50,6 +81,7 @@ impl ChunkFormat {
                 bloom_bits_per_key,
                 digest: crate::chunk::DigestKind::Blake3,
                 sketch_precision: 0,
+                compact_entries: false,
             },
             identity: ChunkIdentity {
                 volume_uuid: geometry.volume_uuid,
@@ -64,9 +96,17 @@ impl ChunkFormat {
     }
 }
 
-/// Estimated bytes one key's versions add to a chunk, for the no-split rule.
-fn group_len(key: &[u8], versions: usize, value_bytes: usize, block_size: usize, bloom_bits_per_key: u32) -> usize {
-    let data = versions * (ENTRY_FIXED_LEN + key.len()) + value_bytes;
+/// Estimated bytes one key's versions add to a chunk, for the no-split rule: `headers` bytes
+/// of entry headers, the key once per version, `value_bytes`.
+fn group_len(
+    key: &[u8],
+    headers: usize,
+    versions: usize,
+    value_bytes: usize,
+    block_size: usize,
+    bloom_bits_per_key: u32,
+) -> usize {
+    let data = headers + versions * key.len() + value_bytes;
     let blocks = 1 + data / block_size.max(1);
     data + blocks * (INDEX_ENTRY_FIXED_LEN + key.len() + BLOCK_TRAILER_LEN)
         + (bloom_bits_per_key as usize).div_ceil(8)
@@ -162,8 +202,19 @@ impl ChunkPacker {
             return;
         }
         let options = self.format.options;
+        let mut start = 0;
+        let headers = self
+            .group
+            .iter()
+            .map(|&(sequence, kind, end)| {
+                let len_value = end - start;
+                start = end;
+                entry_header_len(options.compact_entries, sequence, kind, self.group_key.len(), len_value)
+            })
+            .sum();
         let needed = group_len(
             &self.group_key,
+            headers,
             self.group.len(),
             self.group_values.len(),
             options.block_size,

@@ -17,8 +17,8 @@
 
 use crate::batch::EntryKind;
 use crate::chunk::{
-    compare_internal, decode_index, pack_seq_kind, unpack_seq_kind, visit_block_checked, Footer, BLOCK_TRAILER_LEN,
-    ENTRY_FIXED_LEN, FOOTER_LEN,
+    compare_internal, decode_index, entry_header, pack_seq_kind, unpack_seq_kind, visit_block_checked, Footer,
+    BLOCK_FLAG_COMPACT, BLOCK_TRAILER_LEN, FOOTER_LEN,
 };
 use std::collections::BTreeMap;
 
@@ -167,28 +167,29 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 }
 
 /// The end of a block starting at `start` whose trailer checks, if one does: entries are
-/// parsed one by one, and after each the next 8 bytes are tried as the trailer.
+/// parsed one by one, and after each the next 8 bytes are tried as the trailer. Both entry
+/// encodings are tried (SPEC.md §8.2): the trailer that ends the block says which it was.
 fn block_at(body: &[u8], start: usize) -> Option<usize> {
+    block_of_encoding(body, start, false).or_else(|| block_of_encoding(body, start, true))
+}
+
+fn block_of_encoding(body: &[u8], start: usize, compact: bool) -> Option<usize> {
+    let flag = if compact { BLOCK_FLAG_COMPACT } else { 0 };
     let mut at = start;
     let mut count = 0u32;
     loop {
-        if at + ENTRY_FIXED_LEN > body.len() {
-            return None;
-        }
-        let seq_kind = u64::from_le_bytes(body[at..at + 8].try_into().ok()?);
+        let (seq_kind, len_key, len_value, key_start) = entry_header(body, at, compact).ok()?;
         unpack_seq_kind(seq_kind)?;
-        let len_key = usize::from(u16::from_le_bytes([body[at + 8], body[at + 9]]));
-        let len_value = u32_at(body, at + 10) as usize;
         if len_key == 0 {
             return None;
         }
-        at = at.checked_add(ENTRY_FIXED_LEN + len_key)?.checked_add(len_value)?;
+        at = key_start.checked_add(len_key)?.checked_add(len_value)?;
         if at > body.len() {
             return None;
         }
-        count = count.checked_add(1)?;
+        count = count.checked_add(1).filter(|&count| count < BLOCK_FLAG_COMPACT)?;
         if at + BLOCK_TRAILER_LEN <= body.len()
-            && u32_at(body, at) == count
+            && u32_at(body, at) == count | flag
             && u32_at(body, at + 4) == crc32c(&body[start..at + 4])
         {
             return Some(at + BLOCK_TRAILER_LEN);
@@ -591,13 +592,15 @@ mod tests {
     use super::*;
     use crate::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions};
 
-    fn built_slot() -> (Vec<u8>, Vec<Entry>) {
+    /// A chunk of 400 entries in blocks of about 512 bytes, with compact entries or fixed ones.
+    fn built_slot(compact: bool) -> (Vec<u8>, Vec<Entry>) {
         let mut builder = ChunkBuilder::new(ChunkOptions {
             slot_size: 65536,
             block_size: 512,
             bloom_bits_per_key: 10,
             digest: crate::chunk::DigestKind::Blake3,
             sketch_precision: 0,
+            compact_entries: compact,
         });
         let mut entries = Vec::new();
         for number in 0..400u64 {
@@ -625,57 +628,65 @@ mod tests {
 
     #[test]
     fn an_intact_chunk_gives_every_entry() {
-        let (slot, entries) = built_slot();
-        let salvaged = salvage_sub_chunk(&slot, 0);
-        assert!(salvaged.footer.is_some() && salvaged.tail_error.is_none());
-        assert!(salvaged.damaged.is_empty());
-        assert_eq!(salvaged.entries, entries);
+        for compact in [false, true] {
+            let (slot, entries) = built_slot(compact);
+            let salvaged = salvage_sub_chunk(&slot, 0);
+            assert!(salvaged.footer.is_some() && salvaged.tail_error.is_none());
+            assert!(salvaged.damaged.is_empty());
+            assert_eq!(salvaged.entries, entries);
+        }
     }
 
     #[test]
     fn a_bad_block_loses_only_its_keys_with_the_index() {
-        let (mut slot, entries) = built_slot();
-        slot[700] ^= 0x40;
-        let salvaged = salvage_sub_chunk(&slot, 0);
-        assert_eq!(salvaged.damaged.len(), 1);
-        let span = &salvaged.damaged[0];
-        assert!(span.offset <= 700 && 700 < span.offset + span.len);
-        let lost = entries.len() - salvaged.entries.len();
-        assert!(lost > 0 && lost < 40, "lost {lost}");
-        assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
-        assert!(span.after_key.is_some() && span.through_key.is_some());
+        for compact in [false, true] {
+            let (mut slot, entries) = built_slot(compact);
+            slot[700] ^= 0x40;
+            let salvaged = salvage_sub_chunk(&slot, 0);
+            assert_eq!(salvaged.damaged.len(), 1);
+            let span = &salvaged.damaged[0];
+            assert!(span.offset <= 700 && 700 < span.offset + span.len);
+            let lost = entries.len() - salvaged.entries.len();
+            assert!(lost > 0 && lost < 40, "lost {lost}");
+            assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
+            assert!(span.after_key.is_some() && span.through_key.is_some());
+        }
     }
 
     #[test]
     fn without_footer_the_blocks_are_scanned() {
-        let (mut slot, entries) = built_slot();
-        let end = slot.len();
-        slot[end - 100] ^= 1;
-        slot[1500] ^= 0x10;
-        let salvaged = salvage_sub_chunk(&slot, 0);
-        assert!(salvaged.footer.is_none() && salvaged.tail_error.is_some());
-        assert_eq!(salvaged.damaged.len(), 1, "{:?}", salvaged.damaged);
-        let lost = entries.len() - salvaged.entries.len();
-        assert!(lost > 0 && lost < 40, "lost {lost}");
-        assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
+        for compact in [false, true] {
+            let (mut slot, entries) = built_slot(compact);
+            let end = slot.len();
+            slot[end - 100] ^= 1;
+            slot[1500] ^= 0x10;
+            let salvaged = salvage_sub_chunk(&slot, 0);
+            assert!(salvaged.footer.is_none() && salvaged.tail_error.is_some());
+            assert_eq!(salvaged.damaged.len(), 1, "{:?}", salvaged.damaged);
+            let lost = entries.len() - salvaged.entries.len();
+            assert!(lost > 0 && lost < 40, "lost {lost}");
+            assert!(salvaged.entries.iter().all(|entry| entries.contains(entry)));
+        }
     }
 
     #[test]
     fn a_stale_block_in_the_padding_is_not_taken() {
-        let (mut slot, entries) = built_slot();
-        // Copy an early block into the padding (as an older chunk's leftover) and lose the
-        // footer: the copy does not follow the keys read, so it is left out.
-        let Ok(footer) = Footer::decode(&slot[slot.len() - FOOTER_LEN..], 0, slot.len() as u64) else {
-            panic!("footer")
-        };
-        let Some(first_end) = block_at(&slot, 0) else { panic!("first block") };
-        let copy = slot[..first_end].to_vec();
-        let at = footer.len_body as usize + 100;
-        slot[at..at + copy.len()].copy_from_slice(&copy);
-        let end = slot.len();
-        slot[end - 1] ^= 1;
-        let salvaged = salvage_sub_chunk(&slot, 0);
-        assert_eq!(salvaged.entries, entries);
+        for compact in [false, true] {
+            let (mut slot, entries) = built_slot(compact);
+            // Copy an early block into the padding (as an older chunk's leftover) and lose the
+            // footer: the copy does not follow the keys read, so it is left out.
+            let Ok(footer) = Footer::decode(&slot[slot.len() - FOOTER_LEN..], 0, slot.len() as u64) else {
+                panic!("footer")
+            };
+            let Some(first_end) = block_at(&slot, 0) else { panic!("first block") };
+            let copy = slot[..first_end].to_vec();
+            let at = footer.len_body as usize + 100;
+            slot[at..at + copy.len()].copy_from_slice(&copy);
+            let end = slot.len();
+            slot[end - 1] ^= 1;
+            let salvaged = salvage_sub_chunk(&slot, 0);
+            assert_eq!(salvaged.entries, entries);
+        }
     }
 
     fn value_slot(digest: crate::chunk::DigestKind) -> (Vec<u8>, crate::value::BuiltValueChunk, Vec<ValuePointer>) {

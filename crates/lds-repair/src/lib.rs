@@ -325,7 +325,15 @@ pub fn repair(
     }
     let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
     let present = |slot: u64| label.slot_present(slot);
-    let chunk_writes = place_chunks(&name, &geometry, &mut plans, &old_slots, &options, &present, label.digest_kind())?;
+    let chunk_writes = place_chunks(
+        &name,
+        &geometry,
+        &mut plans,
+        &old_slots,
+        &options,
+        &present,
+        lds_format::pack::ChunkEncoding::of_label(&label),
+    )?;
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
         let base = plan.base();
@@ -433,7 +441,7 @@ pub(crate) fn place_chunks(
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
     usable: &dyn Fn(u64) -> bool,
-    digest: lds_format::chunk::DigestKind,
+    encoding: lds_format::pack::ChunkEncoding,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     let mut value_moves = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
@@ -453,12 +461,12 @@ pub(crate) fn place_chunks(
         (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
     // Values too large to stay inline (copied out of a damaged value chunk) go to new value
     // chunks (SPEC.md §8.6, §16).
-    let mut writes = separate_large_values(name, geometry, plans, &mut free, digest)?;
+    let mut writes = separate_large_values(name, geometry, plans, &mut free, encoding.digest)?;
     let separated = writes.len();
     let mut packed: Vec<(usize, BuiltSubChunk, u8, u8)> = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
         let format = ChunkFormat::new(geometry, plan.instance, options.block_size, options.bloom_bits_per_key)
-            .with_digest(digest);
+            .with_encoding(encoding);
         for run in std::mem::take(&mut plan.runs) {
             let mut packer = ChunkPacker::new(format);
             for entry in &run.entries {

@@ -387,8 +387,8 @@ fn rebase_once(
         plans.push(plan);
     }
     let options = RepairOptions::new(crate::Mode::Yes);
-    let digest = label_of(device)?.digest_kind();
-    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable, digest)?;
+    let encoding = lds_format::pack::ChunkEncoding::of_label(&label_of(device)?);
+    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable, encoding)?;
     // Chunks and value chunks the budget left where they are.
     let left = plans
         .iter()

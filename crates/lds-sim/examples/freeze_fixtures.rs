@@ -106,7 +106,8 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
 /// The label mkfs of `version` writes: 1.0 no feature; 1.1 (and 1.2, which adds nothing a new
 /// volume has) the sync watermark; 1.3 the fast digest too; 1.4 value chunks too; 1.5 key
 /// sketches with the 1.3 features (`lds mkfs --chunk-sketches`); 1.6 log tables with the 1.3
-/// features (`lds mkfs --log-tables`).
+/// features (`lds mkfs --log-tables`); 1.7 compact block entries with the 1.3 features (what
+/// `lds mkfs` writes by default).
 fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
     match version {
         "1.0" => Label::new(geometry, name),
@@ -114,6 +115,7 @@ fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) ->
         "1.3" => Label::new(geometry, name).with_sync_watermark().with_fast_digest(),
         "1.4" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_value_chunks(),
         "1.5" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_chunk_sketches(),
+        "1.7" => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_compact_entries(),
         _ => Label::new(geometry, name).with_sync_watermark().with_fast_digest().with_log_tables(),
     }
 }

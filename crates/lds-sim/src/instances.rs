@@ -34,7 +34,7 @@ pub fn formatted_image() -> Result<Vec<u8>, String> {
     request.volume_len = 4 << 20;
     let geometry = plan_layout(&request, [0x54; 16]).map_err(|error| error.to_string())?;
     Ok(ImageBuilder::format(crate::workload::label_for_techniques(
-        Label::new(geometry, "crashtest-instances").with_sync_watermark().with_fast_digest(),
+        Label::new(geometry, "crashtest-instances").with_sync_watermark().with_fast_digest().with_compact_entries(),
     ))
     .bytes)
 }

@@ -160,7 +160,7 @@ pub fn formatted_geometry() -> lds_format::label::Geometry {
 pub fn formatted_image() -> Result<Vec<u8>, String> {
     let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
     Ok(ImageBuilder::format(label_for_techniques(
-        Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest(),
+        Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest().with_compact_entries(),
     ))
     .bytes)
 }

@@ -126,7 +126,7 @@ pub(crate) fn start(shared: &Shared, plan: &Plan) -> Result<Merger> {
         shared.counters.level0_merges.fetch_add(1, Ordering::Relaxed);
         shared.counters.level0_chunks_merged.fetch_add(plan.victims.len() as u64, Ordering::Relaxed);
     }
-    let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.digest);
+    let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.encoding);
     let mut merger = Merger::new(plan, &version, compaction_id, shared.smallest_snapshot(), format);
     if let Err(error) = read_log_region(shared, &mut merger, &version) {
         shared.lock_state().merging = false;

@@ -449,7 +449,7 @@ fn assemble(
         device,
         slots,
         geometry,
-        digest: label.digest_kind(),
+        encoding: lds_format::pack::ChunkEncoding::of_label(label),
         instance,
         options,
         path: path.to_path_buf(),

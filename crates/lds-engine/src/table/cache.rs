@@ -195,7 +195,8 @@ impl Block {
                 .checked_sub(8)
                 .and_then(|at| block.get(at..at + 4))
                 .map_or(0, |count| u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize);
-            entries.reserve(count.min(block.len() / 15));
+            // (Without the compact flag, SPEC.md §8.2; an entry takes at least 4 bytes.)
+            entries.reserve((count & !(lds_format::chunk::BLOCK_FLAG_COMPACT as usize)).min(block.len() / 4));
             visit_block(block, offset + start as u64, |found| {
                 entries.push(BlockEntry {
                     key: at(found.key),
@@ -687,6 +688,7 @@ mod tests {
             bloom_bits_per_key: 10,
             digest: DigestKind::Blake3,
             sketch_precision: 0,
+            compact_entries: false,
         };
         let mut builder = ChunkBuilder::new(options);
         for number in 0..count {
