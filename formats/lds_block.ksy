@@ -74,7 +74,9 @@ types:
       - id: tag
         type: varint
         if: compact
-        doc: (sequence << 2) | kind, in a compact entry.
+        doc: |
+          (sequence << 1) | 1 for a put, (sequence << 3) | (kind << 1) for
+          the other kinds, in a compact entry.
       - id: varint_len_key
         type: varint
         if: compact
@@ -94,12 +96,12 @@ types:
         value: 'compact ? tag.len + varint_len_key.len + varint_len_value.len : 14'
         doc: Bytes before the key.
       sequence:
-        value: '(compact ? tag.value / 4 : seq_kind / 256).as<u8>'
+        value: '(compact ? (tag.value % 2 == 1 ? tag.value / 2 : tag.value / 8) : seq_kind / 256).as<u8>'
         doc: |
-          `seq_kind >> 8` (or `tag >> 2`), written as a division so that
+          `seq_kind >> 8` (or `tag >> 1`, `tag >> 3`), written as a division so that
           languages whose shifts are 32-bit (JavaScript) keep every bit.
       kind:
-        value: 'compact ? tag.value % 4 : seq_kind % 256'
+        value: 'compact ? (tag.value % 2 == 1 ? 1 : (tag.value / 2) % 4) : seq_kind % 256'
         enum: kind
       pointer:
         pos: ofs_entry + len_header + len_key

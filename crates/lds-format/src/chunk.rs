@@ -19,7 +19,7 @@ pub const ENTRY_FIXED_LEN: usize = 14;
 /// Bit 31 of a block trailer's `num_entries` (format 1.7, feature `compact_entries`): the
 /// block's entries are compact, their header three varints (SPEC.md §8.2).
 pub const BLOCK_FLAG_COMPACT: u32 = 1 << 31;
-/// Most bytes a compact entry's header takes: sequence and kind in 9 varint bytes (2^58),
+/// Most bytes a compact entry's header takes: sequence and kind in 9 varint bytes (2^59),
 /// `len_key` in 3 (2^16), `len_value` in 5 (2^32).
 pub const COMPACT_ENTRY_HEADER_MAX_LEN: usize = 17;
 /// Fewest bytes a compact entry takes: three 1-byte varints and a 1-byte key.
@@ -47,6 +47,7 @@ fn varint_len(value: u64) -> usize {
     (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
+#[cfg(test)]
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push(value as u8 | 0x80);
@@ -58,7 +59,17 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 /// The varint at `bytes[*at..]` of at most `max_len` bytes, in its shortest form; advances
 /// `at`. `Err(true)` when the bytes end inside it, `Err(false)` when it is longer than
 /// `max_len` or than its value needs.
+#[inline]
 fn get_varint(bytes: &[u8], at: &mut usize, max_len: usize) -> Result<u64, bool> {
+    // Most lengths are one byte.
+    match bytes.get(*at) {
+        Some(&byte) if byte < 0x80 => {
+            *at += 1;
+            return Ok(u64::from(byte));
+        }
+        None => return Err(true),
+        Some(_) => {}
+    }
     let mut value = 0u64;
     for index in 0..max_len {
         let Some(&byte) = bytes.get(*at + index) else {
@@ -76,9 +87,23 @@ fn get_varint(bytes: &[u8], at: &mut usize, max_len: usize) -> Result<u64, bool>
     Err(false)
 }
 
-/// The varint that leads a compact entry: `(sequence << 2) | kind` (SPEC.md §8.2).
+/// The varint that leads a compact entry (SPEC.md §8.2): `(sequence << 1) | 1` for a put,
+/// the common kind, `(sequence << 3) | (kind << 1)` for the others, so that a put's
+/// sequence below 2^20 takes 3 bytes.
 fn compact_tag(sequence: u64, kind: EntryKind) -> u64 {
-    (sequence << 2) | u64::from(kind.code())
+    match kind {
+        EntryKind::Put => (sequence << 1) | 1,
+        _ => (sequence << 3) | (u64::from(kind.code()) << 1),
+    }
+}
+
+/// The `seq_kind` of a compact entry's tag; `None` for a tag that names a put the long way.
+fn compact_seq_kind(tag: u64) -> Option<u64> {
+    if tag & 1 == 1 {
+        return Some(pack_seq_kind(tag >> 1, EntryKind::Put));
+    }
+    let code = (tag >> 1) & 3;
+    (code != u64::from(EntryKind::Put.code())).then_some(((tag >> 3) << 8) | code)
 }
 
 /// Bytes of an entry's header before its key: 14 fixed bytes, or (format 1.7) three varints.
@@ -94,9 +119,19 @@ pub fn entry_header_len(compact: bool, sequence: u64, kind: EntryKind, len_key: 
 /// key is at most 65535 bytes and the value below 4 GiB (§16).
 pub fn encode_entry(out: &mut Vec<u8>, compact: bool, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
     if compact {
-        put_varint(out, compact_tag(sequence, kind));
-        put_varint(out, key.len() as u64);
-        put_varint(out, value.len() as u64);
+        // The three varints into one buffer, then one copy (a merge writes every entry).
+        let mut header = [0u8; COMPACT_ENTRY_HEADER_MAX_LEN];
+        let mut len = 0;
+        for mut field in [compact_tag(sequence, kind), key.len() as u64, value.len() as u64] {
+            while field >= 0x80 {
+                header[len] = field as u8 | 0x80;
+                field >>= 7;
+                len += 1;
+            }
+            header[len] = field as u8;
+            len += 1;
+        }
+        out.extend_from_slice(&header[..len]);
     } else {
         out.extend_from_slice(&pack_seq_kind(sequence, kind).to_le_bytes());
         out.extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -435,10 +470,12 @@ pub(crate) fn entry_header(body: &[u8], at: usize, compact: bool) -> Result<(u64
             Err(true) => Err(BadHeader::Truncated { at: body.len(), needed: 1 }),
             _ => Err(BadHeader::Varint(field)),
         };
-        let tag = varint("seq_kind", 9, (SEQUENCE_MAX << 2) | 3)?;
+        let tag = varint("seq_kind", 9, (SEQUENCE_MAX << 3) | 7)?;
+        let seq_kind = compact_seq_kind(tag).filter(|&seq_kind| seq_kind >> 8 <= SEQUENCE_MAX);
+        let seq_kind = seq_kind.ok_or(BadHeader::Varint("seq_kind"))?;
         let len_key = varint("len_key", 3, u64::from(u16::MAX))? as usize;
         let len_value = varint("len_value", 5, u64::from(u32::MAX))? as usize;
-        Ok(((tag >> 2) << 8 | (tag & 3), len_key, len_value, cursor))
+        Ok((seq_kind, len_key, len_value, cursor))
     } else {
         let Some(fixed) = body.get(at..at + ENTRY_FIXED_LEN) else {
             return Err(BadHeader::Truncated { at, needed: ENTRY_FIXED_LEN });
@@ -1360,7 +1397,7 @@ mod tests {
 
     #[test]
     fn varints_are_shortest_form_and_bounded() {
-        for value in [0u64, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), (SEQUENCE_MAX << 2) | 3, u64::MAX] {
+        for value in [0u64, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), (SEQUENCE_MAX << 3) | 7, u64::MAX] {
             let mut bytes = Vec::new();
             put_varint(&mut bytes, value);
             assert_eq!(bytes.len(), varint_len(value), "{value}");
@@ -1379,6 +1416,21 @@ mod tests {
         assert_eq!(get_varint(&[0x81, 0x00], &mut 0, 10), Err(false));
     }
 
+    #[test]
+    fn a_compact_tag_names_every_kind_once() {
+        for sequence in [0u64, 1, (1 << 19) - 1, 1 << 19, SEQUENCE_MAX] {
+            for kind in [EntryKind::Delete, EntryKind::Put, EntryKind::Pointer, EntryKind::LogRef] {
+                let tag = compact_tag(sequence, kind);
+                assert_eq!(compact_seq_kind(tag), Some(pack_seq_kind(sequence, kind)), "{sequence} {kind:?}");
+            }
+        }
+        // A put below 2^20 takes 3 bytes, a delete 4.
+        assert_eq!(varint_len(compact_tag((1 << 20) - 1, EntryKind::Put)), 3);
+        assert_eq!(varint_len(compact_tag((1 << 20) - 1, EntryKind::Delete)), 4);
+        // A put spelt the long way is refused.
+        assert_eq!(compact_seq_kind((5 << 3) | (1 << 1)), None);
+    }
+
     /// A one-block slot image of `entries` with the compact flag, crc fixed after `edit`.
     fn compact_block(body: &[u8], num_entries: u32) -> Vec<u8> {
         let mut block = body.to_vec();
@@ -1391,20 +1443,20 @@ mod tests {
     #[test]
     fn a_compact_block_with_a_bad_varint_is_refused_naming_the_field() {
         // tag (sequence 5, put), len_key 3, len_value 2, key, value.
-        let good = [(5 << 2) | 1, 3, 2, b'a', b'b', b'c', b'x', b'y'];
+        let good = [(5 << 1) | 1, 3, 2, b'a', b'b', b'c', b'x', b'y'];
         let block = compact_block(&good, 1);
         let entries = decode_block(&block, 0).expect("decodes");
         assert_eq!(entries, vec![EntryRef { key: b"abc", sequence: 5, kind: EntryKind::Put, value: b"xy" }]);
         // len_key in two bytes where one does.
-        let overlong = [(5 << 2) | 1, 0x83, 0x00, 2, b'a', b'b', b'c', b'x', b'y'];
+        let overlong = [(5 << 1) | 1, 0x83, 0x00, 2, b'a', b'b', b'c', b'x', b'y'];
         let error = decode_block(&compact_block(&overlong, 1), 4096).expect_err("overlong");
         assert!(matches!(error, FormatError::InvalidField { field: "len_key", offset: 4096, .. }), "{error:?}");
         // len_key above 65535.
-        let large = [(5 << 2) | 1, 0x80, 0x80, 0x04, 2, b'a'];
+        let large = [(5 << 1) | 1, 0x80, 0x80, 0x04, 2, b'a'];
         let error = decode_block(&compact_block(&large, 1), 0).expect_err("too large");
         assert!(matches!(error, FormatError::InvalidField { field: "len_key", .. }), "{error:?}");
         // The value runs past the block.
-        let short = [(5 << 2) | 1, 3, 9, b'a', b'b', b'c', b'x'];
+        let short = [(5 << 1) | 1, 3, 9, b'a', b'b', b'c', b'x'];
         let error = decode_block(&compact_block(&short, 1), 0).expect_err("truncated");
         assert!(matches!(error, FormatError::Truncated { .. }), "{error:?}");
         // The same bytes without the flag are not read as compact.
