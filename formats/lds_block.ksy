@@ -121,7 +121,9 @@ types:
     doc: |
       An unsigned LEB128 varint of a compact entry: 7 bits a byte, least
       significant first, the high bit set on every byte but the last
-      (at most 9 bytes, SPEC.md §8.2).
+      (at most 9 bytes for `tag`, 3 for `len_key`, 5 for `len_value`, each
+      in its shortest form: SPEC.md §8.2; lds refuses a block that breaks
+      this, or a non-put tag naming kind 1, which this reader does not check).
     seq:
       - id: groups
         type: u1

@@ -163,7 +163,9 @@ pub const BATCH_ENTRY: Layout = Layout {
     ],
 };
 
-/// One entry of a block (SPEC.md §8.2); a block is a run of them, then [`BLOCK_TRAILER`].
+/// One fixed entry of a block (SPEC.md §8.2); a block is a run of them, then [`BLOCK_TRAILER`].
+/// The fixture images are written without feature `compact_entries` (`Label::new`), so their
+/// blocks hold fixed entries; a compact block's entries are varints this table cannot place.
 pub const BLOCK_ENTRY: Layout = Layout {
     name: "block entry",
     section: "§8.2",

@@ -97,13 +97,15 @@ fn compact_tag(sequence: u64, kind: EntryKind) -> u64 {
     }
 }
 
-/// The `seq_kind` of a compact entry's tag; `None` for a tag that names a put the long way.
+/// The `seq_kind` of a compact entry's tag; `None` for a tag that names a put the long way
+/// or a sequence above `SEQUENCE_MAX` (which `seq_kind` could not hold).
 fn compact_seq_kind(tag: u64) -> Option<u64> {
     if tag & 1 == 1 {
-        return Some(pack_seq_kind(tag >> 1, EntryKind::Put));
+        let sequence = tag >> 1;
+        return (sequence <= SEQUENCE_MAX).then(|| pack_seq_kind(sequence, EntryKind::Put));
     }
-    let code = (tag >> 1) & 3;
-    (code != u64::from(EntryKind::Put.code())).then_some(((tag >> 3) << 8) | code)
+    let (sequence, code) = (tag >> 3, (tag >> 1) & 3);
+    (sequence <= SEQUENCE_MAX && code != u64::from(EntryKind::Put.code())).then_some((sequence << 8) | code)
 }
 
 /// Bytes of an entry's header before its key: 14 fixed bytes, or (format 1.7) three varints.
@@ -118,6 +120,7 @@ pub fn entry_header_len(compact: bool, sequence: u64, kind: EntryKind, len_key: 
 /// Appends one block entry (SPEC.md §8.2): fixed, or compact (`compact`, format 1.7). The
 /// key is at most 65535 bytes and the value below 4 GiB (§16).
 pub fn encode_entry(out: &mut Vec<u8>, compact: bool, key: &[u8], sequence: u64, kind: EntryKind, value: &[u8]) {
+    debug_assert!(key.len() <= usize::from(u16::MAX) && u32::try_from(value.len()).is_ok() && sequence <= SEQUENCE_MAX);
     if compact {
         // The three varints into one buffer, then one copy (a merge writes every entry).
         let mut header = [0u8; COMPACT_ENTRY_HEADER_MAX_LEN];
@@ -471,8 +474,7 @@ pub(crate) fn entry_header(body: &[u8], at: usize, compact: bool) -> Result<(u64
             _ => Err(BadHeader::Varint(field)),
         };
         let tag = varint("seq_kind", 9, (SEQUENCE_MAX << 3) | 7)?;
-        let seq_kind = compact_seq_kind(tag).filter(|&seq_kind| seq_kind >> 8 <= SEQUENCE_MAX);
-        let seq_kind = seq_kind.ok_or(BadHeader::Varint("seq_kind"))?;
+        let seq_kind = compact_seq_kind(tag).ok_or(BadHeader::Varint("seq_kind"))?;
         let len_key = varint("len_key", 3, u64::from(u16::MAX))? as usize;
         let len_value = varint("len_value", 5, u64::from(u32::MAX))? as usize;
         Ok((seq_kind, len_key, len_value, cursor))
@@ -1427,8 +1429,16 @@ mod tests {
         // A put below 2^20 takes 3 bytes, a delete 4.
         assert_eq!(varint_len(compact_tag((1 << 20) - 1, EntryKind::Put)), 3);
         assert_eq!(varint_len(compact_tag((1 << 20) - 1, EntryKind::Delete)), 4);
-        // A put spelt the long way is refused.
+        // A put spelt the long way is refused, and so is a sequence above 2^56 - 1 (which
+        // `seq_kind` would silently cut to another sequence).
         assert_eq!(compact_seq_kind((5 << 3) | (1 << 1)), None);
+        assert_eq!(compact_seq_kind(((SEQUENCE_MAX + 6) << 1) | 1), None);
+        assert_eq!(compact_seq_kind((SEQUENCE_MAX + 1) << 3), None);
+        let mut block = Vec::new();
+        block.extend_from_slice(&[0x8b, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 1, 1, b'k', b'v']);
+        let block = compact_block(&block, 1);
+        let error = decode_block(&block, 0).expect_err("a put at sequence 2^56 + 5");
+        assert!(matches!(error, FormatError::InvalidField { field: "seq_kind", .. }), "{error:?}");
     }
 
     /// A one-block slot image of `entries` with the compact flag, crc fixed after `edit`.
