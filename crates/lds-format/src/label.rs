@@ -286,6 +286,23 @@ pub const FEATURES_INCOMPAT_KNOWN: u64 = FEATURE_INCOMPAT_SYNC_WATERMARK
     | FEATURE_INCOMPAT_LOG_TABLES
     | FEATURE_INCOMPAT_COMPACT_ENTRIES;
 
+/// Each incompatible feature and the minor version that defined it (SPEC.md §17): a label
+/// with the feature has at least that `version_minor`.
+const FEATURE_INCOMPAT_MINOR: [(u64, u16); 7] = [
+    (FEATURE_INCOMPAT_SYNC_WATERMARK, 1),
+    (FEATURE_INCOMPAT_MULTI_DEVICE, 2),
+    (FEATURE_INCOMPAT_FAST_DIGEST, 3),
+    (FEATURE_INCOMPAT_VALUE_CHUNKS, 4),
+    (FEATURE_INCOMPAT_CHUNK_SKETCHES, 5),
+    (FEATURE_INCOMPAT_LOG_TABLES, 6),
+    (FEATURE_INCOMPAT_COMPACT_ENTRIES, 7),
+];
+
+/// The least `version_minor` of a label with the incompatible features `features`.
+fn minor_for(features: u64) -> u16 {
+    FEATURE_INCOMPAT_MINOR.iter().filter(|(bit, _)| features & bit != 0).map(|&(_, minor)| minor).max().unwrap_or(0)
+}
+
 impl Label {
     /// A version 1.0 label with no features, generation 1 (mkfs adds
     /// [`Label::with_sync_watermark`]).
@@ -304,9 +321,15 @@ impl Label {
 
     /// The label of format version 1.1 (SPEC.md §17): this one with feature
     /// `sync_watermark`, which mkfs sets on new volumes.
-    pub fn with_sync_watermark(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_SYNC_WATERMARK;
-        self.version_minor = self.version_minor.max(1);
+    pub fn with_sync_watermark(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_SYNC_WATERMARK)
+    }
+
+    /// This label with the incompatible feature `bit`, its minor version at least the one that
+    /// defined the feature.
+    fn with_feature(mut self, bit: u64) -> Self {
+        self.features_incompat |= bit;
+        self.version_minor = self.version_minor.max(minor_for(bit));
         self
     }
 
@@ -317,42 +340,32 @@ impl Label {
 
     /// The label of format version 1.3 (SPEC.md §17): this one with feature `fast_digest`,
     /// which mkfs sets on new volumes (with `sync_watermark`).
-    pub fn with_fast_digest(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_FAST_DIGEST;
-        self.version_minor = self.version_minor.max(3);
-        self
+    pub fn with_fast_digest(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_FAST_DIGEST)
     }
 
     /// The label of format version 1.4 (SPEC.md §17): this one with feature `value_chunks`
     /// (`lds mkfs --value-chunks`).
-    pub fn with_value_chunks(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_VALUE_CHUNKS;
-        self.version_minor = self.version_minor.max(4);
-        self
+    pub fn with_value_chunks(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_VALUE_CHUNKS)
     }
 
     /// The label of format version 1.5 (SPEC.md §17): this one with feature `chunk_sketches`
     /// (`lds mkfs --chunk-sketches`).
-    pub fn with_chunk_sketches(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_CHUNK_SKETCHES;
-        self.version_minor = self.version_minor.max(5);
-        self
+    pub fn with_chunk_sketches(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_CHUNK_SKETCHES)
     }
 
     /// The label of format version 1.6 (SPEC.md §17): this one with feature `log_tables`
     /// (`lds mkfs --log-tables`).
-    pub fn with_log_tables(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_LOG_TABLES;
-        self.version_minor = self.version_minor.max(6);
-        self
+    pub fn with_log_tables(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_LOG_TABLES)
     }
 
     /// The label of format version 1.7 (SPEC.md §17): this one with feature `compact_entries`,
     /// which mkfs sets on new volumes (with `sync_watermark` and `fast_digest`).
-    pub fn with_compact_entries(mut self) -> Self {
-        self.features_incompat |= FEATURE_INCOMPAT_COMPACT_ENTRIES;
-        self.version_minor = self.version_minor.max(7);
-        self
+    pub fn with_compact_entries(self) -> Self {
+        self.with_feature(FEATURE_INCOMPAT_COMPACT_ENTRIES)
     }
 
     /// True when new chunks' blocks hold compact entries (SPEC.md §8.2).
@@ -389,32 +402,15 @@ impl Label {
     /// minor version back to what the other features need), SPEC.md §4.3, §17.
     pub fn with_devices(mut self, devices: Option<DeviceTable>) -> Self {
         match devices {
-            Some(_) => {
-                self.features_incompat |= FEATURE_INCOMPAT_MULTI_DEVICE;
-                self.version_minor = self.version_minor.max(2);
-            }
+            Some(_) => self.features_incompat |= FEATURE_INCOMPAT_MULTI_DEVICE,
             None => {
                 self.features_incompat &= !FEATURE_INCOMPAT_MULTI_DEVICE;
                 if self.version_minor == 2 {
-                    self.version_minor = u16::from(self.has_sync_watermark());
+                    self.version_minor = 0;
                 }
             }
         }
-        if self.features_incompat & FEATURE_INCOMPAT_FAST_DIGEST != 0 {
-            self.version_minor = self.version_minor.max(3);
-        }
-        if self.has_value_chunks() {
-            self.version_minor = self.version_minor.max(4);
-        }
-        if self.has_chunk_sketches() {
-            self.version_minor = self.version_minor.max(5);
-        }
-        if self.has_log_tables() {
-            self.version_minor = self.version_minor.max(6);
-        }
-        if self.has_compact_entries() {
-            self.version_minor = self.version_minor.max(7);
-        }
+        self.version_minor = self.version_minor.max(minor_for(self.features_incompat));
         self.devices = devices;
         self
     }

@@ -38,15 +38,10 @@ impl ChunkEncoding {
 }
 
 impl ChunkFormat {
-    /// The same format with the digest and entry encoding of `encoding`.
-    pub fn with_encoding(self, encoding: ChunkEncoding) -> Self {
-        self.with_digest(encoding.digest).with_compact_entries(encoding.compact_entries)
-    }
-
-    /// The same format with the digest `kind` (xxh3-128 on volumes with feature
-    /// `fast_digest`, SPEC.md §8.3).
-    pub fn with_digest(mut self, kind: crate::chunk::DigestKind) -> Self {
-        self.options.digest = kind;
+    /// The same format with the digest and entry encoding of `encoding` (SPEC.md §8.2, §8.3).
+    pub fn with_encoding(mut self, encoding: ChunkEncoding) -> Self {
+        self.options.digest = encoding.digest;
+        self.options.compact_entries = encoding.compact_entries;
         self
     }
 
@@ -54,13 +49,6 @@ impl ChunkFormat {
     /// with feature `chunk_sketches`).
     pub fn with_sketches(mut self) -> Self {
         self.options.sketch_precision = crate::sketch::SKETCH_PRECISION;
-        self
-    }
-
-    /// The same format with compact block entries when `compact` (SPEC.md §8.2: volumes
-    /// with feature `compact_entries`).
-    pub fn with_compact_entries(mut self, compact: bool) -> Self {
-        self.options.compact_entries = compact;
         self
     }
 
