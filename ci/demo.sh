@@ -50,7 +50,7 @@ rm -f /tmp/lds-demo-salvaged.img
 [ "$("$lds" scan /tmp/lds-demo-salvaged.img | wc -l)" -eq 10002 ] || { echo "salvage lost keys"; exit 1; }
 rm -f "$image.lds-undo" /tmp/lds-demo-salvaged.img
 "$lds" repair -y --no-undo "$image" || [ $? -eq 1 ]
-echo "== key-value separation (format 1.4): large values in value chunks, pointers in the tree"
+echo "== key-value separation (feature value_chunks, since format 1.4): large values in value chunks, pointers in the tree"
 kv=/tmp/lds-demo-kv.img
 rm -f "$kv"
 "$lds" mkfs --value-chunks --size 256MiB --name demo-kv "$kv"
