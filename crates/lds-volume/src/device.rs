@@ -35,6 +35,15 @@ pub enum DeviceError {
         /// The lock wanted was the exclusive (writer's) one.
         exclusive: bool,
     },
+    /// The kernel or another program uses the device or file: it is never opened for
+    /// writing then (docs/safety.md).
+    #[error("{}: {by}; refusing to write to it", path.display())]
+    InUse {
+        /// The path.
+        path: PathBuf,
+        /// What uses it ("mounted at /mnt", "attached to /dev/loop3", ...).
+        by: String,
+    },
     /// The path is neither a block device nor a regular file.
     #[error("{}: neither a block device nor a regular file", path.display())]
     NotADevice {
@@ -189,12 +198,29 @@ impl Device {
             return Err(DeviceError::NotADevice { path: path.to_path_buf() });
         };
         let writable = mode == OpenMode::ReadWrite;
+        let identity = crate::safety::identity_of(&metadata).map_err(open_error)?;
+        let in_use = |by: String| DeviceError::InUse { path: path.to_path_buf(), by };
+        if writable {
+            if let Some(by) = crate::safety::in_use(&identity) {
+                return Err(in_use(by));
+            }
+        }
+        // A block device opened for writing is claimed with O_EXCL, as mkfs tools do: the
+        // kernel refuses the claim while the device is mounted or held, and refuses a mount
+        // while the claim lasts.
+        let exclusive = if writable && kind == DeviceKind::BlockDevice { libc::O_EXCL } else { 0 };
         let mut file = OpenOptions::new()
             .read(true)
             .write(writable)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | exclusive)
             .open(path)
-            .map_err(open_error)?;
+            .map_err(|source| match source.raw_os_error() {
+                Some(libc::EBUSY) => in_use(
+                    crate::safety::in_use(&identity)
+                        .unwrap_or_else(|| "opened exclusively by the kernel or another program".into()),
+                ),
+                _ => open_error(source),
+            })?;
         match mode {
             OpenMode::ReadOnly => {}
             OpenMode::ReadOnlyLocked => lock(&file, path, false, wait)?,

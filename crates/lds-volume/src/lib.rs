@@ -11,6 +11,7 @@ pub mod device;
 pub mod inspect;
 mod mapped;
 pub mod members;
+pub mod safety;
 pub mod signature;
 pub mod undo;
 pub mod volume;

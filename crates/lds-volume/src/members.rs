@@ -18,6 +18,7 @@ use lds_format::label::{Label, LabelPair, LABEL_LEN};
 use lds_format::FormatError;
 
 use crate::device::{BlockDevice, Device, DeviceError, OpenMode};
+use crate::safety::{identity, Identity};
 use crate::volume::{ReadAt, VolumeError};
 
 /// Environment variable listing more paths to look for a volume's devices in.
@@ -369,11 +370,12 @@ fn identify(device: &(impl ReadAt + ?Sized)) -> Option<([u8; 16], [u8; 16], Labe
     Some((label.geometry.volume_uuid, table.device_uuid, label.clone()))
 }
 
-/// Paths that may hold a volume's devices, in the order they are tried.
-fn candidates(given: &Path) -> Vec<PathBuf> {
+/// Paths that may hold a volume's devices, in the order they are tried, each with whether the
+/// user named it (`LDS_DEVICES`).
+fn candidates(given: &Path) -> Vec<(PathBuf, bool)> {
     let mut paths = Vec::new();
     if let Some(list) = std::env::var_os(DEVICES_VARIABLE) {
-        paths.extend(std::env::split_paths(&list).filter(|path| !path.as_os_str().is_empty()));
+        paths.extend(std::env::split_paths(&list).filter(|path| !path.as_os_str().is_empty()).map(|path| (path, true)));
     }
     let directory = given.parent().filter(|parent| !parent.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if given.is_file() {
@@ -385,7 +387,7 @@ fn candidates(given: &Path) -> Vec<PathBuf> {
                 .map(|entry| entry.path())
                 .collect();
             files.sort();
-            paths.extend(files);
+            paths.extend(files.into_iter().map(|path| (path, false)));
         }
     }
     if let Ok(partitions) = std::fs::read_to_string("/proc/partitions") {
@@ -395,16 +397,81 @@ fn candidates(given: &Path) -> Vec<PathBuf> {
                 .lines()
                 .filter_map(|line| line.split_whitespace().nth(3))
                 .filter(|name| *name != "name")
-                .map(|name| Path::new("/dev").join(name)),
+                .map(|name| (Path::new("/dev").join(name), false)),
         );
     }
     paths
 }
 
-fn same_file(first: &Path, second: &Path) -> bool {
-    match (std::fs::canonicalize(first), std::fs::canonicalize(second)) {
-        (Ok(first), Ok(second)) => first == second,
-        _ => first == second,
+/// A device whose labels name the volume being opened.
+struct Claimant {
+    path: PathBuf,
+    identity: Option<Identity>,
+    device_uuid: [u8; 16],
+    label: Label,
+    /// In `LDS_DEVICES`.
+    listed: bool,
+}
+
+/// Every device among the candidates whose labels name `volume_uuid`, the one at `given`
+/// first; paths that name the same bytes as one already found (a symlink, a loop device
+/// over a file found) are left out.
+fn claimants(given: &Path, own_uuid: [u8; 16], own_label: Label, volume_uuid: [u8; 16]) -> Vec<Claimant> {
+    let mut found = vec![Claimant {
+        path: given.to_path_buf(),
+        identity: identity(given).ok(),
+        device_uuid: own_uuid,
+        label: own_label,
+        listed: false,
+    }];
+    // Bounded by the candidate list (LDS_DEVICES, DIRECTORY_ENTRIES_MAX files, the kernel's
+    // block devices).
+    for (candidate, listed) in candidates(given) {
+        let candidate_identity = identity(&candidate).ok();
+        let known = found.iter_mut().find(|claimant| match (&claimant.identity, &candidate_identity) {
+            (Some(known), Some(candidate)) => known.overlap(candidate).is_some(),
+            _ => claimant.path == candidate,
+        });
+        if let Some(known) = known {
+            known.listed |= listed;
+            continue;
+        }
+        let Ok(probe) = Device::open(&candidate, OpenMode::ReadOnly) else { continue };
+        let Some((candidate_volume, device_uuid, label)) = identify(&probe) else { continue };
+        if candidate_volume != volume_uuid {
+            continue;
+        }
+        found.push(Claimant { path: candidate, identity: candidate_identity, device_uuid, label, listed });
+    }
+    found
+}
+
+/// The one claimant of device `index` (uuid `device_uuid`): refuses two or more (a clone, or a
+/// copy of a member's labels, would otherwise win by search order) unless exactly one of
+/// them is listed in `LDS_DEVICES`.
+fn claimant_of<'a>(
+    found: &'a [Claimant],
+    path: &Path,
+    index: usize,
+    entry: &lds_format::devices::DeviceEntry,
+) -> Result<&'a Claimant, VolumeError> {
+    let all: Vec<&Claimant> = found.iter().filter(|claimant| claimant.device_uuid == entry.device_uuid).collect();
+    let listed: Vec<&Claimant> = all.iter().copied().filter(|claimant| claimant.listed).collect();
+    match (all.as_slice(), listed.as_slice()) {
+        ([], _) => Err(VolumeError::MissingDevice {
+            path: path.display().to_string(),
+            index,
+            device_uuid: entry.device_uuid,
+            first_slot: entry.first_slot,
+            num_slots: entry.num_slots,
+        }),
+        ([one], _) | (_, [one]) => Ok(one),
+        (several, _) => Err(VolumeError::AmbiguousDevice {
+            path: path.display().to_string(),
+            index,
+            device_uuid: entry.device_uuid,
+            candidates: several.iter().map(|claimant| claimant.path.clone()).collect(),
+        }),
     }
 }
 
@@ -412,58 +479,32 @@ impl Members<Device> {
     /// Opens the volume that the device at `path` belongs to, every device of it in `mode`
     /// (waiting at most `wait` for each lock). A device without a usable label, or with the
     /// label of a volume on one device, opens alone: reading its labels is the caller's.
+    ///
+    /// The other devices are found by their labels (module docs). Every candidate is looked
+    /// at, so that two devices claiming one member are refused, naming both, instead of
+    /// the first found winning (docs/safety.md); listing one in `LDS_DEVICES` chooses it.
+    /// Opened for writing, every device but the first must also agree with the first
+    /// device's table (its own entry as the table has it, SPEC.md §4.3): a device that
+    /// cannot be proved a member is never written.
     pub fn open(path: &Path, mode: OpenMode, wait: Duration) -> Result<Self, VolumeError> {
         let device = Device::open_waiting(path, mode, wait)?;
         let Some((volume_uuid, own_uuid, own_label)) = identify(&device) else {
             return Ok(Self::single(device));
         };
-        let mut found: Vec<(PathBuf, [u8; 16], Label)> = vec![(path.to_path_buf(), own_uuid, own_label.clone())];
-        let mut search = candidates(path).into_iter();
-        let mut find = |uuid: &[u8; 16], found: &mut Vec<(PathBuf, [u8; 16], Label)>| -> Option<usize> {
-            if let Some(index) = found.iter().position(|(_, device_uuid, _)| device_uuid == uuid) {
-                return Some(index);
-            }
-            // Bounded by the candidate list.
-            for candidate in search.by_ref() {
-                if found.iter().any(|(known, _, _)| same_file(known, &candidate)) {
-                    continue;
-                }
-                let Ok(probe) = Device::open(&candidate, OpenMode::ReadOnly) else { continue };
-                let Some((candidate_volume, candidate_uuid, label)) = identify(&probe) else { continue };
-                if candidate_volume != volume_uuid || found.iter().any(|(_, known, _)| *known == candidate_uuid) {
-                    continue;
-                }
-                found.push((candidate, candidate_uuid, label));
-                if candidate_uuid == *uuid {
-                    return Some(found.len() - 1);
-                }
-            }
-            None
-        };
         // The first device's labels are the authority (SPEC.md §4.3).
-        let own_table = own_label.devices.as_ref().ok_or_else(|| VolumeError::Devices {
+        let own_table = own_label.devices.clone().ok_or_else(|| VolumeError::Devices {
             path: path.display().to_string(),
             reason: "its label has no device table".into(),
         })?;
-        let first_uuid = own_table.devices[0].device_uuid;
-        let missing = |index: usize, uuid: [u8; 16], table: &DeviceTable| VolumeError::MissingDevice {
-            path: path.display().to_string(),
-            index,
-            device_uuid: uuid,
-            first_slot: table.devices[index].first_slot,
-            num_slots: table.devices[index].num_slots,
-        };
-        let first_index = find(&first_uuid, &mut found).ok_or_else(|| missing(0, first_uuid, own_table))?;
-        let first_path = found[first_index].0.clone();
+        let found = claimants(path, own_uuid, own_label, volume_uuid);
+        let first_claimant = claimant_of(&found, path, 0, &own_table.devices[0])?;
+        let first_is_given = std::ptr::eq(first_claimant, &found[0]);
+        let first_path = first_claimant.path.clone();
         // The device given is opened once: a second open of it would wait on its own lock.
         let mut given = Some(device);
-        let first = if first_index == 0 {
-            given.take().ok_or_else(|| VolumeError::Devices {
-                path: path.display().to_string(),
-                reason: "opened twice".into(),
-            })?
-        } else {
-            Device::open_waiting(&first_path, mode, wait)?
+        let first = match given.take_if(|_| first_is_given) {
+            Some(device) => device,
+            None => Device::open_waiting(&first_path, mode, wait)?,
         };
         let labels = read_device_labels(&first)?;
         let Ok((_, authority)) = labels.choose() else {
@@ -476,7 +517,7 @@ impl Members<Device> {
         let Some(table) = authority.devices.clone() else {
             // The first device's label has no table: the volume is on one device again (a
             // device was removed), and the path given, when another, is no longer part of it.
-            if first_index != 0 {
+            if !first_is_given {
                 return Err(VolumeError::Devices {
                     path: path.display().to_string(),
                     reason: format!("it was removed from the volume on {}", first_path.display()),
@@ -492,15 +533,51 @@ impl Members<Device> {
         }
         let mut devices = vec![first];
         for (index, entry) in table.devices.iter().enumerate().skip(1) {
-            let position =
-                find(&entry.device_uuid, &mut found).ok_or_else(|| missing(index, entry.device_uuid, &table))?;
-            let device = match given.take_if(|_| position == 0) {
+            let claimant = claimant_of(&found, path, index, entry)?;
+            if mode == OpenMode::ReadWrite {
+                if let Some(problem) = member_label_problem(&authority, index, &Ok(claimant.label.clone())) {
+                    return Err(VolumeError::Devices {
+                        path: claimant.path.display().to_string(),
+                        reason: format!(
+                            "it claims to be device {index} of the volume on {} but {problem}; it is not written (lds fsck reports it)",
+                            first_path.display()
+                        ),
+                    });
+                }
+            }
+            let device = match given.take_if(|_| std::ptr::eq(claimant, &found[0])) {
                 Some(device) => device,
-                None => Device::open_waiting(&found[position].0, mode, wait)?,
+                None => Device::open_waiting(&claimant.path, mode, wait)?,
             };
             devices.push(device);
         }
+        if given.is_some() {
+            // The path named claims a device whose place another device was chosen for (by
+            // LDS_DEVICES): it is a copy, not the volume's.
+            return Err(VolumeError::Devices {
+                path: path.display().to_string(),
+                reason: format!(
+                    "its labels claim a device of the volume on {}, but another device listed in LDS_DEVICES is that device; this one is a copy",
+                    first_path.display()
+                ),
+            });
+        }
         Self::assemble(devices, &authority)
+    }
+}
+
+impl<D: BlockDevice> Members<D> {
+    /// The devices a writer of this volume writes, for the line a writing command prints
+    /// before its first write (docs/safety.md): `None` for a volume on one device.
+    pub fn describe(&self) -> Option<String> {
+        self.layout.as_ref()?;
+        let names: Vec<String> = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(index, device)| format!("{} (device {index})", device.name().display()))
+            .collect();
+        Some(names.join(", "))
     }
 }
 

@@ -52,6 +52,19 @@ pub enum VolumeError {
         /// Its slots.
         num_slots: u64,
     },
+    /// Two or more devices claim to be one device of the volume (a clone, or a copy of its
+    /// labels): none of them is used, since writing the wrong one would destroy data.
+    #[error("{path}: {} devices claim to be the volume's device {index} (uuid {}): {}; refusing to guess (name the right one in LDS_DEVICES, or move the others away)", candidates.len(), uuid_string(device_uuid), candidates.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", "))]
+    AmbiguousDevice {
+        /// The path the volume was named by.
+        path: String,
+        /// The device's place in the table.
+        index: usize,
+        /// Its uuid.
+        device_uuid: [u8; 16],
+        /// Every path claiming it.
+        candidates: Vec<std::path::PathBuf>,
+    },
     /// The volume is larger than the device holding it.
     #[error("{path}: the label says the volume is {volume_len} bytes but the device has {device_len}")]
     Truncated {
