@@ -176,7 +176,7 @@ fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
         } else {
             16 << 20
         }),
-        name: "lds-bench".into(),
+        name: BENCH_VOLUME_NAME.into(),
         force,
         format_version: options.format_version.clone(),
         // Key-value separation needs a volume with value chunks (SPEC.md §8.6).
@@ -198,12 +198,27 @@ fn technique_on(options: &BenchOptions, technique: &str) -> bool {
     options.technique.as_deref().is_some_and(|names| names.split(',').any(|name| name.trim() == technique))
 }
 
-/// Whether PATH already holds an LDS volume (then reformatting it needs no --force).
-fn holds_lds(path: &Path) -> bool {
+/// The name `lds bench` gives the volumes it formats: only those it replaces without
+/// `--force` (docs/safety.md).
+pub const BENCH_VOLUME_NAME: &str = "lds-bench";
+
+/// Refuses to replace what PATH holds (an LDS volume other than one this benchmark formatted,
+/// a file system, a partition table) unless `--force`; a path that does not exist is fine.
+fn refuse_replacing(path: &Path, force: bool) -> Result<(), String> {
+    if !path.exists() || force {
+        return Ok(());
+    }
+    let device = Device::open(path, OpenMode::ReadOnly).map_err(|error| error.to_string())?;
+    lds_volume::safety::refuse_replacing(&device, false, "lds bench", |label| label.volume_name == BENCH_VOLUME_NAME)
+        .map_err(|error| error.to_string())
+}
+
+/// Whether PATH holds a volume this benchmark formatted (reformatting it needs no --force).
+fn holds_bench_volume(path: &Path) -> bool {
     Device::open(path, OpenMode::ReadOnly)
         .ok()
         .and_then(|device| lds_volume::volume::read_labels(&device).ok())
-        .is_some_and(|labels| labels.choose().is_ok())
+        .is_some_and(|labels| labels.choose().is_ok_and(|(_, label)| label.volume_name == BENCH_VOLUME_NAME))
 }
 
 fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
@@ -237,7 +252,10 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
         return Err(format!("{}: a peer needs a directory", options.path.display()));
     }
     let mut engine_name = options.engine.clone();
-    let force = options.force || !options.path.exists() || holds_lds(&options.path);
+    if lds {
+        refuse_replacing(&options.path, options.force)?;
+    }
+    let force = options.force || !options.path.exists() || holds_bench_volume(&options.path);
     let mut open = |fresh: bool| -> Result<Box<dyn Store>, String> {
         let store: Box<dyn Store> = if lds {
             if fresh {
@@ -259,7 +277,7 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
             Box::new(LdsStore::open(&options.path, &settings, options.slot_size, &tuning)?)
         } else {
             if fresh {
-                lds_bench::peers::wipe(&options.path)?;
+                lds_bench::peers::wipe(&options.path, options.force)?;
             }
             lds_bench::peers::open(&options.engine, &options.path, &settings)?
         };
@@ -332,6 +350,8 @@ fn report(
 
 fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
     let sequential = (256u64 << 20).min(options.size / 2).max(options.slot_size);
+    // The measurement writes over the first bytes of PATH.
+    refuse_replacing(&options.path, options.force)?;
     if !options.path.exists() {
         let file = std::fs::File::create(&options.path)
             .map_err(|error| format!("{}: cannot create: {error}", options.path.display()))?;
@@ -361,12 +381,7 @@ fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), Stri
 }
 
 fn recovery(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
-    if options.path.exists() && !options.force && !holds_lds(&options.path) {
-        return Err(format!(
-            "{}: exists and is not an LDS volume; use --force to overwrite it",
-            options.path.display()
-        ));
-    }
+    refuse_replacing(&options.path, options.force)?;
     let result = lds_bench::recovery::measure(&options.path)?;
     if options.json {
         let document = serde_json::json!({ "schema": "lds-bench-recovery/1", "recovery": result });

@@ -169,7 +169,7 @@ fn change(
 ) -> i32 {
     let verb = if abort { "abort" } else { "resume" };
     let command = format!("compaction {verb}");
-    let target = match crate::repair::UndoTarget::open(path, undo, &command, Duration::ZERO) {
+    let target = match crate::repair::UndoTarget::open(path, undo, &command, Duration::ZERO, err) {
         Ok(target) => target,
         Err(message) => {
             let _ = writeln!(err, "lds {command}: {message}");

@@ -100,8 +100,8 @@ pub struct ListArgs {
 /// Runs an `lds device` subcommand; returns the exit code.
 pub fn run(command: &DeviceCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match command {
-        DeviceCommand::Add(args) => add(args, out),
-        DeviceCommand::Remove(args) => remove(args, out),
+        DeviceCommand::Add(args) => add(args, out, err),
+        DeviceCommand::Remove(args) => remove(args, out, err),
         DeviceCommand::List(args) => list(args, out),
     };
     match result {
@@ -141,16 +141,13 @@ fn volume_label(volume: &VolumeDevice) -> Result<Label, (i32, String)> {
     Ok(label.clone())
 }
 
-fn same_file(first: &Path, second: &Path) -> bool {
-    match (std::fs::canonicalize(first), std::fs::canonicalize(second)) {
-        (Ok(first), Ok(second)) => first == second,
-        _ => first == second,
-    }
-}
-
-/// The place of the device at `path` among the volume's devices.
+/// The place of the device at `path` among the volume's devices: the one whose bytes it
+/// names (through links, device nodes and loop devices, docs/safety.md).
 fn index_of(volume: &VolumeDevice, path: &Path) -> Option<usize> {
-    volume.devices().iter().position(|device| same_file(device.path(), path))
+    let wanted = lds_volume::safety::identity(path).ok()?;
+    volume.devices().iter().position(|device| {
+        lds_volume::safety::identity(device.path()).is_ok_and(|member| member.overlap(&wanted).is_some())
+    })
 }
 
 fn describe(plan: &DevicePlan, adding: bool) -> String {
@@ -258,14 +255,27 @@ fn open_joining(args: &AddArgs, label: &Label) -> Result<Device, (i32, String)> 
     Ok(device)
 }
 
-fn add(args: &AddArgs, out: &mut dyn Write) -> Outcome {
+fn add(args: &AddArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
     let mode = if args.dry_run { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
     let volume = open_volume(&args.path, mode)?;
+    if !args.dry_run {
+        crate::repair::state_devices(&volume, "device add", err);
+    }
     let label = volume_label(&volume)?;
     let uuids = JoinUuids {
         first: crate::mkfs::random_uuid().map_err(operational)?,
         joining: crate::mkfs::random_uuid().map_err(operational)?,
     };
+    if index_of(&volume, &args.new_device) == Some(0) {
+        return Err((
+            EXIT_REFUSED,
+            format!(
+                "{}: is the volume's first device ({}); a volume cannot join itself",
+                args.new_device.display(),
+                volume.first().path().display()
+            ),
+        ));
+    }
     if let Some(index) = index_of(&volume, &args.new_device) {
         // Joined before: finish what an interrupted run left (labels, base versions).
         let joining = &volume.devices()[index];
@@ -290,9 +300,12 @@ fn add(args: &AddArgs, out: &mut dyn Write) -> Outcome {
     report(out, args.json, &args.path, &plan, true, Some(&writes))
 }
 
-fn remove(args: &RemoveArgs, out: &mut dyn Write) -> Outcome {
+fn remove(args: &RemoveArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
     let mode = if args.dry_run { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
     let volume = open_volume(&args.path, mode)?;
+    if !args.dry_run {
+        crate::repair::state_devices(&volume, "device remove", err);
+    }
     let Some(index) = index_of(&volume, &args.device) else {
         // Not a device of the volume: one an interrupted removal left labeled, or a mistake.
         let device = Device::open(&args.device, mode).map_err(operational)?;

@@ -418,7 +418,7 @@ pub fn recover(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let device = match crate::repair::UndoTarget::open(&target.path, undo, "recover", target.wait()) {
+    let device = match crate::repair::UndoTarget::open(&target.path, undo, "recover", target.wait(), err) {
         Ok(device) => device,
         Err(message) => return fail(err, "recover", &message),
     };

@@ -43,6 +43,14 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
         Ok(device) => device,
         Err(code) => return code,
     };
+    // The image is never written over the volume: not its path, a link to it, nor any of its
+    // devices (docs/safety.md).
+    let sources: Vec<&std::path::Path> =
+        std::iter::once(args.path.as_path()).chain(device.devices().iter().map(|member| member.path())).collect();
+    if let Err(error) = lds_volume::safety::refuse_output(&args.output, &sources) {
+        let _ = writeln!(err, "lds metadump: {error}");
+        return 16;
+    }
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("reading [{bar:30}] {percent:>3}% {bytes}/{total_bytes}")

@@ -8,7 +8,6 @@ use lds_format::image::format_writes;
 use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VOLUME_NAME_LEN};
 use lds_format::recovery::recover_version_log;
 use lds_volume::device::{Device, DeviceKind, OpenMode};
-use lds_volume::signature::find_signatures;
 use lds_volume::volume::Volume;
 
 use crate::json;
@@ -259,17 +258,8 @@ fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
     }
     let device = if exists {
         let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
-        if !options.force {
-            let signatures = find_signatures(&device).map_err(|error| error.to_string())?;
-            if let Some(first) = signatures.first() {
-                return Err(format!(
-                    "{}: found {} (signature at offset {}); use --force to format over it",
-                    path.display(),
-                    first.name,
-                    first.offset
-                ));
-            }
-        }
+        lds_volume::safety::refuse_replacing(&device, options.force, "lds mkfs", |_| false)
+            .map_err(|error| error.to_string())?;
         if device.kind() == DeviceKind::ImageFile && device.len() < volume_len {
             device.allocate(volume_len).map_err(|error| error.to_string())?;
         }

@@ -81,13 +81,20 @@ pub struct UndoTarget {
 impl UndoTarget {
     /// Opens `path` for writing (refused while another process holds it, after waiting at
     /// most `wait`) with an undo log unless `--no-undo`. Errors are messages for the user.
-    pub fn open(path: &Path, choice: &UndoChoice, tool: &str, wait: std::time::Duration) -> Result<Self, String> {
+    pub fn open(
+        path: &Path,
+        choice: &UndoChoice,
+        tool: &str,
+        wait: std::time::Duration,
+        err: &mut dyn Write,
+    ) -> Result<Self, String> {
         let device = Members::open(path, OpenMode::ReadWrite, wait).map_err(|error| match error {
             error @ VolumeError::Device(DeviceError::Locked { .. }) => {
                 format!("{error}; refusing to write to a volume in use (--wait SECONDS waits for it)")
             }
             error => error.to_string(),
         })?;
+        state_devices(&device, tool, err);
         if choice.no_undo {
             return Ok(Self { device: Arc::new(device), undo: None });
         }
@@ -121,7 +128,7 @@ impl UndoTarget {
 /// The volume is named by any of its devices; a volume of several devices opens all of them
 /// (SPEC.md §4.3).
 pub fn open_volume(path: &Path, mode: OpenMode, command: &str, err: &mut dyn Write) -> Result<VolumeDevice, i32> {
-    Members::open(path, mode, std::time::Duration::ZERO).map_err(|error| {
+    let device = Members::open(path, mode, std::time::Duration::ZERO).map_err(|error| {
         let _ = match error {
             VolumeError::Device(DeviceError::Locked { .. }) => {
                 writeln!(err, "lds {command}: {error}; refusing a volume in use")
@@ -129,7 +136,19 @@ pub fn open_volume(path: &Path, mode: OpenMode, command: &str, err: &mut dyn Wri
             error => writeln!(err, "lds {command}: {error}"),
         };
         EXIT_OPERATIONAL
-    })
+    })?;
+    if mode == OpenMode::ReadWrite {
+        state_devices(&device, command, err);
+    }
+    Ok(device)
+}
+
+/// Says which devices a writing command may write, before its first write, when the volume
+/// has several (docs/safety.md: a command names what it writes).
+pub fn state_devices(device: &VolumeDevice, command: &str, err: &mut dyn Write) {
+    if let Some(devices) = device.describe() {
+        let _ = writeln!(err, "lds {command}: the volume's devices, which it may write: {devices}");
+    }
 }
 
 /// The default undo file of a volume: next to an image file, in the current directory for a
@@ -380,12 +399,9 @@ pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i3
             return EXIT_OPERATIONAL;
         }
     };
-    let device = match Members::open(&args.path, OpenMode::ReadWrite, std::time::Duration::ZERO) {
+    let device = match open_volume(&args.path, OpenMode::ReadWrite, "undo", err) {
         Ok(device) => device,
-        Err(error) => {
-            let _ = writeln!(err, "lds undo: {error}");
-            return EXIT_OPERATIONAL;
-        }
+        Err(code) => return code,
     };
     let uuid =
         read_labels(&device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.geometry.volume_uuid));

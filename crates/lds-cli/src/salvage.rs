@@ -61,17 +61,20 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(err, "lds salvage: give --output NEW (a new volume) or --export ndjson");
         return EXIT_USAGE;
     }
-    if let Some(output) = &args.output {
-        let same = output.canonicalize().ok().zip(args.path.canonicalize().ok()).is_some_and(|(a, b)| a == b);
-        if same {
-            let _ = writeln!(err, "lds salvage: the output is the damaged volume itself; give another path");
-            return EXIT_USAGE;
-        }
-    }
     let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "salvage", err) {
         Ok(device) => device,
         Err(code) => return code,
     };
+    if let Some(output) = &args.output {
+        // Never the damaged volume: not its path, a link to it, nor any of its devices
+        // (docs/safety.md).
+        let sources: Vec<&Path> =
+            std::iter::once(args.path.as_path()).chain(device.devices().iter().map(|member| member.path())).collect();
+        if let Err(error) = lds_volume::safety::refuse_output(output, &sources) {
+            let _ = writeln!(err, "lds salvage: {error}");
+            return EXIT_USAGE;
+        }
+    }
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {percent:>3}% {bytes}/{total_bytes} ({bytes_per_sec})")
@@ -108,7 +111,11 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     let seconds = started.elapsed().as_secs_f64();
     let report_to: &mut dyn Write = if args.export.is_some() { err } else { out };
     report(args, &salvaged, written, read_seconds, seconds, report_to);
-    if salvaged.damaged.is_empty() && salvaged.tails_lost == 0 && salvaged.lost_values.is_empty() {
+    if salvaged.damaged.is_empty()
+        && salvaged.tails_lost == 0
+        && salvaged.lost_values.is_empty()
+        && salvaged.slots_past_end == 0
+    {
         EXIT_OK
     } else {
         EXIT_DATA_LOST
@@ -213,6 +220,7 @@ fn report(args: &SalvageArgs, salvaged: &Salvaged, written: u64, read_seconds: f
             "volume_uuid": hex(&salvaged.volume_uuid),
             "slot_size": salvaged.slots.0,
             "slots_scanned": salvaged.slots_scanned,
+            "slots_past_end": salvaged.slots_past_end,
             "chunks": salvaged.chunks,
             "tails_lost": salvaged.tails_lost,
             "blocks_read": salvaged.blocks_read,

@@ -151,7 +151,7 @@ fn usage_errors_are_named() {
     assert!(err.contains("--output"), "{err}");
     let (code, _, err) = volumes::salvage(&volumes::salvage_args(&source, Some(&source)));
     assert_eq!(code, 16);
-    assert!(err.contains("the damaged volume itself"), "{err}");
+    assert!(err.contains("never writes its own input"), "{err}");
     let missing = scratch("missing");
     let (code, _, err) = volumes::salvage(&volumes::salvage_args(&missing, Some(&scratch("out-missing"))));
     assert_eq!(code, 8);

@@ -37,6 +37,8 @@ pub fn available() -> Vec<&'static str> {
 /// Opens peer `engine` in directory `dir` (created if missing).
 pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
     std::fs::create_dir_all(dir).map_err(|error| format!("{}: cannot create: {error}", dir.display()))?;
+    std::fs::write(dir.join(MARKER), b"made by lds bench; the next run empties this directory\n")
+        .map_err(|error| format!("{}: cannot write: {error}", dir.join(MARKER).display()))?;
     let _ = settings;
     let store = match engine {
         #[cfg(feature = "rocksdb")]
@@ -113,9 +115,22 @@ impl Store for InDir {
 }
 
 /// Empties a peer's directory for a fresh store.
-pub fn wipe(dir: &Path) -> Result<(), String> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|error| format!("{}: cannot empty: {error}", dir.display()))?;
+pub fn wipe(dir: &Path, force: bool) -> Result<(), String> {
+    if !dir.exists() {
+        return Ok(());
     }
-    Ok(())
+    let mut entries = std::fs::read_dir(dir).map_err(|error| format!("{}: cannot read: {error}", dir.display()))?;
+    // Only a directory a benchmark made (its marker inside), an empty one, or --force: never
+    // a directory of someone's data (docs/safety.md).
+    let ours = dir.join(MARKER).exists() || entries.next().is_none();
+    if !ours && !force {
+        return Err(format!(
+            "{}: a directory this benchmark did not make (no {MARKER} in it) and not empty; give --force to delete what it holds",
+            dir.display()
+        ));
+    }
+    std::fs::remove_dir_all(dir).map_err(|error| format!("{}: cannot empty: {error}", dir.display()))
 }
+
+/// The file a benchmark leaves in each peer's directory, so that the next run may empty it.
+pub const MARKER: &str = ".lds-bench";
