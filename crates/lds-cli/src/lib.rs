@@ -15,6 +15,7 @@ pub mod json;
 pub mod kv;
 pub mod metadump;
 pub mod mkfs;
+pub mod output;
 pub mod repair;
 pub mod resize;
 pub mod salvage;

@@ -1,5 +1,7 @@
 //! The `lds` binary: parses the command line and runs the library command.
 
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() {
@@ -21,10 +23,16 @@ fn main() {
             std::process::exit(code);
         }
     };
-    let mut out = std::io::stdout().lock();
+    let command = std::env::args().nth(1).unwrap_or_default();
+    let mut out = lds_cli::output::CheckedOutput::new(std::io::stdout().lock());
     let mut err = std::io::stderr().lock();
-    let code = lds_cli::cli::run(cli, &mut out, &mut err);
-    drop(out);
+    let mut code = lds_cli::cli::run(cli, &mut out, &mut err);
+    // A write error on the output fails the command, whatever it returned (docs/safety.md).
+    if let Err((error, written)) = out.finish() {
+        let (failed, message) = lds_cli::output::output_failed(&command, &error, written);
+        let _ = writeln!(err, "{message}");
+        code = failed;
+    }
     drop(err);
     std::process::exit(code);
 }
