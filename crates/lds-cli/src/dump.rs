@@ -68,8 +68,8 @@ pub struct DumpOptions {
 /// Runs dump; returns the exit code (0 success, 1 the volume cannot be read as asked). The
 /// volume is opened read-only under a shared lock (any number of readers at once).
 pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result =
-        lds_volume::Volume::open(&options.path, options.wait).map_err(|error| error.to_string()).and_then(|volume| {
+    let result = match lds_volume::Volume::open(&options.path, options.wait) {
+        Ok(volume) => {
             let view = View {
                 device: &volume.device,
                 labels: volume.labels.clone(),
@@ -77,8 +77,40 @@ pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 choice: volume.choice,
             };
             dump(&view, options, out)
-        });
+        }
+        // Media cut short (SPEC.md §4: the label gives more bytes than the device has): the
+        // labels are still shown, with the mismatch (fsck reports it as 106).
+        Err(lds_volume::VolumeError::Truncated { volume_len, device_len, .. }) if options.what == DumpWhat::Label => {
+            truncated_label(options, volume_len, device_len, out)
+        }
+        Err(error) => Err(error.to_string()),
+    };
     exit_code(result, err)
+}
+
+/// `dump label` of a volume larger than its device: both copies, and the mismatch.
+fn truncated_label(options: &DumpOptions, volume_len: u64, device_len: u64, out: &mut dyn Write) -> Result<(), String> {
+    let device = lds_volume::Members::open(&options.path, lds_volume::OpenMode::ReadOnlyLocked, options.wait)
+        .map_err(|error| error.to_string())?;
+    let labels = lds_volume::read_labels(&device).map_err(|error| error.to_string())?;
+    let (choice, label) = labels.choose().map_err(|_| format!("{}: no usable label", device_name(options)))?;
+    let (choice, label) = (choice, label.clone());
+    let mismatch = format!(
+        "the label says the volume is {volume_len} bytes but the device has {device_len}: {} bytes are missing (the media was cut short; lds salvage reads what remains)",
+        volume_len - device_len
+    );
+    if options.json {
+        let mut buffer = Vec::new();
+        dump_label(&View { device: &device, labels, label, choice }, options, &mut buffer)?;
+        let mut document: Value = serde_json::from_slice(&buffer).map_err(|error| error.to_string())?;
+        if let Some(map) = document.as_object_mut() {
+            map.insert("device_len".into(), json!(device_len));
+            map.insert("truncated".into(), json!(mismatch));
+        }
+        return emit(out, document);
+    }
+    writeln!(out, "truncated        {mismatch}").map_err(io)?;
+    dump_label(&View { device: &device, labels, label, choice }, options, out)
 }
 
 /// Runs dump on a volume read through `device` (an image in memory, for the fuzzers) instead

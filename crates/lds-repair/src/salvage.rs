@@ -96,6 +96,9 @@ pub struct Salvaged {
     pub tails_lost: u64,
     /// Blocks read whose checksum held.
     pub blocks_read: u64,
+    /// Slots the label gives the volume that lie wholly past the device's end (media cut
+    /// short), not read.
+    pub slots_past_end: u64,
     /// Stretches of chunks that held no readable block, described.
     pub damaged: Vec<String>,
     /// Entries read from chunks.
@@ -560,8 +563,22 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     salvaged.volume_uuid = uuid;
     salvaged.geometry = geometry;
     salvaged.slots = (slot_size, ofs_slots);
-    let end = geometry.map_or(device.len(), |geometry| geometry.volume_len.min(device.len()));
+    let device_len = device.len();
+    let end = geometry.map_or(device_len, |geometry| geometry.volume_len.min(device_len));
     let slot_count = geometry.map_or(end.saturating_sub(ofs_slots) / slot_size, |geometry| geometry.num_slots);
+    // What lies on the device of `len` bytes at `offset`: read around bad sectors, and zeros
+    // past the device's end (media cut short: a truncated image, a smaller device) without
+    // reading there.
+    let read_part = |offset: u64, len: u64| -> Result<(Vec<u8>, Vec<u64>), SalvageError> {
+        let on_device = device_len.saturating_sub(offset).min(len);
+        if on_device == 0 {
+            return Ok((vec![0u8; len as usize], Vec::new()));
+        }
+        let (mut bytes, unreadable) = read_tolerant(device, offset, on_device, SCAN_ALIGN)?;
+        bytes.resize(len as usize, 0);
+        Ok((bytes, unreadable))
+    };
+    let mut past_end: Vec<u64> = Vec::new();
     let single_instance = geometry.is_none_or(|geometry| geometry.instance_count == 1);
     let mut found = FoundKeys::default();
     let mut values = ValueChunks { device, slot_size, ofs_slots, slot_count, sources: BTreeMap::new() };
@@ -574,16 +591,27 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
         }
         let offset = ofs_slots + slot * slot_size;
         progress((slot + 1) * slot_size, slot_count * slot_size);
+        if offset >= device_len {
+            past_end.push(slot);
+            continue;
+        }
+        if offset + slot_size > device_len {
+            salvaged.damaged.push(format!(
+                "slot {slot}: only {} of its {slot_size} bytes lie on the device, which ends at offset {device_len}; \
+                 its tail is lost (its blocks are read alone)",
+                device_len - offset
+            ));
+        }
         salvaged.slots_scanned += 1;
         // A slot that never held a chunk is zeros: its first block and its footer say so
         // without reading the rest (a chunk starts with a block and ends with its footer).
         let probe = PROBE_LEN.min(slot_size);
         let zeros = |bytes: &[u8]| bytes.iter().all(|&byte| byte == 0);
-        let head = read_tolerant(device, offset, probe, SCAN_ALIGN)?.0;
-        if zeros(&head) && zeros(&read_tolerant(device, offset + slot_size - probe, probe, SCAN_ALIGN)?.0) {
+        let head = read_part(offset, probe)?.0;
+        if zeros(&head) && zeros(&read_part(offset + slot_size - probe, probe)?.0) {
             continue;
         }
-        let (bytes, unreadable) = read_tolerant(device, offset, slot_size, SCAN_ALIGN)?;
+        let (bytes, unreadable) = read_part(offset, slot_size)?;
         if let (Some(first), Some(last)) = (unreadable.first(), unreadable.last()) {
             salvaged
                 .damaged
@@ -649,6 +677,15 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
             found.keep(instance, &entry.key, entry.sequence, entry.kind, &entry.value);
         }
     }
+    if let (Some(first), Some(last)) = (past_end.first(), past_end.last()) {
+        salvaged.slots_past_end = past_end.len() as u64;
+        salvaged.damaged.push(format!(
+            "slots {first} to {last} ({} slots): past the device's end at offset {device_len} (the label gives the \
+             volume {} bytes); whatever they held is lost",
+            past_end.len(),
+            geometry.map_or(0, |geometry| geometry.volume_len)
+        ));
+    }
     let contexts: Vec<AreaContext> = match geometry {
         Some(geometry) => {
             (0..geometry.instance_count).map(|instance| area_context(&geometry, LogKind::Backup, instance)).collect()
@@ -659,7 +696,7 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
         contexts.iter().map(|context| (context.instance, context.ofs_area, context.len_area)).collect();
     for context in &contexts {
         let instance = context.instance;
-        let area = device.read_vec(context.ofs_area, context.len_area)?;
+        let (area, _) = read_part(context.ofs_area, context.len_area)?;
         for object in valid_objects(&area, context) {
             let Payload::Batch { first_sequence, .. } = object.payload else { continue };
             let Ok(raw) = read_object(&area, object.offset, context) else { continue };
@@ -683,6 +720,15 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     // is lost); they are read only when there is a pointer to follow.
     let has_pointers = found.has_pointers();
     if has_pointers {
+        if let (Some(first), Some(last)) = (past_end.first(), past_end.last()) {
+            salvaged.slots_past_end = past_end.len() as u64;
+            salvaged.damaged.push(format!(
+            "slots {first} to {last} ({} slots): past the device's end at offset {device_len} (the label gives the \
+             volume {} bytes); whatever they held is lost",
+            past_end.len(),
+            geometry.map_or(0, |geometry| geometry.volume_len)
+        ));
+        }
         let contexts: Vec<AreaContext> = match geometry {
             Some(geometry) => (0..geometry.instance_count)
                 .map(|instance| area_context(&geometry, LogKind::Version, instance))
