@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lds_check::Severity;
 use lds_repair::{repair, FixClass, FixState, Mode, RepairOptions, RepairReport};
 use lds_volume::device::{BlockDevice, DeviceError, DeviceKind, OpenMode};
-use lds_volume::undo::{undo, UndoDevice, UndoError, UndoFile, UndoHeader, UndoLog};
+use lds_volume::undo::{undo, volume_uuid_of, UndoDevice, UndoError, UndoFile, UndoHeader, UndoLog};
 use lds_volume::volume::{read_labels, VolumeError};
 use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
@@ -145,11 +145,13 @@ pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {
 }
 
 /// An undo log for a tool about to write to `device` (its label, if readable, names the
-/// volume and the sector size the records use).
+/// volume and the sector size the records use). With no valid label the header names no
+/// volume and the log refuses the first write (`lds undo` could not check the volume); the
+/// tools that write find a label first.
 pub fn undo_log(device: &dyn BlockDevice, undo_path: &Path, tool: &str) -> Result<UndoLog, UndoError> {
     let label = read_labels(device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.clone()));
     let header = UndoHeader {
-        volume_uuid: label.as_ref().map_or([0; 16], |label| label.geometry.volume_uuid),
+        volume_uuid: volume_uuid_of(device).unwrap_or([0; 16]),
         device_len: device.len(),
         sector_size: label.as_ref().map_or(512, |label| label.geometry.sector_size),
         tool: tool.to_string(),
@@ -375,9 +377,13 @@ pub fn run(args: &RepairArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
 pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let file = match UndoFile::read(&args.undo_file) {
         Ok(file) => file,
-        Err(error) => {
+        Err(error @ UndoError::File { .. }) => {
             let _ = writeln!(err, "lds undo: {error}");
             return EXIT_OPERATIONAL;
+        }
+        Err(error) => {
+            let _ = writeln!(err, "lds undo: {error}; nothing was written");
+            return 1;
         }
     };
     let device = match Members::open(&args.path, OpenMode::ReadWrite, std::time::Duration::ZERO) {
@@ -387,8 +393,7 @@ pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i3
             return EXIT_OPERATIONAL;
         }
     };
-    let uuid =
-        read_labels(&device).ok().and_then(|labels| labels.choose().ok().map(|(_, label)| label.geometry.volume_uuid));
+    let uuid = volume_uuid_of(&device);
     match undo(&file, &device, uuid, args.force) {
         Ok(outcome) => {
             let _ = writeln!(
@@ -402,7 +407,13 @@ pub fn run_undo(args: &UndoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i3
             );
             0
         }
-        Err(error @ (UndoError::Changed { .. } | UndoError::OtherVolume { .. } | UndoError::WrittenSince { .. })) => {
+        Err(
+            error @ (UndoError::Changed { .. }
+            | UndoError::OtherVolume { .. }
+            | UndoError::WrittenSince { .. }
+            | UndoError::NoUuid { .. }
+            | UndoError::BeyondDevice { .. }),
+        ) => {
             let _ = writeln!(err, "lds undo: {error}");
             1
         }
