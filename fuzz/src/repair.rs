@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use lds_repair::{repair, Mode, RepairOptions};
 use lds_sim::device::SimDevice;
-use lds_volume::undo::{undo, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
+use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
 
 use crate::fixup;
 use crate::image::gunzip;
@@ -37,8 +37,10 @@ pub fn repair_target(data: &[u8]) {
 fn check(image: &[u8]) {
     let device = SimDevice::new(image.to_vec());
     let sink = MemorySink::default();
+    // As the tools do: the header names the volume; with no valid label the log refuses the
+    // first write, and repair, which writes only with a label, has nothing to write then.
     let header = UndoHeader {
-        volume_uuid: [0; 16],
+        volume_uuid: volume_uuid_of(&device).unwrap_or([0; 16]),
         device_len: image.len() as u64,
         sector_size: 512,
         tool: "repair".into(),
@@ -72,7 +74,8 @@ fn check(image: &[u8]) {
     let file = UndoFile::parse(&bytes, Path::new("undo file"));
     let file = file.unwrap_or_else(|error| panic!("repair: its undo file does not parse: {error}"));
     let restored = SimDevice::new(device.current());
-    if let Err(error) = undo(&file, &restored, None, false) {
+    // The same device by construction: the oracle is the restore, not the uuid check.
+    if let Err(error) = undo(&file, &restored, Some(file.header.volume_uuid), false) {
         panic!("repair: undo refused: {error}");
     }
     assert!(restored.current() == image, "repair: undo did not restore the image byte for byte");

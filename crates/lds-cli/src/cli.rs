@@ -67,12 +67,18 @@ pub enum Command {
     Repair(crate::repair::RepairArgs),
     /// Restore a volume from the undo file a writing tool left (e2undo).
     ///
-    /// Checks that the device is the one recorded and that every sector the tool wrote holds
-    /// either its original bytes or bytes the tool wrote (else refuses: something else changed
-    /// the volume since), then writes the original bytes back. Safe to run again after a
-    /// crash. Exit 0 restored, 1 refused, 8 could not run.
+    /// Verifies the whole undo file first (a file truncated or damaged since it was written is
+    /// refused, nothing written), checks that the device is the one recorded and that every
+    /// sector the tool wrote holds either its original bytes or bytes the tool wrote (else
+    /// refuses: something else changed the volume since), then writes the original bytes
+    /// back. Safe to run again after a crash. -n prints what it would restore and writes
+    /// nothing; --force restores anyway, from a damaged file only the records that verify.
+    /// Exit 0 restored, 1 refused (nothing written) or forced and only part restored, 8 could
+    /// not run.
     ///
-    /// Example: lds undo volume.img.lds-undo volume.img
+    /// Examples:
+    ///   lds undo -n volume.img.lds-undo volume.img
+    ///   lds undo volume.img.lds-undo volume.img
     #[command(verbatim_doc_comment)]
     Undo(crate::repair::UndoArgs),
     /// Grow or shrink a volume offline.

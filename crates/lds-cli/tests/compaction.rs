@@ -188,7 +188,8 @@ fn a_resume_saves_an_undo_file_that_restores_the_volume_byte_for_byte() {
     assert_eq!(code, EXIT_ERROR, "{err}");
     assert!(err.contains("undo file exists"), "{err}");
     assert!(std::fs::read(&path).unwrap_or_default() == resumed);
-    let args = lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false };
+    let args =
+        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(lds_cli::repair::run_undo(&args, &mut out, &mut err), 0, "{}", text(&err));
     assert!(std::fs::read(&path).unwrap_or_default() == original, "undo did not restore the volume byte for byte");

@@ -107,7 +107,7 @@ fn every_fixture_is_repaired_converges_and_undoes() {
                     std::fs::read(&image).unwrap_or_default() == after,
                     "{name}: the second repair changed the image"
                 );
-                let undone = UndoArgs { undo_file: undo.clone(), path: image.clone(), force: false };
+                let undone = UndoArgs { undo_file: undo.clone(), path: image.clone(), force: false, dry_run: false };
                 let (mut out, mut err) = (Vec::new(), Vec::new());
                 assert_eq!(run_undo(&undone, &mut out, &mut err), 0, "{name}: undo: {}", String::from_utf8_lossy(&err));
                 assert!(
@@ -154,7 +154,7 @@ fn an_undo_file_is_refused_after_the_volume_changed() {
     });
     assert!(flushed.is_ok(), "{flushed:?}");
     let changed = std::fs::read(&image).unwrap_or_default();
-    let args = UndoArgs { undo_file: undo.clone(), path: image.clone(), force: false };
+    let args = UndoArgs { undo_file: undo.clone(), path: image.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(run_undo(&args, &mut out, &mut err), 1, "{}", String::from_utf8_lossy(&out));
     assert!(

@@ -335,7 +335,8 @@ fn repair_rewrites_the_log_chunk_of_a_damaged_batch_and_salvage_names_its_lost_v
     assert!(backup_area(&read(&path)) == backup_area(&damaged), "repair wrote into the backup log area");
 
     // The undo file puts the damaged bytes back; repair again without one.
-    let args = lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false };
+    let args =
+        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     assert_eq!(lds_cli::repair::run_undo(&args, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
     assert!(read(&path) == damaged, "undo did not restore the damaged volume byte for byte");

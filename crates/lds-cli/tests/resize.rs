@@ -128,7 +128,8 @@ fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
     assert_eq!(scan(&image), expected);
     assert!(undo_file.exists());
     // lds undo puts the grown volume back, byte for byte.
-    let args = lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: image.clone(), force: false };
+    let args =
+        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: image.clone(), force: false, dry_run: false };
     assert_eq!(lds_cli::repair::run_undo(&args, &mut Vec::new(), &mut Vec::new()), 0);
     assert!(std::fs::read(&image).unwrap_or_default() == before, "undo did not restore the volume");
     let _ = std::fs::remove_file(&undo_file);

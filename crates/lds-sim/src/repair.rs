@@ -22,7 +22,7 @@ use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_repair::{repair, Mode, RepairOptions};
 use lds_volume::device::{BlockDevice, DeviceError};
-use lds_volume::undo::{undo, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
+use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
 use lds_volume::volume::MemoryImage;
 
 use crate::device::{Event, History, SimDevice};
@@ -331,8 +331,9 @@ impl Recording {
         let sink = MemorySink::default();
         let lengths = Arc::new(Mutex::new(Vec::new()));
         let noting = Noting { inner: device.clone(), sink: sink.clone(), lengths: Arc::clone(&lengths) };
+        // As the tools do: the header names the volume (`lds undo` checks it).
         let header = UndoHeader {
-            volume_uuid: [0; 16],
+            volume_uuid: volume_uuid_of(&device).unwrap_or([0; 16]),
             device_len: len,
             sector_size: sector_size as u32,
             tool: tool.into(),
@@ -351,7 +352,10 @@ impl Recording {
     }
 }
 
-/// Oracle U: the undo file as it stood after `writes_issued` writes restores `original`.
+/// Oracle U: the undo file as it stood after `writes_issued` writes restores `original`, and
+/// so does that file with the next write's batch torn halfway (a crash while appending it).
+/// The recording never finishes its undo log, so the file only grew: a prefix of it is the
+/// file as it stood.
 pub(crate) fn undo_restores(
     original: &[u8],
     undo_file: &[u8],
@@ -364,14 +368,22 @@ pub(crate) fn undo_restores(
     }
     // The records of each write were saved (durably) before it was issued.
     let end = undo_len_at_write.get(writes_issued - 1).copied().unwrap_or(undo_file.len());
-    let file = UndoFile::parse(&undo_file[..end], Path::new("undo file"))
-        .map_err(|error| ("U", format!("the undo file at the crash does not parse: {error}")))?;
-    let device = SimDevice::new(image.to_vec());
-    undo(&file, &device, None, false).map_err(|error| ("U", format!("undo refused: {error}")))?;
-    let restored = device.current();
-    if restored.as_slice() != original {
-        let first = restored.iter().zip(original.iter()).position(|(a, b)| a != b).unwrap_or(0);
-        return Err(("U", format!("undo left the volume different from the original at offset {first}")));
+    let next = undo_len_at_write.get(writes_issued).copied().unwrap_or(end);
+    let torn = end + (next - end) / 2;
+    for (len, what) in [(end, "the undo file at the crash"), (torn, "the undo file torn in its next batch")] {
+        let file = UndoFile::parse(&undo_file[..len], Path::new("undo file"))
+            .map_err(|error| ("U", format!("{what} does not parse: {error}")))?;
+        let device = SimDevice::new(image.to_vec());
+        let uuid = volume_uuid_of(&device);
+        undo(&file, &device, uuid, false).map_err(|error| ("U", format!("undo from {what} refused: {error}")))?;
+        let restored = device.current();
+        if restored.as_slice() != original {
+            let first = restored.iter().zip(original.iter()).position(|(a, b)| a != b).unwrap_or(0);
+            return Err((
+                "U",
+                format!("undo from {what} left the volume different from the original at offset {first}"),
+            ));
+        }
     }
     Ok(())
 }
