@@ -147,8 +147,14 @@ impl BlockDevice for CountingDevice {
         BlockDevice::read_at(&self.inner, offset, buffer)
     }
 
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
-        BlockDevice::read_mapped(&self.inner, offset, len, into)
+    fn read_mapped(
+        &self,
+        offset: u64,
+        len: u64,
+        into: &mut Vec<u8>,
+        access: lds_volume::Access,
+    ) -> Result<(), DeviceError> {
+        BlockDevice::read_mapped(&self.inner, offset, len, into, access)
     }
 
     fn drop_cached(&self, offset: u64, len: u64) {

@@ -6,6 +6,7 @@ mod common;
 use common::{serial, skip_unless_root, LoopDevice};
 use lds_cli::dump::{DumpOptions, DumpWhat};
 use lds_cli::mkfs::{run, MkfsOptions};
+use lds_volume::Access;
 
 #[test]
 fn mkfs_and_dump_on_a_loop_device() {
@@ -192,7 +193,7 @@ fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     let at = 1u64 << 20;
     // A buffered write leaves a dirty page; the direct write over it replaces it on the device.
     device.write_at(at, &[0x11; 8192]).unwrap_or_else(|error| panic!("{error}"));
-    let mapped = device.read_vec_mapped(at, 8192).unwrap_or_else(|error| panic!("{error}"));
+    let mapped = device.read_vec_mapped(at, 8192, Access::Point).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(mapped, vec![0x11; 8192]);
     let before = written_and_flushes(&name);
     device.write_direct(at, &[0x22; 4096]).unwrap_or_else(|error| panic!("{error}"));
@@ -200,7 +201,11 @@ fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     assert!((after.0 - before.0) * 512 >= 4096, "the direct write reached the device without a flush");
     let expected: Vec<u8> = [[0x22u8; 4096], [0x11u8; 4096]].concat();
     assert_eq!(device.read_vec(at, 8192).unwrap_or_else(|error| panic!("{error}")), expected, "pread");
-    assert_eq!(device.read_vec_mapped(at, 8192).unwrap_or_else(|error| panic!("{error}")), expected, "mapping");
+    assert_eq!(
+        device.read_vec_mapped(at, 8192, Access::Point).unwrap_or_else(|error| panic!("{error}")),
+        expected,
+        "mapping"
+    );
     // A write the device cannot take directly (not whole blocks) is a buffered one.
     device.write_direct(at + 100, &[0x33; 50]).unwrap_or_else(|error| panic!("{error}"));
     let mut expected = expected;
@@ -209,7 +214,7 @@ fn a_direct_write_reaches_the_device_at_once_and_reads_stay_coherent() {
     device.flush().unwrap_or_else(|error| panic!("{error}"));
     // And a direct write after it sees the buffered bytes it keeps.
     device.write_direct(at + 4096, &expected[4096..]).unwrap_or_else(|error| panic!("{error}"));
-    assert_eq!(device.read_vec_mapped(at, 8192).unwrap_or_else(|error| panic!("{error}")), expected);
+    assert_eq!(device.read_vec_mapped(at, 8192, Access::Point).unwrap_or_else(|error| panic!("{error}")), expected);
 }
 
 /// Sectors read, from `/sys/block/NAME/stat` (its third field).

@@ -94,6 +94,18 @@ pub enum DeviceError {
     },
 }
 
+/// How a read through the page cache will be followed, so that a device fetches from the
+/// media what the reader needs: a lookup reads one block and moves on, so its miss should
+/// read that block and not a read-ahead window (under memory pressure the window evicts the
+/// pages other lookups need); an iterator reads on, so read-ahead serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// A block or two of a lookup.
+    Point,
+    /// A run of blocks that the next reads follow.
+    Run,
+}
+
 /// How to open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
@@ -116,8 +128,11 @@ pub struct Device {
     /// The device acknowledges writes from a cache it can lose on power failure, so a range
     /// flush must also flush that cache (SPEC.md §2.5).
     volatile_cache: bool,
-    /// The read-only mapping lookups read through, made at the first such read.
+    /// The read-only mapping iterators read through, made at the first such read.
     mapping: std::sync::OnceLock<Option<crate::mapped::Mapping>>,
+    /// The read-only mapping lookups read through (`MADV_RANDOM`: a miss reads its page and
+    /// no more), made at the first such read.
+    point_mapping: std::sync::OnceLock<Option<crate::mapped::Mapping>>,
     /// The page whose `msync` flushes the write cache without writing back the whole device
     /// (`Device::flush_range`), made at the first such flush.
     cache_flush: std::sync::OnceLock<Option<crate::mapped::CacheFlush>>,
@@ -235,6 +250,7 @@ impl Device {
             kind,
             volatile_cache,
             mapping: std::sync::OnceLock::new(),
+            point_mapping: std::sync::OnceLock::new(),
             cache_flush: std::sync::OnceLock::new(),
             direct: std::sync::OnceLock::new(),
             direct_read: std::sync::OnceLock::new(),
@@ -259,6 +275,7 @@ impl Device {
             kind: DeviceKind::ImageFile,
             volatile_cache: false,
             mapping: std::sync::OnceLock::new(),
+            point_mapping: std::sync::OnceLock::new(),
             cache_flush: std::sync::OnceLock::new(),
             direct: std::sync::OnceLock::new(),
             direct_read: std::sync::OnceLock::new(),
@@ -333,9 +350,13 @@ impl Device {
     /// page cache with a copy and no system call. Falls back to `pread` when the device
     /// cannot be mapped or a mapped page cannot be read, so errors are those of `read_vec`.
     /// `BlockDevice::read_vec_mapped` returns a new buffer.
-    pub fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+    pub fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
         use std::os::fd::AsFd;
-        let mapping = self.mapping.get_or_init(|| crate::mapped::Mapping::new(self.file.as_fd(), self.len));
+        let (mapping, random) = match access {
+            Access::Run => (&self.mapping, false),
+            Access::Point => (&self.point_mapping, true),
+        };
+        let mapping = mapping.get_or_init(|| crate::mapped::Mapping::new(self.file.as_fd(), self.len, random));
         if let (Some(mapping), Ok(size)) = (mapping, usize::try_from(len)) {
             if mapping.read_into(self.file.as_fd(), offset, size, into) {
                 return Ok(());
@@ -350,8 +371,10 @@ impl Device {
     /// system, and the next chunk written there takes pages just freed rather than new ones.
     /// Dirty pages stay (their write-back starts); nothing on the device changes.
     pub fn drop_cached(&self, offset: u64, len: u64) {
-        if let Some(Some(mapping)) = self.mapping.get() {
-            mapping.forget(offset, len);
+        for mapping in [&self.mapping, &self.point_mapping] {
+            if let Some(Some(mapping)) = mapping.get() {
+                mapping.forget(offset, len);
+            }
         }
         let Ok(len) = std::num::NonZeroU64::try_from(len) else { return };
         // Only a hint: a device that refuses it keeps the pages.
@@ -584,14 +607,14 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Reads `len` bytes at `offset` for a lookup or an iterator: like `read_vec`, where a
     /// device may serve it from a mapping of the page cache (`Device::read_mapped`).
-    fn read_vec_mapped(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+    fn read_vec_mapped(&self, offset: u64, len: u64, access: Access) -> Result<Vec<u8>, DeviceError> {
         let mut bytes = Vec::new();
-        self.read_mapped(offset, len, &mut bytes)?;
+        self.read_mapped(offset, len, &mut bytes, access)?;
         Ok(bytes)
     }
     /// As `read_vec_mapped`, into `into` (its contents replaced; a device that maps reuses
     /// its capacity). Wrappers that read what the device holds forward it.
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, _access: Access) -> Result<(), DeviceError> {
         *into = self.read_vec(offset, len)?;
         Ok(())
     }
@@ -610,8 +633,8 @@ impl BlockDevice for Device {
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         Device::read_at(self, offset, buffer)
     }
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
-        Device::read_mapped(self, offset, len, into)
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
+        Device::read_mapped(self, offset, len, into, access)
     }
     fn drop_cached(&self, offset: u64, len: u64) {
         Device::drop_cached(self, offset, len);

@@ -16,6 +16,6 @@ pub mod signature;
 pub mod undo;
 pub mod volume;
 
-pub use device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
+pub use device::{Access, BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
 pub use members::{Members, VolumeDevice};
 pub use volume::{read_labels, AlignedBuffer, MemoryImage, ReadAt, Volume, VolumeError};

@@ -50,6 +50,9 @@ pub(crate) struct Mapping {
     base: usize,
     len: usize,
     entry: usize,
+    /// Mapped for point reads: `MADV_RANDOM`, so that a page fault reads that page and not
+    /// the read-around window (up to 128 KiB) the kernel reads for a default mapping.
+    random: bool,
     /// Serializes mapping the device back after faults.
     restoring: Mutex<()>,
 }
@@ -63,7 +66,7 @@ impl std::fmt::Debug for Mapping {
 impl Mapping {
     /// Maps `len` bytes of `file` for reading; `None` when the mapping, the handler or a
     /// registry entry is not to be had (the reads then use `pread`).
-    pub(crate) fn new(file: BorrowedFd<'_>, len: u64) -> Option<Self> {
+    pub(crate) fn new(file: BorrowedFd<'_>, len: u64, random: bool) -> Option<Self> {
         let len = usize::try_from(len).ok().filter(|&len| len > 0)?;
         install();
         PREVIOUS.get().copied().flatten()?;
@@ -75,13 +78,16 @@ impl Mapping {
             return None;
         }
         let base = base as usize;
+        if random {
+            advise_random(base, len);
+        }
         for (entry, registered) in REGISTRY.iter().enumerate() {
             // Claim a free entry with a placeholder address, fill it in, then publish it.
             if registered.base.compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 registered.len.store(len, Ordering::Release);
                 registered.zeroed.store(0, Ordering::Release);
                 registered.base.store(base, Ordering::Release);
-                return Some(Self { base, len, entry, restoring: Mutex::new(()) });
+                return Some(Self { base, len, entry, random, restoring: Mutex::new(()) });
             }
         }
         // SAFETY: the mapping made above, not published anywhere.
@@ -161,9 +167,19 @@ impl Mapping {
             )
         };
         if mapped != libc::MAP_FAILED {
+            if self.random {
+                advise_random(self.base, self.len);
+            }
             registered.zeroed.fetch_sub(pending, Ordering::AcqRel);
         }
     }
+}
+
+/// Tells the kernel that the pages of a mapping are read at random: a fault reads the page
+/// it needs, not a window around it (only a hint: a kernel that refuses it reads around).
+fn advise_random(base: usize, len: usize) {
+    // SAFETY: a range of our own live mapping; MADV_RANDOM changes no contents.
+    unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_RANDOM) };
 }
 
 impl Drop for Mapping {
@@ -313,7 +329,7 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
 
 #[cfg(test)]
 mod tests {
-    use crate::device::{BlockDevice, Device, OpenMode};
+    use crate::device::{Access, BlockDevice, Device, OpenMode};
 
     fn image(name: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
         let path = std::env::temp_dir().join(format!("lds-mapped-{}-{name}.img", std::process::id()));
@@ -322,24 +338,55 @@ mod tests {
         (path, bytes)
     }
 
+    /// Writes `path` back and drops it from the page cache.
+    fn drop_from_cache(path: &std::path::Path) {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path).expect("open");
+        file.sync_all().expect("sync");
+        // SAFETY: an advice on a descriptor we hold; no memory effects.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+
+    #[test]
+    fn a_point_read_brings_its_pages_and_no_read_ahead_window_into_memory() {
+        let (path, bytes) = image("point", 4 << 20);
+        drop_from_cache(&path);
+        if resident_pages(&path, 4 << 20) > 0 {
+            // A file system that keeps the pages (none here): nothing to measure.
+            return;
+        }
+        let device = Device::open(&path, OpenMode::ReadOnly).expect("open");
+        assert_eq!(
+            device.read_vec_mapped(2 << 20, 2048, Access::Point).expect("read"),
+            bytes[2 << 20..(2 << 20) + 2048]
+        );
+        let point = resident_pages(&path, 4 << 20);
+        // One page; a default mapping reads a window around it (16 pages or more).
+        assert!((1..=2).contains(&point), "a point read brought {point} pages into the page cache");
+        assert_eq!(device.read_vec_mapped(1 << 20, 2048, Access::Run).expect("read"), bytes[1 << 20..(1 << 20) + 2048]);
+        assert!(resident_pages(&path, 4 << 20) > point + 2, "a run's read brought no read-ahead");
+        drop(device);
+        let _ = std::fs::remove_file(&path);
+    }
+
     #[test]
     fn mapped_reads_return_what_the_device_holds_and_see_later_writes() {
         let (path, bytes) = image("writes", 256 * 1024);
         let device = Device::open(&path, OpenMode::ReadWrite).expect("open");
-        assert_eq!(device.read_vec_mapped(4096, 8192).expect("read"), bytes[4096..12288]);
-        assert_eq!(device.read_vec_mapped(100, 5000).expect("read"), bytes[100..5100]);
+        assert_eq!(device.read_vec_mapped(4096, 8192, Access::Point).expect("read"), bytes[4096..12288]);
+        assert_eq!(device.read_vec_mapped(100, 5000, Access::Point).expect("read"), bytes[100..5100]);
         // Into a buffer that held more: its contents are replaced, not appended to.
         let mut reused = vec![0xEE; 20_000];
-        device.read_mapped(300, 700, &mut reused).expect("read");
+        device.read_mapped(300, 700, &mut reused, Access::Run).expect("read");
         assert_eq!(reused, bytes[300..1000]);
         // Written through the file after the mapping was made: the mapping shares the page
         // cache, so the next read sees the new bytes.
         device.write_at(8192, &[0xAB; 4096]).expect("write");
-        let read = device.read_vec_mapped(4096, 8192).expect("read");
+        let read = device.read_vec_mapped(4096, 8192, Access::Point).expect("read");
         assert_eq!(read[..4096], bytes[4096..8192]);
         assert!(read[4096..].iter().all(|&byte| byte == 0xAB));
         // Past the end: the error `read_vec` gives, not a crash.
-        let error = device.read_vec_mapped(256 * 1024 - 10, 20).expect_err("past the end");
+        let error = device.read_vec_mapped(256 * 1024 - 10, 20, Access::Point).expect_err("past the end");
         assert!(error.to_string().contains(&path.display().to_string()), "{error}");
         drop(device);
         std::fs::remove_file(&path).expect("remove");
@@ -366,7 +413,7 @@ mod tests {
     fn dropping_cached_pages_frees_clean_ones_and_loses_no_write() {
         let (path, bytes) = image("dropped", 1024 * 1024);
         let device = Device::open(&path, OpenMode::ReadWrite).expect("open");
-        assert_eq!(device.read_vec_mapped(0, 1024 * 1024).expect("read"), bytes);
+        assert_eq!(device.read_vec_mapped(0, 1024 * 1024, Access::Point).expect("read"), bytes);
         device.flush().expect("flush");
         let before = resident_pages(&path, 1024 * 1024);
         assert!(before > 0, "nothing cached after reading the whole image");
@@ -375,11 +422,18 @@ mod tests {
         device.drop_cached(0, 1024 * 1024);
         let after = resident_pages(&path, 1024 * 1024);
         assert_eq!(after, 0, "{before} pages cached before");
-        assert_eq!(device.read_vec_mapped(512 * 1024, 8192).expect("read"), bytes[512 * 1024..520 * 1024]);
+        assert_eq!(
+            device.read_vec_mapped(512 * 1024, 8192, Access::Point).expect("read"),
+            bytes[512 * 1024..520 * 1024]
+        );
         // A write not flushed yet stays, whatever the hint.
         device.write_at(700 * 1024, &[0xCD; 8192]).expect("write");
         device.drop_cached(0, 1024 * 1024);
-        assert!(device.read_vec_mapped(700 * 1024, 8192).expect("read").iter().all(|&byte| byte == 0xCD));
+        assert!(device
+            .read_vec_mapped(700 * 1024, 8192, Access::Point)
+            .expect("read")
+            .iter()
+            .all(|&byte| byte == 0xCD));
         drop(device);
         let on_disk = std::fs::read(&path).expect("read the image");
         assert!(on_disk[700 * 1024..708 * 1024].iter().all(|&byte| byte == 0xCD));
@@ -390,21 +444,28 @@ mod tests {
     fn a_mapped_page_that_cannot_be_read_is_an_error_and_the_mapping_recovers() {
         let (path, bytes) = image("shrunk", 1024 * 1024);
         let device = Device::open(&path, OpenMode::ReadOnly).expect("open");
-        assert_eq!(device.read_vec_mapped(512 * 1024, 4096).expect("read"), bytes[512 * 1024..516 * 1024]);
+        assert_eq!(
+            device.read_vec_mapped(512 * 1024, 4096, Access::Point).expect("read"),
+            bytes[512 * 1024..516 * 1024]
+        );
         // The image shrinks under the mapping: its pages past the new end raise SIGBUS when
         // touched, which must come back as a read error naming the device and offset.
         std::fs::OpenOptions::new().write(true).open(&path).expect("reopen").set_len(256 * 1024).expect("shrink");
         for _ in 0..3 {
-            let error = device.read_vec_mapped(512 * 1024, 4096).expect_err("a page past the file's end");
+            let error =
+                device.read_vec_mapped(512 * 1024, 4096, Access::Point).expect_err("a page past the file's end");
             let text = error.to_string();
             assert!(text.contains(&path.display().to_string()) && text.contains("524288"), "{text}");
         }
         // The pages still in the file read as before, through the mapping put back.
-        assert_eq!(device.read_vec_mapped(0, 8192).expect("read"), bytes[..8192]);
-        assert_eq!(device.read_vec_mapped(200 * 1024, 4096).expect("read"), bytes[200 * 1024..204 * 1024]);
+        assert_eq!(device.read_vec_mapped(0, 8192, Access::Point).expect("read"), bytes[..8192]);
+        assert_eq!(
+            device.read_vec_mapped(200 * 1024, 4096, Access::Point).expect("read"),
+            bytes[200 * 1024..204 * 1024]
+        );
         // Growing the file back: the mapping reads its new pages again.
         std::fs::OpenOptions::new().write(true).open(&path).expect("reopen").set_len(1024 * 1024).expect("grow");
-        assert!(device.read_vec_mapped(512 * 1024, 4096).expect("read").iter().all(|&byte| byte == 0));
+        assert!(device.read_vec_mapped(512 * 1024, 4096, Access::Point).expect("read").iter().all(|&byte| byte == 0));
         drop(device);
         std::fs::remove_file(&path).expect("remove");
     }

@@ -17,7 +17,7 @@ use lds_format::devices::{DeviceTable, Extent};
 use lds_format::label::{Label, LabelPair, LABEL_LEN};
 use lds_format::FormatError;
 
-use crate::device::{BlockDevice, Device, DeviceError, OpenMode};
+use crate::device::{Access, BlockDevice, Device, DeviceError, OpenMode};
 use crate::safety::{identity, Identity};
 use crate::volume::{ReadAt, VolumeError};
 
@@ -245,10 +245,10 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
             self.devices[device].drop_cached(device_offset, piece as u64);
         }
     }
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>) -> Result<(), DeviceError> {
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
         // One device (no layout) is one piece too.
         match self.pieces(offset, len).as_deref() {
-            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_mapped(*device_offset, len, into),
+            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_mapped(*device_offset, len, into, access),
             _ => {
                 *into = BlockDevice::read_vec(self, offset, len)?;
                 Ok(())

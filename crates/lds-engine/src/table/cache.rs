@@ -11,7 +11,7 @@ use lds_format::chunk::{decode_index, visit_block, Filter, Footer, IndexEntry, F
 use lds_format::codec::compare_keys;
 use lds_format::label::Geometry;
 use lds_format::version::SubChunkRef;
-use lds_volume::BlockDevice;
+use lds_volume::{Access, BlockDevice};
 
 use crate::error::{Error, Result};
 
@@ -557,7 +557,9 @@ impl TableCache {
         let slot_offset = geometry.slot_offset(slot);
         let slot_size = geometry.slot_size;
         let footer_offset = slot_offset + slot_size - FOOTER_LEN as u64;
-        let footer_bytes = device.read_vec_mapped(footer_offset, FOOTER_LEN as u64)?;
+        // A tail is read with one `pread` (the footer and then the index and filter): through
+        // a mapping read at random each of its pages would be a fault and a device read.
+        let footer_bytes = device.read_vec(footer_offset, FOOTER_LEN as u64)?;
         let footer = Footer::decode(&footer_bytes, footer_offset, slot_size).map_err(|error| corrupt(device, error))?;
         // A valid footer of another chunk (the slot's previous chunk after a lost write, or a
         // misdirected read) must not be used: the version names the sub-chunk by its digest,
@@ -565,7 +567,7 @@ impl TableCache {
         if footer.digest != sub_chunk.digest {
             return Err(corrupt(device, footer_not_the_versions(footer_offset, slot)));
         }
-        let tail_bytes = device.read_vec_mapped(
+        let tail_bytes = device.read_vec(
             slot_offset + u64::from(footer.ofs_index),
             u64::from(footer.len_index) + u64::from(footer.len_filter),
         )?;
@@ -607,7 +609,7 @@ impl TableCache {
         // copy: a miss then costs no allocation of them (perf: a tenth of seekrandom in
         // malloc and free).
         let Block { mut bytes, entries } = SPARE_BLOCK.with_borrow_mut(Option::take).unwrap_or_default();
-        device.read_mapped(offset, u64::from(span.len), &mut bytes)?;
+        device.read_mapped(offset, u64::from(span.len), &mut bytes, Access::Point)?;
         let decoded = Block::decode_run(bytes, offset, std::iter::once(span.len), entries);
         let block = Arc::new(decoded.map_err(|error| corrupt(device, error))?);
         if let Some(started) = started {
@@ -649,7 +651,7 @@ impl TableCache {
         };
         let offset = geometry.slot_offset(slot) + u64::from(first.ofs);
         let len = u64::from(last.ofs) + u64::from(last.len) - u64::from(first.ofs);
-        device.read_mapped(offset, len, &mut bytes)?;
+        device.read_mapped(offset, len, &mut bytes, Access::Run)?;
         Block::decode_run(bytes, offset, spans.iter().map(|span| span.len), entries)
             .map_err(|error| corrupt(device, error))
     }
