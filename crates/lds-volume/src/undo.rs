@@ -306,10 +306,19 @@ impl UndoLog {
     }
 }
 
+/// Bytes of a region read at once for its digest.
+const DIGEST_PIECE: u64 = 1 << 20;
+
 fn regions_digest(device: &dyn BlockDevice, regions: &[(u64, u64)]) -> Result<[u8; 32], DeviceError> {
     let mut hasher = blake3::Hasher::new();
     for &(offset, len) in regions {
-        hasher.update(&device.read_vec(offset, len)?);
+        // A piece at a time, bounded by the region: its length comes from the undo file.
+        let mut done = 0;
+        while done < len {
+            let piece = DIGEST_PIECE.min(len - done);
+            hasher.update(&device.read_vec(offset.saturating_add(done), piece)?);
+            done += piece;
+        }
     }
     Ok(*hasher.finalize().as_bytes())
 }
@@ -470,6 +479,17 @@ impl UndoFile {
             let payload = &bytes[at + RECORD_HEADER_LEN..end];
             if kind == RECORD_FINAL {
                 final_state = parse_final(payload);
+                // The regions are read back by `undo`: each must lie inside the device the
+                // file was written for.
+                let past = final_state.iter().flat_map(|state| &state.regions).find(|(offset, len)| {
+                    offset.checked_add(*len).is_none_or(|region_end| region_end > header.device_len)
+                });
+                if let Some((offset, len)) = past {
+                    return Err(not(format!(
+                        "its final record names {len} bytes at offset {offset}, past the device's {} bytes",
+                        header.device_len
+                    )));
+                }
                 at = end + 4;
                 continue;
             }
@@ -708,5 +728,30 @@ mod tests {
         let pieces = |file: &UndoFile| file.written.values().map(Vec::len).sum::<usize>();
         assert_eq!(pieces(&torn) + 1, pieces(&whole));
         assert!(matches!(UndoFile::parse(b"LDSUNDO2", Path::new("x")), Err(UndoError::NotAnUndoFile { .. })));
+    }
+
+    #[test]
+    fn a_final_record_past_the_device_is_refused_by_name() {
+        let (_, _, sink) = written();
+        let bytes = sink.0.lock().map(|bytes| bytes.clone()).unwrap_or_default();
+        // One region from the last byte of the device on: 2 bytes, one past its end.
+        let mut payload = 1u32.to_le_bytes().to_vec();
+        payload.extend_from_slice(&(header().device_len - 1).to_le_bytes());
+        payload.extend_from_slice(&2u64.to_le_bytes());
+        payload.extend_from_slice(&[0; 32]);
+        let mut past = bytes.clone();
+        past.extend(record(RECORD_FINAL, 0, payload.len() as u32, &payload));
+        let refused = UndoFile::parse(&past, Path::new("undo"));
+        assert!(
+            matches!(&refused, Err(UndoError::NotAnUndoFile { reason, .. }) if reason.contains("past the device")),
+            "{refused:?}"
+        );
+        // A region that ends at the device's end is its own.
+        let at = 4 + 8;
+        payload[at..at + 8].copy_from_slice(&1u64.to_le_bytes());
+        let mut inside = bytes;
+        inside.extend(record(RECORD_FINAL, 0, payload.len() as u32, &payload));
+        let parsed = UndoFile::parse(&inside, Path::new("undo"));
+        assert!(matches!(&parsed, Ok(file) if file.final_state.is_some()), "{parsed:?}");
     }
 }
