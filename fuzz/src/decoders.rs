@@ -4,12 +4,13 @@
 //! check hold, and the functions that consume the result neither panic nor disagree with it.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use lds_format::batch::{decode_entries, WriteBatchRecord, SEQUENCE_MAX};
+use lds_format::batch::{decode_entries, EntryKind, WriteBatchRecord, SEQUENCE_MAX};
 use lds_format::chunk::{
-    compare_internal, decode_block, decode_index, encode_entry, pack_seq_kind, visit_block, Filter, Footer,
-    SubChunkView, BLOCK_FLAG_COMPACT, CHUNK_MAGIC, FOOTER_LEN,
+    compare_internal, decode_block, decode_index, encode_entry, filter_hash, pack_seq_kind, visit_block, Filter,
+    Footer, SubChunkView, BLOCK_FLAG_COMPACT, CHUNK_MAGIC, FOOTER_FLAG_XXH3, FOOTER_LEN,
 };
 use lds_format::codec::{align8, align_up, crc32c, Reader, Writer};
 use lds_format::image::empty_base_version;
@@ -21,9 +22,15 @@ use lds_format::log::{
     check_wrap_right, encode_object, read_object, AreaContext, NewObject, ObjectHeader, ObjectType, WrapLeft,
     HEADER_LEN,
 };
+use lds_format::logref::{is_log_ref_shaped, resolve, LogRef, LOG_REF_LEN};
 use lds_format::recovery::{
     chain, decode_payload, physical_walk, read_valid_object, recover_backup_log, recover_version_log, ChainObject,
     LogHead, Payload, VersionLogState,
+};
+use lds_format::sketch::{overlap_ratio, Sketch, SKETCH_HEADER_LEN, SKETCH_PRECISION_MAX, SKETCH_PRECISION_MIN};
+use lds_format::value::{
+    is_pointer_shaped, pointer_refs, read_value, Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN,
+    VALUE_LEN_MAX,
 };
 use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, SubChunkRef, Version};
 use lds_format::writer::LogAppender;
@@ -707,4 +714,272 @@ pub fn slot(data: &[u8]) {
             }
         }
     });
+}
+
+/// Hashes a key sketch is fed besides those the input gives: the extremes of the register
+/// index and of the rank (0 has the largest rank, which the sketch caps at `65 - p`).
+const EDGE_HASHES: [u64; 4] = [0, 1, u64::MAX, 1 << 63];
+
+/// `key_sketch`: a key sketch (SPEC.md §8.7), decoded with its crc32c wrong and right. A
+/// sketch that decodes encodes back to the same bytes, has the length its precision makes,
+/// estimates a finite count that is 0 exactly when every register is 0, merges with itself
+/// and an empty sketch of its precision without change and refuses another precision; keys
+/// added to it (hashes from the input and the extremes) leave a sketch that decodes with its
+/// own crc32c and dominates the one before (merging the old one in changes nothing).
+pub fn key_sketch(data: &[u8]) {
+    for crc in [0, crc32c(data)] {
+        let Ok(sketch) = Sketch::decode(data, 0, crc) else {
+            continue;
+        };
+        let precision = sketch.precision();
+        assert!(sketch.encode() == data, "key sketch: decoding then encoding changes the bytes");
+        assert!(
+            (SKETCH_PRECISION_MIN..=SKETCH_PRECISION_MAX).contains(&precision)
+                && data.len() == Sketch::encoded_len(precision),
+            "key sketch: a sketch decodes with precision {precision} from {} bytes",
+            data.len()
+        );
+        let estimate = sketch.estimate();
+        let empty = data[SKETCH_HEADER_LEN..].iter().all(|&rank| rank == 0);
+        assert!(estimate.is_finite() && estimate >= 0.0, "key sketch: the estimate is {estimate}");
+        assert_eq!(estimate == 0.0, empty, "key sketch: the estimate is {estimate} (empty: {empty})");
+        let mut doubled = sketch.clone();
+        assert!(doubled.merge(&sketch) && doubled == sketch, "key sketch: merging a sketch with itself changes it");
+        let mut union = Sketch::new(precision);
+        assert!(union.merge(&sketch) && union == sketch, "key sketch: merged into an empty sketch it changes");
+        let other = if precision == SKETCH_PRECISION_MAX { precision - 1 } else { precision + 1 };
+        assert!(!doubled.merge(&Sketch::new(other)) && doubled == sketch, "key sketch: merged another precision");
+        match overlap_ratio([&sketch, &sketch]) {
+            Some(ratio) => assert!((0.0..=1.0).contains(&ratio), "key sketch: an overlap ratio of {ratio}"),
+            None => assert!(empty, "key sketch: no overlap ratio of a sketch that is not empty with itself"),
+        }
+        let mut grown = sketch.clone();
+        let hashes = data.chunks(8).map(|chunk| {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            u64::from_le_bytes(word)
+        });
+        for hash in EDGE_HASHES.into_iter().chain(hashes.take(64)).chain([filter_hash(data)]) {
+            grown.add_hash(hash);
+        }
+        let encoded = grown.encode();
+        let decoded = Sketch::decode(&encoded, 0, crc32c(&encoded));
+        assert!(decoded.as_ref() == Ok(&grown), "key sketch: a sketch with keys added does not decode: {decoded:?}");
+        let mut dominated = grown.clone();
+        assert!(dominated.merge(&sketch) && dominated == grown, "key sketch: adding keys lowered a register");
+    }
+}
+
+/// The slot sizes of the value chunk footer target: 64 KiB to 1 MiB, as the input's first
+/// byte chooses (larger slots would only make afl slower, the checks are the same).
+const VALUE_SLOT_SIZES: u8 = 5;
+
+/// `value_footer`: a selector byte (the slot size, 64 KiB shifted by 0 to 4), then a value
+/// chunk footer (SPEC.md §8.6), then bytes for its body; decoded as given and with its
+/// crc32c repaired. A footer that decodes encodes back to the same bytes, keeps what the
+/// decoder checks (`len_body` fits before the footer, id not 0, no reserved flag), agrees with
+/// the raw reading `lds dump` shows, and its metadata round-trips (SPEC.md §6.5). Sealed
+/// with the digest of a body (the input's bytes after the footer, cycled to `len_body`), it
+/// decodes again and verifies that body and no other.
+pub fn value_footer(data: &[u8]) {
+    let mut input = Input::new(data);
+    let slot_size = SLOT_SIZE << (input.u8() % VALUE_SLOT_SIZES);
+    let rest = input.rest();
+    as_given_and_repaired(rest, fixup::value_footer, |bytes| check_value_footer(bytes, slot_size));
+}
+
+fn check_value_footer(bytes: &[u8], slot_size: u64) {
+    let _ = lds_cli::json::value_footer(bytes);
+    let Ok(footer) = ValueFooter::decode(bytes, 0, slot_size) else {
+        return;
+    };
+    let raw = &bytes[..VALUE_FOOTER_LEN];
+    assert!(footer.encode()[..] == raw[..], "value footer: decoding then encoding changes the bytes");
+    assert!(ValueFooter::has_magic(raw), "value footer: a footer decodes without its magic");
+    assert!(
+        u64::from(footer.len_body) + VALUE_FOOTER_LEN as u64 <= slot_size
+            && footer.value_chunk_id != 0
+            && footer.flags & !FOOTER_FLAG_XXH3 == 0
+            && u64::from(footer.slot_size) == slot_size,
+        "value footer: a footer decodes that breaks SPEC.md §8.6: {footer:?}"
+    );
+    let shown = lds_cli::json::value_footer(raw).unwrap_or_else(|| panic!("value footer: dump does not show it"));
+    assert!(
+        shown["value_chunk_id"] == footer.value_chunk_id
+            && shown["len_body"] == footer.len_body
+            && shown["instance"] == footer.instance
+            && shown["flags"] == footer.flags,
+        "value footer: dump's raw reading {shown} differs from the decoder's {footer:?}"
+    );
+    let meta = ValueChunkMeta::of_footer(&footer, 7);
+    let mut writer = Writer::new();
+    meta.encode(&mut writer);
+    let decoded = ValueChunkMeta::decode(&mut Reader::new(writer.as_slice(), "value chunk metadata", 0));
+    assert!(decoded == Ok(meta), "value footer: its metadata does not round-trip: {decoded:?}");
+    let _ = lds_cli::json::value_chunk_meta(&meta);
+    // A body for it: the bytes after the footer, repeated to `len_body`.
+    let tail = &bytes[VALUE_FOOTER_LEN..];
+    let body: Vec<u8> = if tail.is_empty() {
+        vec![0; footer.len_body as usize]
+    } else {
+        tail.iter().copied().cycle().take(footer.len_body as usize).collect()
+    };
+    let _ = footer.verify_digest(&body, 0);
+    let sealed = ValueFooter { digest: footer.digest_of(&body), ..footer.clone() };
+    let encoded = sealed.encode();
+    let again = ValueFooter::decode(&encoded, 0, slot_size);
+    assert!(again.as_ref() == Ok(&sealed), "value footer: a footer sealed over a body does not decode: {again:?}");
+    assert!(sealed.verify_digest(&body, 0).is_ok(), "value footer: a sealed footer does not verify its body");
+    let mut longer = body.clone();
+    longer.push(0);
+    assert!(sealed.verify_digest(&longer, 0).is_err(), "value footer: a body longer than len_body verifies");
+    if let Some(first) = longer.first_mut() {
+        *first ^= 1;
+        longer.pop();
+        if !longer.is_empty() {
+            assert!(sealed.verify_digest(&longer, 0).is_err(), "value footer: a changed body verifies");
+        }
+    }
+}
+
+/// Values read through the pointer target's pointers are at most this long (a pointer may
+/// name 1 GiB).
+const POINTED_VALUE_MAX: u32 = 1 << 20;
+
+/// `value_pointer`: a value pointer (SPEC.md §8.6), decoded as given and with its counts
+/// repaired (`num_extents` from its length, `len_value` the sum of its extents). A pointer
+/// that decodes encodes back to the same bytes and has the shape a block decoder accepts;
+/// its extents are not empty, in no value chunk 0, and add up to `len_value` (1 to 2^30), as
+/// do its value references; a value read through it (extents' bytes made up) checks exactly
+/// when its crc32c is the pointer's, and a read error is returned, never a value.
+pub fn value_pointer(data: &[u8]) {
+    as_given_and_repaired(data, fixup::value_pointer, check_value_pointer);
+}
+
+fn check_value_pointer(bytes: &[u8]) {
+    let _ = is_pointer_shaped(bytes);
+    let Ok(pointer) = ValuePointer::decode(bytes, 0) else {
+        return;
+    };
+    assert!(pointer.encode() == bytes, "value pointer: decoding then encoding changes the bytes");
+    assert_eq!(pointer.encoded_len(), bytes.len(), "value pointer: encoded_len is not its length");
+    assert!(is_pointer_shaped(bytes), "value pointer: a pointer decodes that a block decoder refuses");
+    let total: u64 = pointer.extents.iter().map(|extent| u64::from(extent.len)).sum();
+    assert!(
+        !pointer.extents.is_empty()
+            && pointer.extents.iter().all(|extent| extent.len > 0 && extent.value_chunk_id != 0)
+            && total == u64::from(pointer.len_value)
+            && (1..=VALUE_LEN_MAX).contains(&total),
+        "value pointer: a pointer decodes that breaks SPEC.md §8.6: {pointer:?}"
+    );
+    let mut refs = BTreeMap::new();
+    pointer.add_refs(&mut refs);
+    let mut shaped = BTreeMap::new();
+    pointer_refs(bytes, &mut shaped);
+    assert!(refs == shaped, "value pointer: pointer_refs and add_refs differ");
+    assert_eq!(refs.values().sum::<u64>(), total, "value pointer: its references do not add up to its value");
+    let _ = lds_cli::json::value_pointer(&pointer);
+    if pointer.len_value > POINTED_VALUE_MAX {
+        return;
+    }
+    let extent_bytes =
+        |extent: &Extent| -> Vec<u8> { (0..extent.len).map(|index| (extent.offset ^ index) as u8).collect() };
+    let value: Vec<u8> = pointer.extents.iter().flat_map(extent_bytes).collect();
+    let read = read_value(&pointer, |extent| Ok::<_, String>(extent_bytes(extent)), |error| error.to_string());
+    assert_eq!(
+        read.is_ok(),
+        crc32c(&value) == pointer.value_crc32c,
+        "value pointer: read_value disagrees with the value's crc32c"
+    );
+    let checked = ValuePointer { value_crc32c: crc32c(&value), ..pointer.clone() };
+    let read = read_value(&checked, |extent| Ok::<_, String>(extent_bytes(extent)), |error| error.to_string());
+    assert!(read.as_ref() == Ok(&value), "value pointer: a value that matches its crc32c does not read");
+    assert!(checked.check_value(&value[1..], 0).is_err(), "value pointer: a value one byte short checks");
+    let failed = read_value(&checked, |_| Err::<Vec<u8>, _>("unreadable".to_string()), |error| error.to_string());
+    assert!(failed == Err("unreadable".into()), "value pointer: a read error does not come back");
+}
+
+/// `log_ref`: a log reference (24 bytes, SPEC.md §8.9), the referencing entry's sequence
+/// number (u64), its key (a length byte, then the key), then a backup log area of instance 0
+/// (padded to 16 sectors of 512 bytes) whose objects are read as given and with their
+/// checksums repaired. A reference that decodes encodes back to its bytes, names an 8-byte
+/// aligned object and a value of at least a byte. Following it agrees with reading the
+/// object and its batch on their own (`read_object`, `WriteBatchRecord::decode`): it
+/// resolves exactly when that object is a valid write batch with the reference's lsn whose
+/// entry `entry_index` is a put of the key, the sequence number and `len_value` bytes, and
+/// then to that put's value.
+pub fn log_ref(data: &[u8]) {
+    let mut input = Input::new(data);
+    let mut reference = [0u8; LOG_REF_LEN];
+    for byte in &mut reference {
+        *byte = input.u8();
+    }
+    let sequence = input.u64();
+    let key_len = usize::from(input.u8());
+    let rest = input.rest();
+    let (key, area) = rest.split_at(key_len.min(rest.len()));
+    let decoded = LogRef::decode(&reference, 0);
+    assert_eq!(is_log_ref_shaped(&reference), decoded.is_ok(), "log reference: the shape check disagrees");
+    let mut longer = reference.to_vec();
+    longer.push(0);
+    assert!(LogRef::decode(&longer, 0).is_err(), "log reference: 25 bytes decode");
+    let Ok(reference) = decoded else {
+        return;
+    };
+    assert!(
+        reference.encode() == reference_bytes(&reference) && reference.encode()[..] == longer[..LOG_REF_LEN],
+        "log reference: decoding then encoding changes the bytes"
+    );
+    assert!(
+        reference.ofs_object % 8 == 0 && reference.len_value > 0,
+        "log reference: a reference decodes that breaks SPEC.md §8.9: {reference:?}"
+    );
+    let _ = lds_cli::json::log_ref(&reference);
+    let area = padded_area(area, SECTOR_SIZE);
+    let context = context(LogKind::Backup, &area, SECTOR_SIZE);
+    as_given_and_repaired(&area, fixup::log_area, |area| check_log_ref(&reference, area, &context, key, sequence));
+}
+
+/// The reference's fields in SPEC.md §8.9's order, written out here rather than by its encoder.
+fn reference_bytes(reference: &LogRef) -> [u8; LOG_REF_LEN] {
+    let mut bytes = [0u8; LOG_REF_LEN];
+    bytes[..8].copy_from_slice(&reference.lsn.to_le_bytes());
+    bytes[8..16].copy_from_slice(&reference.ofs_object.to_le_bytes());
+    bytes[16..20].copy_from_slice(&reference.entry_index.to_le_bytes());
+    bytes[20..].copy_from_slice(&reference.len_value.to_le_bytes());
+    bytes
+}
+
+/// The value SPEC.md §8.9 says `reference` names in `area`, found with the plain decoders.
+fn referenced_put(
+    reference: &LogRef,
+    area: &[u8],
+    context: &AreaContext,
+    key: &[u8],
+    sequence: u64,
+) -> Option<Vec<u8>> {
+    let raw = read_object(area, reference.ofs_object, context).ok()?;
+    if raw.object_type != ObjectType::WriteBatch || raw.header.lsn != reference.lsn {
+        return None;
+    }
+    let batch = WriteBatchRecord::decode(raw.payload, 0).ok()?;
+    let entry = batch.entries.get(reference.entry_index as usize)?;
+    let entry_sequence = batch.first_sequence.checked_add(u64::from(reference.entry_index))?;
+    let matches = entry.kind == EntryKind::Put
+        && entry.key == key
+        && entry_sequence == sequence
+        && entry.value.len() == reference.len_value as usize;
+    matches.then(|| entry.value.clone())
+}
+
+fn check_log_ref(reference: &LogRef, area: &[u8], context: &AreaContext, key: &[u8], sequence: u64) {
+    let object = usize::try_from(reference.ofs_object).ok().and_then(|start| area.get(start..)).unwrap_or(&[]);
+    let resolved = resolve(reference, object, context, key, sequence);
+    let expected = referenced_put(reference, area, context, key, sequence);
+    match (&resolved, &expected) {
+        (Ok(value), Some(put)) => assert!(value == put, "log reference: it resolves to another value than the put"),
+        (Ok(_), None) => panic!("log reference: it resolves where the object and its batch say it does not"),
+        (Err(error), Some(_)) => panic!("log reference: it does not resolve ({error}) where it names the put"),
+        (Err(_), None) => {}
+    }
 }

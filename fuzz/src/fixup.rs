@@ -1,7 +1,8 @@
 //! Checksum repair, so that afl's mutations reach the code behind each checksum. A target
 //! runs on its input as given (which exercises the checksum checks) and again repaired (which
 //! exercises everything they guard). Where each checksum lies and what it covers is SPEC.md's:
-//! §4 the label, §5 log objects, §8.2 blocks, §8.3 the footer, index, filter and digest.
+//! §4 the label, §5 log objects, §8.2 blocks, §8.3 the footer, index, filter and digest, §8.6
+//! value chunk footers (and a value pointer's counts); docs/undo-file.md's for undo files.
 
 use std::ops::Range;
 
@@ -9,6 +10,7 @@ use lds_format::chunk::{decode_index, Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
 use lds_format::codec::crc32c;
 use lds_format::label::{Label, LogKind, LABEL_LEN, LABEL_MAGIC, SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
 use lds_format::log::{HEADER_LEN, OBJECT_MAGIC};
+use lds_format::value::{EXTENT_LEN, POINTER_FIXED_LEN, VALUE_FOOTER_LEN};
 
 /// SPEC.md §4: the label's crc32c is its last field and covers every byte before it.
 const LABEL_CRC_AT: usize = LABEL_LEN - 4;
@@ -169,6 +171,51 @@ pub(crate) fn image(image: &mut [u8]) {
     }
 }
 
+/// Repairs a value chunk footer at the start of `bytes` (SPEC.md §8.6: `footer_crc32c`, its
+/// last field, covers the 156 bytes before it).
+pub(crate) fn value_footer(bytes: &mut [u8]) {
+    if bytes.len() >= VALUE_FOOTER_LEN {
+        let at = VALUE_FOOTER_LEN - 4;
+        let crc = crc32c(&bytes[..at]);
+        put_u32(bytes, at, crc);
+    }
+}
+
+/// SPEC.md §8.6: a value pointer's `len_value`, `num_extents`, and where its extents start.
+const POINTER_LEN_VALUE_AT: usize = 0;
+const POINTER_NUM_EXTENTS_AT: usize = 8;
+/// An extent's `len` within it.
+const EXTENT_LEN_AT: usize = 20;
+
+/// Repairs the counts of a value pointer (the nearest it has to a checksum): `num_extents`
+/// from its length (when that is 12 + 24n) and `len_value` the sum of its extents' lengths
+/// (when it fits 32 bits).
+pub(crate) fn value_pointer(bytes: &mut [u8]) {
+    let Some(extents) = bytes.len().checked_sub(POINTER_FIXED_LEN) else { return };
+    if extents % EXTENT_LEN != 0 || extents / EXTENT_LEN > usize::from(u16::MAX) {
+        return;
+    }
+    let count = extents / EXTENT_LEN;
+    bytes[POINTER_NUM_EXTENTS_AT..POINTER_NUM_EXTENTS_AT + 2].copy_from_slice(&(count as u16).to_le_bytes());
+    let total: u64 = (0..count)
+        .map(|index| {
+            let at = POINTER_FIXED_LEN + index * EXTENT_LEN + EXTENT_LEN_AT;
+            u64::from(u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]))
+        })
+        .sum();
+    if let Ok(total) = u32::try_from(total) {
+        put_u32(bytes, POINTER_LEN_VALUE_AT, total);
+    }
+}
+
+/// Repairs the checksums and digests of an undo file (docs/undo-file.md, LDSUNDO2): the
+/// header's, the state block's, every record's and every batch's, as a writer would have
+/// written them over these bytes (`lds_volume::undo::reseal`). Bytes of another format are
+/// left as they are.
+pub(crate) fn undo_file(bytes: &mut [u8]) {
+    lds_volume::undo::reseal(bytes);
+}
+
 #[cfg(test)]
 mod tests {
     use lds_format::image::area_context;
@@ -176,6 +223,7 @@ mod tests {
     use lds_format::log::read_object;
     use lds_format::recovery::physical_walk;
 
+    use super::{EXTENT_LEN_AT, POINTER_FIXED_LEN, POINTER_NUM_EXTENTS_AT, VALUE_FOOTER_LEN};
     use crate::seeds;
 
     fn seed_image(name: &str) -> Vec<u8> {
@@ -209,6 +257,55 @@ mod tests {
         super::log_area(area);
         let repaired = read_object(area, object_offset, &context).unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(repaired.payload.last().copied(), Some(area[at]));
+    }
+
+    fn seeds_of(target: &str) -> Vec<Vec<u8>> {
+        seeds::all().into_iter().filter(|seed| seed.target == target).map(|seed| seed.bytes).collect()
+    }
+
+    #[test]
+    fn a_repaired_undo_file_parses_again_with_its_changed_bytes() {
+        let name = std::path::Path::new("undo");
+        for bytes in seeds_of("undo_file") {
+            let mut repaired = bytes.clone();
+            super::undo_file(&mut repaired);
+            assert!(repaired == bytes, "the repair computes other checksums than UndoLog");
+            let file = lds_volume::undo::UndoFile::parse(&bytes, name).unwrap_or_else(|error| panic!("{error}"));
+            let (&offset, original) = file.originals.iter().next().unwrap_or_else(|| panic!("a saved sector"));
+            // The first saved sector's first byte, found by its bytes (records follow the header).
+            let at = bytes.windows(original.len()).position(|window| window == &original[..]).unwrap_or(0);
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            let refused = lds_volume::undo::UndoFile::parse(&damaged, name);
+            assert!(refused.is_err(), "a changed saved sector passes its record's checksum");
+            super::undo_file(&mut damaged);
+            let again = lds_volume::undo::UndoFile::parse(&damaged, name).unwrap_or_else(|error| panic!("{error}"));
+            assert_eq!(again.torn_tail, file.torn_tail);
+            assert_eq!(again.originals.get(&offset).map(|sector| sector[0]), Some(original[0] ^ 0x40));
+        }
+    }
+
+    #[test]
+    fn a_repaired_value_footer_and_pointer_decode_again() {
+        for input in seeds_of("value_footer") {
+            let slot_size = lds_format::label::SLOT_SIZE_MIN << input[0];
+            let mut footer = input[1..1 + VALUE_FOOTER_LEN].to_vec();
+            let decoded = lds_format::value::ValueFooter::decode(&footer, 0, slot_size);
+            let decoded = decoded.unwrap_or_else(|error| panic!("{error}"));
+            footer[16] ^= 0x40;
+            assert!(lds_format::value::ValueFooter::decode(&footer, 0, slot_size).is_err());
+            super::value_footer(&mut footer);
+            let again = lds_format::value::ValueFooter::decode(&footer, 0, slot_size);
+            assert_eq!(again.map(|footer| footer.value_chunk_id), Ok(decoded.value_chunk_id ^ 0x40));
+        }
+        for mut pointer in seeds_of("value_pointer") {
+            let at = POINTER_FIXED_LEN + EXTENT_LEN_AT;
+            pointer[at] = pointer[at].wrapping_add(1).max(1);
+            pointer[POINTER_NUM_EXTENTS_AT] ^= 0x10;
+            super::value_pointer(&mut pointer);
+            let decoded = lds_format::value::ValuePointer::decode(&pointer, 0);
+            assert!(decoded.is_ok(), "{decoded:?}");
+        }
     }
 
     #[test]

@@ -13,14 +13,16 @@ mod input;
 mod repair;
 pub mod seeds;
 mod sim;
+mod undo;
 
 pub use decoders::{
     backup_log, base_version, block, chunk_meta, compaction_journal, delta_version, filter, footer, geometry, index,
-    label, layout, log_object, slot, version_log, wrap, write_batch,
+    key_sketch, label, layout, log_object, log_ref, slot, value_footer, value_pointer, version_log, wrap, write_batch,
 };
 pub use image::image;
 pub use repair::repair_target as repair;
 pub use sim::sim;
+pub use undo::undo_file;
 
 /// A target: any bytes in, a panic only on a failed oracle.
 pub type Target = fn(&[u8]);
@@ -45,6 +47,11 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("filter", filter),
     ("block", block),
     ("slot", slot),
+    ("key_sketch", key_sketch),
+    ("value_footer", value_footer),
+    ("value_pointer", value_pointer),
+    ("log_ref", log_ref),
+    ("undo_file", undo_file),
     ("image", image),
     ("repair", repair),
     ("sim", sim),

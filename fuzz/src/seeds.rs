@@ -12,17 +12,23 @@ use std::sync::Arc;
 
 use lds_engine::{Db, Options};
 use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::chunk::{decode_index, Footer, SubChunkView, FOOTER_LEN};
+use lds_format::chunk::{decode_index, filter_hash, DigestKind, Footer, SubChunkView, FOOTER_LEN};
 use lds_format::codec::Writer;
 use lds_format::image::{area_context, ImageBuilder};
 use lds_format::label::{Geometry, Label, LogKind, LABEL_LEN, SLOT_SIZE_MIN};
 use lds_format::log::{encode_object, read_object, NewObject, ObjectType};
+use lds_format::logref::LogRef;
 use lds_format::recovery::{physical_walk, recover_version_log};
+use lds_format::sketch::Sketch;
+use lds_format::value::{ValueFormat, ValuePacker};
 use lds_format::version::{CompactionJournal, DeltaVersion};
 use lds_sim::device::SimDevice;
 use lds_sim::workload::{apply_op, Op};
+use lds_volume::undo::{MemorySink, UndoHeader, UndoLog};
+use lds_volume::BlockDevice;
 
 use crate::sim::SimInput;
+use crate::undo::MemoryDevice;
 
 /// The uuid of every seed volume, and of the log targets' areas.
 pub const VOLUME_UUID: [u8; 16] = *b"lds-fuzz-volume!";
@@ -502,6 +508,141 @@ fn layout_seeds(corpus: &mut Corpus) {
     request("sim-like-two-instances", 1 | (1 << 2) | 0x10 | 0x20 | 0x40, 3 << 20, &rest);
 }
 
+/// Key sketches (SPEC.md §8.7) of a few key sets, at the smallest precision, a writer's and
+/// one between.
+fn sketch_seeds(corpus: &mut Corpus) {
+    for (name, precision, keys) in [("p4-20-keys", 4u8, 20u32), ("p8-empty", 8, 0), ("p12-1000-keys", 12, 1000)] {
+        let mut sketch = Sketch::new(precision);
+        for number in 0..keys {
+            sketch.add_hash(filter_hash(format!("key-{number:05}").as_bytes()));
+        }
+        corpus.add("key_sketch", name.to_string(), sketch.encode());
+    }
+}
+
+/// A value of `len` bytes (compressible, each distinct).
+fn value_bytes(seed: &str, len: usize) -> Vec<u8> {
+    (0u32..).flat_map(|number| format!("{seed}{number};").into_bytes()).take(len).collect()
+}
+
+/// Value chunks and pointers as a kv-separating writer packs them (SPEC.md §8.6): small
+/// values in one value chunk, and one larger than a slot across three.
+fn value_seeds(corpus: &mut Corpus) {
+    for (name, digest, selector) in [("blake3-64k", DigestKind::Blake3, 0u8), ("xxh3-256k", DigestKind::Xxh3, 2)] {
+        let slot_size = SLOT_SIZE_MIN << selector;
+        let format = ValueFormat { slot_size, instance: 0, volume_uuid: VOLUME_UUID, digest };
+        let mut packer = ValuePacker::new(format);
+        let mut ids = 1u64..;
+        let mut allocate = || Ok::<_, ()>((ids.next().unwrap_or(1), 3));
+        let mut pointers = Vec::new();
+        for (number, len) in [300usize, 40, 1000].into_iter().enumerate() {
+            let value = value_bytes(&format!("{name}-{number}-"), len);
+            pointers.push(packer.add(&value, &mut allocate).unwrap_or_else(|()| panic!("seed: pack")));
+        }
+        let large = value_bytes(name, 2 * slot_size as usize + 1000);
+        pointers.push(packer.add(&large, &mut allocate).unwrap_or_else(|()| panic!("seed: pack")));
+        for (number, chunk) in packer.finish().into_iter().enumerate().take(2) {
+            // The footer, then the first bytes of its body (the target cycles them).
+            let mut input = vec![selector];
+            input.extend_from_slice(&chunk.footer.encode());
+            input.extend_from_slice(&chunk.body[..chunk.body.len().min(256)]);
+            corpus.add("value_footer", format!("{name}-chunk-{number}"), input);
+        }
+        for (number, pointer) in pointers.iter().enumerate() {
+            corpus.add("value_pointer", format!("{name}-{number}-{}-extents", pointer.extents.len()), pointer.encode());
+        }
+    }
+}
+
+/// A backup log area of the tiny geometry holding three write batches, and references to
+/// their puts (SPEC.md §8.9): each resolving one, and a few that do not (a tombstone, another
+/// lsn, an entry past the batch).
+fn log_ref_seeds(corpus: &mut Corpus) {
+    let mut image = ImageBuilder::format(Label::new(tiny_geometry(1), "fuzz"));
+    let mut batches = Vec::new();
+    for batch in 0..3u32 {
+        let entries: Vec<BatchEntry> = (0..4u32)
+            .map(|index| {
+                let key = format!("log{batch}-{index}").into_bytes();
+                if index == 3 {
+                    BatchEntry { kind: EntryKind::Delete, key, value: Vec::new() }
+                } else {
+                    BatchEntry {
+                        kind: EntryKind::Put,
+                        key,
+                        value: value_bytes(&format!("v{batch}{index}-"), 24 + 40 * index as usize),
+                    }
+                }
+            })
+            .collect();
+        let (offset, lsn) = image.instances[0].backup_log.next_position();
+        let first_sequence =
+            image.append_batch(0, entries.clone()).unwrap_or_else(|error| panic!("seed: log references: {error}"));
+        batches.push((offset, lsn, first_sequence, entries));
+    }
+    let (area_offset, area_len) = image.label.geometry.log_area(LogKind::Backup, 0);
+    let area = &image.bytes[area_offset as usize..(area_offset + area_len) as usize];
+    let mut add = |name: &str, reference: LogRef, key: &[u8], sequence: u64| {
+        let mut input = reference.encode().to_vec();
+        input.extend_from_slice(&sequence.to_le_bytes());
+        input.push(key.len() as u8);
+        input.extend_from_slice(key);
+        input.extend_from_slice(area);
+        corpus.add("log_ref", name.to_string(), input);
+    };
+    // One put of each batch, a different entry each time.
+    for (number, (offset, lsn, first_sequence, entries)) in batches.iter().enumerate() {
+        let entry = &entries[number];
+        let reference =
+            LogRef { lsn: *lsn, ofs_object: *offset, entry_index: number as u32, len_value: entry.value.len() as u32 };
+        add(&format!("lsn-{lsn}-entry-{number}"), reference, &entry.key, first_sequence + number as u64);
+    }
+    let (offset, lsn, first_sequence, entries) = &batches[1];
+    let put = LogRef { lsn: *lsn, ofs_object: *offset, entry_index: 0, len_value: entries[0].value.len() as u32 };
+    add("a-tombstone", LogRef { entry_index: 3, len_value: 1, ..put }, &entries[3].key, first_sequence + 3);
+    add("another-lsn", LogRef { lsn: lsn + 1, ..put }, &entries[0].key, *first_sequence);
+    add("past-the-batch", LogRef { entry_index: 9, ..put }, &entries[0].key, first_sequence + 9);
+}
+
+/// Undo files as an offline tool writes them (docs/undo-file.md), through `UndoLog` into
+/// memory: overlapping unaligned writes and the final record; the same torn by a crash while
+/// appending; sectors of 4 KiB on a device whose last sector is partial, without a final
+/// record.
+fn undo_seeds(corpus: &mut Corpus) {
+    /// Name, device length, sector size, the writes (offset, length), and whether the tool
+    /// finished (a final record).
+    type Run = (&'static str, u64, u32, &'static [(u64, usize)], bool);
+    let runs: [Run; 2] = [
+        ("writes-and-final", 16 << 10, 512, &[(100, 1000), (600, 20), (4096, 512), (1000, 3000)], true),
+        ("partial-last-sector-no-final", 10_000, 4096, &[(0, 512), (9000, 1000)], false),
+    ];
+    for (name, device_len, sector_size, writes, finish) in runs {
+        let device = MemoryDevice::new((0..device_len).map(|offset| (offset % 251) as u8).collect());
+        let sink = MemorySink::default();
+        let header =
+            UndoHeader { volume_uuid: VOLUME_UUID, device_len, sector_size, tool: "repair".into(), created: 0 };
+        let mut log = UndoLog::with_sink(Box::new(sink.clone()), Path::new("seed"), header);
+        for &(offset, len) in writes {
+            let fill = vec![offset as u8 ^ 0x5a; len];
+            log.before_write(&device, offset, &fill).unwrap_or_else(|error| panic!("seed: undo: {error}"));
+            device.write_at(offset, &fill).unwrap_or_else(|error| panic!("seed: undo: {error}"));
+        }
+        let running = sink.0.lock().map(|bytes| bytes.clone()).unwrap_or_default();
+        if finish {
+            log.finish(&device, &[(0, 512), (4096, 1024)]).unwrap_or_else(|error| panic!("seed: undo: {error}"));
+        }
+        let bytes = sink.0.lock().map(|bytes| bytes.clone()).unwrap_or_default();
+        if finish {
+            // A crash while the final batch was appended: the state block still says running
+            // (it is rewritten only after that batch), and the batch's last bytes never landed.
+            let mut torn = running.clone();
+            torn.extend_from_slice(&bytes[running.len()..bytes.len() - 7]);
+            corpus.add("undo_file", format!("{name}-torn"), torn);
+        }
+        corpus.add("undo_file", name.to_string(), bytes);
+    }
+}
+
 /// Every seed, in a fixed order.
 pub fn all() -> Vec<Seed> {
     let mut corpus = Corpus { seeds: Vec::new(), seen: BTreeSet::new() };
@@ -511,6 +652,10 @@ pub fn all() -> Vec<Seed> {
     corpus.add("label", "paper-defaults".into(), Label::new(paper_geometry(), "paper").encode().to_vec());
     layout_seeds(&mut corpus);
     sim_seeds(&mut corpus);
+    sketch_seeds(&mut corpus);
+    value_seeds(&mut corpus);
+    log_ref_seeds(&mut corpus);
+    undo_seeds(&mut corpus);
     let bytes: Vec<u8> = corpus
         .seeds
         .iter()
@@ -553,4 +698,64 @@ pub fn write(root: &Path, seeds: &[Seed]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use lds_format::codec::crc32c;
+    use lds_format::image::area_context;
+    use lds_format::logref::{resolve, LogRef, LOG_REF_LEN};
+
+    fn seeds_of(target: &str) -> Vec<super::Seed> {
+        super::all().into_iter().filter(|seed| seed.target == target).collect()
+    }
+
+    /// The seeds of the targets of formats 1.4 to 1.6 and of undo files reach the oracles
+    /// behind a successful decode (or, named so, the refusals).
+    #[test]
+    fn the_seeds_of_the_newer_targets_decode() {
+        let sketches = seeds_of("key_sketch");
+        assert!(sketches.len() >= 3);
+        for seed in sketches {
+            let decoded = lds_format::sketch::Sketch::decode(&seed.bytes, 0, crc32c(&seed.bytes));
+            assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
+        }
+        for seed in seeds_of("value_footer") {
+            let slot_size = lds_format::label::SLOT_SIZE_MIN << seed.bytes[0];
+            let decoded = lds_format::value::ValueFooter::decode(&seed.bytes[1..], 0, slot_size);
+            assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
+        }
+        let pointers = seeds_of("value_pointer");
+        assert!(pointers.iter().any(|seed| seed.name.ends_with("-3-extents")), "a pointer across slots");
+        for seed in pointers {
+            let decoded = lds_format::value::ValuePointer::decode(&seed.bytes, 0);
+            assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
+        }
+        let geometry = super::tiny_geometry(1);
+        let context = lds_format::log::AreaContext {
+            ofs_area: 0,
+            ..area_context(&geometry, lds_format::label::LogKind::Backup, 0)
+        };
+        let references = seeds_of("log_ref");
+        assert_eq!(references.len(), 6);
+        for seed in references {
+            let bytes = &seed.bytes;
+            let reference = LogRef::decode(&bytes[..LOG_REF_LEN], 0).unwrap_or_else(|error| panic!("{error}"));
+            let sequence = u64::from_le_bytes(bytes[LOG_REF_LEN..LOG_REF_LEN + 8].try_into().unwrap_or_default());
+            let key_len = usize::from(bytes[LOG_REF_LEN + 8]);
+            let key = &bytes[LOG_REF_LEN + 9..LOG_REF_LEN + 9 + key_len];
+            let area = &bytes[LOG_REF_LEN + 9 + key_len..];
+            let resolved = resolve(&reference, &area[reference.ofs_object as usize..], &context, key, sequence);
+            assert_eq!(resolved.is_ok(), seed.name.starts_with("lsn-"), "{}: {resolved:?}", seed.name);
+        }
+        let undo_files = seeds_of("undo_file");
+        assert_eq!(undo_files.len(), 3);
+        for seed in undo_files {
+            let file = lds_volume::undo::UndoFile::parse(&seed.bytes, std::path::Path::new("seed"));
+            let file = file.unwrap_or_else(|error| panic!("{}: {error}", seed.name));
+            assert!(!file.originals.is_empty(), "{}", seed.name);
+            assert_eq!(file.torn_tail > 0, seed.name.ends_with("-torn"), "{}", seed.name);
+            assert_eq!(file.final_state.is_some(), seed.name == "writes-and-final", "{}", seed.name);
+        }
+    }
 }

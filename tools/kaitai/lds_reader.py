@@ -400,11 +400,39 @@ def live_version(vlog):
     return seq[last_bv][2].payload, [(t, o.payload) for t, o in live]
 
 
-def sketch_doc(slot):
+def sketch_error(raw, ofs, stored):
+    """Why the key sketch `raw` at device offset `ofs` is not valid (SPEC.md §8.7), in lds's
+    words and order (its crc32c `stored`, its reserved bytes, precision, length, registers),
+    or None."""
+    computed = crc32c(raw)
+    if computed != stored:
+        return f"key sketch at offset {ofs}: checksum mismatch, stored 0x{stored:08x}, computed 0x{computed:08x}"
+    if len(raw) < 4:
+        return f"key sketch at offset {ofs}: truncated, needs 4 bytes, {len(raw)} remain"
+    p = raw[0]
+    if any(raw[1:4]):
+        return f"key sketch at offset {ofs + 1}: reserved bytes are not zero"
+    if not 4 <= p <= 16:
+        return f"key sketch at offset {ofs}: precision: {p}, not 4 to 16"
+    if len(raw) != 4 + (1 << p):
+        return f"key sketch at offset {ofs}: len_sketch: {len(raw)} bytes where precision {p} makes {4 + (1 << p)}"
+    for i, rank in enumerate(raw[4:]):
+        if rank > 65 - p:
+            return f"key sketch at offset {ofs + 4 + i}: registers: register {i} holds {rank} above the largest rank {65 - p}"
+    return None
+
+
+def sketch_doc(image, slot):
     """The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7):
-    None without one, else its precision and the HyperLogLog estimate of its distinct keys."""
+    None without one, its error when it is not valid, else its precision and the HyperLogLog
+    estimate of its distinct keys."""
     if slot.footer.len_sketch == 0:
         return None
+    ofs = slot.ofs_slot + slot.footer.ofs_sketch
+    image.seek(ofs)
+    error = sketch_error(image.read(slot.footer.len_sketch), ofs, slot.footer.sketch_crc32c)
+    if error is not None:
+        return {"error": error}
     registers = slot.sketch.registers
     m = float(len(registers))
     alpha = 0.7213 / (1.0 + 1.079 / m)
@@ -689,7 +717,7 @@ def chunk_docs(image, device=None):
                     "footer": project_type(slot.footer, "chunk_footer"),
                     "index": project(slot.index.entries, "[index_entry]"),
                     "filter": project_type(slot.filter, "filter"),
-                    "sketch": sketch_doc(slot),
+                    "sketch": sketch_doc(image, slot),
                     "entries": [project_type(e, "block_entry") for b in slot.blocks for e in b.block.entries],
                 })
             doc = {"schema": "lds-dump/1", "what": "chunk", "device": device, "chunk_id": chunk_id,

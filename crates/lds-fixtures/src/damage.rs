@@ -3,7 +3,7 @@
 //! Every corruption in [`crate::fsck_cases`] reads as "structure + field": a [`Place`] starts
 //! from a structure of SPEC.md (a [`label`] copy, a [`log_object`], a [`chunk_footer`], a
 //! [`block`]'s entry...) and narrows to a field by the names of SPEC.md's byte tables, copied
-//! below as [`Layout`]s (§4, §4.1, §5, §7, §8.2, §8.3; the names are also those of
+//! below as [`Layout`]s (§4, §4.1, §5, §7, §8.2, §8.3, §8.6, §8.7; the names are also those of
 //! formats/*.ksy). Then [`flip`], [`zero`], [`write`] or [`swap`] change exactly those bytes:
 //!
 //! ```
@@ -22,6 +22,7 @@ use std::ops::Range;
 use lds_format::chunk::FOOTER_LEN;
 use lds_format::label::{Geometry, LogKind, LABEL_LEN};
 use lds_format::log::{ObjectHeader, HEADER_LEN};
+use lds_format::value::VALUE_FOOTER_LEN;
 
 /// How long a field is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,7 +231,38 @@ pub const CHUNK_FOOTER: Layout = Layout {
         at("slot_size", 84, 4),
         at("volume_uuid", 88, 16),
         at("digest", 104, 32),
-        at("reserved", 136, 20),
+        at("ofs_sketch", 136, 4),
+        at("len_sketch", 140, 4),
+        at("sketch_crc32c", 144, 4),
+        at("reserved", 148, 8),
+        at("footer_crc32c", 156, 4),
+    ],
+};
+
+/// A key sketch (SPEC.md §8.7), `len_sketch` bytes at `ofs_sketch` of its slot.
+pub const KEY_SKETCH: Layout = Layout {
+    name: "key sketch",
+    section: "§8.7",
+    fields: &[at("precision", 0, 1), at("reserved", 1, 3), rest("registers", 4)],
+};
+
+/// A value chunk footer (SPEC.md §8.6), the last 160 bytes of its slot (the two reserved runs
+/// named as formats/lds_value_footer.ksy names them).
+pub const VALUE_FOOTER: Layout = Layout {
+    name: "value chunk footer",
+    section: "§8.6",
+    fields: &[
+        at("magic", 0, 8),
+        at("version_major", 8, 2),
+        at("reserved1", 10, 1),
+        at("flags", 11, 1),
+        at("instance", 12, 4),
+        at("value_chunk_id", 16, 8),
+        at("len_body", 24, 4),
+        at("slot_size", 28, 4),
+        at("volume_uuid", 32, 16),
+        at("digest", 48, 32),
+        at("reserved2", 80, 76),
         at("footer_crc32c", 156, 4),
     ],
 };
@@ -247,6 +279,8 @@ pub const LAYOUTS: &[&Layout] = &[
     &INDEX_ENTRY,
     &FILTER,
     &CHUNK_FOOTER,
+    &KEY_SKETCH,
+    &VALUE_FOOTER,
 ];
 
 /// A run of bytes of the image, named by the structure and fields it was reached through.
@@ -477,6 +511,32 @@ pub fn filter(bytes: &[u8], geometry: &Geometry, slot: u64) -> Place {
     )
 }
 
+/// The key sketch of a slot's chunk (SPEC.md §8.7), found through its footer.
+pub fn key_sketch(bytes: &[u8], geometry: &Geometry, slot: u64) -> Place {
+    let footer = chunk_footer(geometry, slot);
+    let len = footer.field("len_sketch").read(bytes);
+    assert!(len > 0, "the chunk in slot {slot} has no key sketch");
+    Place::structure(
+        format!("key sketch of slot {slot}"),
+        geometry.slot_offset(slot) + footer.field("ofs_sketch").read(bytes),
+        len,
+        &KEY_SKETCH,
+    )
+}
+
+/// The footer of the value chunk in a slot (SPEC.md §8.6).
+pub fn value_footer(geometry: &Geometry, slot: u64) -> Place {
+    let at = geometry.slot_offset(slot) + geometry.slot_size - VALUE_FOOTER_LEN as u64;
+    Place::structure(format!("value chunk footer of slot {slot}"), at, VALUE_FOOTER_LEN as u64, &VALUE_FOOTER)
+}
+
+/// The values of the value chunk in a slot (SPEC.md §8.6: its body, `len_body` bytes from the
+/// slot start), found through its footer.
+pub fn value_body(bytes: &[u8], geometry: &Geometry, slot: u64) -> Place {
+    let len = value_footer(geometry, slot).field("len_body").read(bytes);
+    Place::bytes(format!("values of the value chunk in slot {slot}"), geometry.slot_offset(slot), len)
+}
+
 /// Block `number` of a slot's chunk (SPEC.md §8.2), found through its index entry: a run of
 /// [`BLOCK_ENTRY`] records, then the [`BLOCK_TRAILER`].
 pub fn block(bytes: &[u8], geometry: &Geometry, slot: u64, number: usize) -> Place {
@@ -568,6 +628,59 @@ mod tests {
         assert_eq!(total(&BLOCK_TRAILER), lds_format::chunk::BLOCK_TRAILER_LEN);
         assert_eq!(total(&INDEX_ENTRY), lds_format::chunk::INDEX_ENTRY_FIXED_LEN);
         assert_eq!(total(&FILTER), lds_format::chunk::FILTER_HEADER_LEN);
+        assert_eq!(total(&KEY_SKETCH), lds_format::sketch::SKETCH_HEADER_LEN);
+        assert_eq!(total(&VALUE_FOOTER), VALUE_FOOTER_LEN);
+    }
+
+    #[test]
+    fn the_value_chunk_tables_match_the_value_encoders() {
+        let volume = crate::values_image();
+        let geometry = volume.image.label.geometry;
+        let bytes = &volume.image.bytes;
+        let slot = crate::VALUE_CHUNK_SLOT;
+        let footer = value_footer(&geometry, slot);
+        let decoded = lds_format::value::ValueFooter::decode(&bytes[footer.range()], 0, geometry.slot_size)
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(&bytes[footer.range()], &decoded.encode()[..]);
+        assert_eq!(&bytes[footer.field("magic").range()], b"LDSVALUE");
+        assert_eq!(footer.field("value_chunk_id").read(bytes), volume.value_chunk.value_chunk_id);
+        assert_eq!(footer.field("len_body").read(bytes), u64::from(volume.value_chunk.len_body));
+        assert_eq!(footer.field("slot_size").read(bytes), geometry.slot_size);
+        assert_eq!(&bytes[footer.field("volume_uuid").range()], &geometry.volume_uuid);
+        assert_eq!(&bytes[footer.field("digest").range()], &volume.value_chunk.digest);
+        let crc = u64::from(crc32c(&bytes[footer.offset..footer.field("footer_crc32c").offset]));
+        assert_eq!(footer.field("footer_crc32c").read(bytes), crc);
+        // Each pointer's extents are bytes of the values.
+        let body = value_body(bytes, &geometry, slot);
+        assert_eq!(body.len, volume.value_chunk.len_body as usize);
+        for (_, pointer) in &volume.pointers {
+            let extent = pointer.extents[0];
+            let start = body.offset + extent.offset as usize;
+            let value = &bytes[start..start + extent.len as usize];
+            assert_eq!(crc32c(value), pointer.value_crc32c);
+        }
+    }
+
+    #[test]
+    fn the_key_sketch_table_matches_the_sketch_encoder() {
+        let image = crate::sketches_image();
+        let geometry = image.label.geometry;
+        let bytes = &image.bytes;
+        for slot in [3, 4] {
+            let place = key_sketch(bytes, &geometry, slot);
+            let footer = chunk_footer(&geometry, slot);
+            let crc = footer.field("sketch_crc32c").read(bytes) as u32;
+            let sketch = lds_format::sketch::Sketch::decode(&bytes[place.range()], 0, crc)
+                .unwrap_or_else(|error| panic!("{error}"));
+            assert_eq!(&bytes[place.range()], &sketch.encode()[..]);
+            assert_eq!(place.field("precision").read(bytes), u64::from(sketch.precision()));
+            assert_eq!(place.field("registers").len, 1 << sketch.precision());
+            assert_eq!(
+                place.range().end as u64,
+                geometry.slot_offset(slot) + footer.field("ofs_index").read(bytes),
+                "the sketch lies just before the index"
+            );
+        }
     }
 
     #[test]

@@ -13,11 +13,14 @@ use lds_format::image::{area_context, label_sector as encode_label_sector, Image
 use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
 use lds_format::recovery::{recover_version_log, VersionLogState};
-use lds_format::version::{ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
+use lds_format::version::{
+    ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD,
+};
 
 use crate::damage::{
-    block, block_index, chunk_footer, filter, flip, label, label_sector, log_area, log_object, swap, write, zero,
-    LabelCopy, Place, BATCH_ENTRY, BLOCK_ENTRY, BLOCK_TRAILER, INDEX_ENTRY, WRITE_BATCH,
+    block, block_index, chunk_footer, filter, flip, key_sketch, label, label_sector, log_area, log_object, swap,
+    value_body, value_footer, write, zero, LabelCopy, Place, BATCH_ENTRY, BLOCK_ENTRY, BLOCK_TRAILER, INDEX_ENTRY,
+    WRITE_BATCH,
 };
 use crate::{added, entries, expect, journal_image, new_label, two_instances_image, versions_image, Fixture};
 
@@ -578,8 +581,162 @@ pub fn all() -> Vec<FsckCase> {
     ));
 
     cases.push(log_ref_unresolved());
+    cases.push(log_chunk_invalid());
+    cases.push(log_start_mismatch());
+    cases.extend(value_cases());
+    cases.push(sketch_invalid());
 
     cases
+}
+
+/// The log chunk of [`crate::log_chunks_image`] with its metadata replaced by `change` of it,
+/// through a delta version that deletes the chunk and adds it again (the builder's encoders:
+/// every checksum holds).
+fn log_chunk_replaced(change: impl FnOnce(ChunkMeta) -> ChunkMeta) -> (Vec<u8>, crate::LogChunksImage) {
+    let mut volume = crate::log_chunks_image();
+    let chunk = volume.chunk.clone();
+    let version = &volume.image.instances[0].version;
+    let delta = DeltaVersion {
+        deleted: vec![DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }],
+        added: vec![change(chunk)],
+        last_sequence: version.last_sequence,
+        ofs_backup_start: version.ofs_backup_start,
+        lsn_backup_start: version.lsn_backup_start,
+        ..DeltaVersion::default()
+    };
+    append_raw_delta(&mut volume.image, &delta);
+    (volume.image.bytes.clone(), volume)
+}
+
+/// A log chunk whose metadata lost flag `log_refs` (and with it the log start): kind-3
+/// entries in an ordinary chunk, whose batches nothing retains.
+fn log_chunk_invalid() -> FsckCase {
+    let (bytes, _) =
+        log_chunk_replaced(|chunk| ChunkMeta { flags: chunk.flags & !CHUNK_FLAG_LOG_REFS, log_start: None, ..chunk });
+    case(
+        "f_log_chunk_invalid",
+        "a delta version re-adds a log chunk without flag log_refs (format 1.6): its log references stand in an ordinary chunk",
+        bytes,
+        Code::LogChunkInvalid,
+        EXIT_UNCORRECTED,
+    )
+}
+
+/// A log chunk whose recorded log start is its second referenced batch, not its first: the
+/// writer may overwrite the first, which the chunk still references.
+fn log_start_mismatch() -> FsckCase {
+    let second = crate::log_chunks_image().batches[1];
+    let (bytes, _) = log_chunk_replaced(|chunk| ChunkMeta { log_start: Some(second), ..chunk });
+    case(
+        "f_log_start_mismatch",
+        "a delta version records a log chunk's log start at its second referenced batch, not its oldest (format 1.6)",
+        bytes,
+        Code::LogStartMismatch,
+        EXIT_UNCORRECTED,
+    )
+}
+
+/// The fsck cases of value chunks (format 1.4, SPEC.md §8.6), all on [`crate::values_image`].
+fn value_cases() -> Vec<FsckCase> {
+    let mut cases = Vec::new();
+    let volume = crate::values_image();
+    let geometry = volume.image.label.geometry;
+
+    let mut bytes = volume.image.bytes.clone();
+    let footer = value_footer(&geometry, crate::VALUE_CHUNK_SLOT);
+    flip(&mut bytes, &footer.field("value_chunk_id").byte(1), 0x01);
+    cases.push(case(
+        "f_value_footer_invalid",
+        "a flipped byte in a value chunk footer (format 1.4): its checksum fails; every value still matches its crc32c",
+        bytes,
+        Code::ValueFooterInvalid,
+        EXIT_UNCORRECTED,
+    ));
+
+    let mut bytes = volume.image.bytes.clone();
+    let (_, pointer) = &volume.pointers[1];
+    let body = value_body(&bytes, &geometry, crate::VALUE_CHUNK_SLOT);
+    flip(&mut bytes, &body.byte(pointer.extents[0].offset as usize + 100), 0x20);
+    cases.push(case(
+        "f_value_digest_mismatch",
+        "a flipped byte in the values of a value chunk (format 1.4): its digest fails (702) and so does the crc32c of the value holding the byte (705)",
+        bytes,
+        Code::ValueDigestMismatch,
+        EXIT_UNCORRECTED,
+    ));
+
+    // The last pointer's extent moved 16 bytes on: it reaches past the values.
+    let volume_past = crate::values_image_with(|build| {
+        let Some((_, pointer)) = build.pointers.last_mut() else { panic!("the value image has pointers") };
+        pointer.extents[0].offset += 16;
+    });
+    cases.push(case(
+        "f_value_pointer_invalid",
+        "a value pointer written with its extent 16 bytes too far on (format 1.4): it reaches past the values of its value chunk",
+        volume_past.image.bytes,
+        Code::ValuePointerInvalid,
+        EXIT_UNCORRECTED,
+    ));
+
+    let mut image = crate::values_image().image;
+    let chunk = &volume.chunk;
+    let mut wrong = chunk.clone();
+    for (_, bytes) in &mut wrong.value_refs {
+        *bytes += 1;
+    }
+    let delta = DeltaVersion {
+        deleted: vec![DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }],
+        added: vec![wrong],
+        ..added(&image, 0, Vec::new(), image.last_sequence(0))
+    };
+    expect(image.append_delta(0, &delta));
+    cases.push(case(
+        "f_value_refs_mismatch",
+        "a delta version re-adds a chunk stating one byte more of value references than its pointers reach (format 1.4)",
+        image.bytes,
+        Code::ValueRefsMismatch,
+        EXIT_UNCORRECTED,
+    ));
+
+    // A byte of the first value changed before its value chunk was sealed: the digest holds
+    // over the changed values, the pointer's crc32c names the value as it was.
+    let changed = crate::values_image_with(|build| {
+        let offset = build.pointers[0].1.extents[0].offset as usize;
+        build.body[offset + 7] ^= 0x20;
+    });
+    cases.push(case(
+        "f_value_checksum",
+        "a value whose bytes changed before its value chunk was sealed (format 1.4): the digest holds, the value fails its pointer's crc32c (--deep)",
+        changed.image.bytes,
+        Code::ValueChecksum,
+        EXIT_UNCORRECTED,
+    ));
+
+    let mut bytes = volume.image.bytes.clone();
+    zero(&mut bytes, &value_footer(&geometry, crate::DIRECT_VALUE_SLOT));
+    cases.push(case(
+        "f_value_pending_missing",
+        "the footer of a value chunk written directly before its batch is zeroed (format 1.4): the replayed batch points to a value that is lost",
+        bytes,
+        Code::ValuePendingMissing,
+        EXIT_UNCORRECTED,
+    ));
+    cases
+}
+
+/// A key sketch with a flipped register (format 1.5): its crc32c fails.
+fn sketch_invalid() -> FsckCase {
+    let image = crate::sketches_image();
+    let mut bytes = image.bytes.clone();
+    let registers = key_sketch(&bytes, &image.label.geometry, 4).field("registers");
+    flip(&mut bytes, &registers.byte(5), 0x01);
+    case(
+        "f_sketch_invalid",
+        "a flipped register in a level-0 chunk's key sketch (format 1.5): its crc32c fails, reads are unaffected (warning)",
+        bytes,
+        Code::SketchInvalid,
+        EXIT_UNCORRECTED,
+    )
 }
 
 /// A log chunk whose references into one batch of the backup log do not resolve: a byte of

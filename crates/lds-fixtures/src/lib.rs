@@ -24,12 +24,17 @@ pub mod fsck_cases;
 
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use lds_format::batch::{BatchEntry, EntryKind};
+use lds_format::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions, DigestKind};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest};
 use lds_format::logref::{LogPosition, LogRef};
+use lds_format::value::{BuiltValueChunk, ValueChunkMeta, ValueFormat, ValuePacker, ValuePointer};
 use lds_format::version::{
-    ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD,
+    ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, SubChunkRef, ValueDelta,
+    CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD, CHUNK_FLAG_VALUE_REFS,
 };
 
 /// One fixture: folder name, one-line description, raw image bytes.
@@ -335,6 +340,213 @@ pub fn log_chunks_image() -> LogChunksImage {
     ));
     expect(image.append_batch(0, puts(&["after-the-flush"])));
     LogChunksImage { image, chunk, batches }
+}
+
+/// The value chunk a flush of [`values_image`] wrote: id 1, in slot 5.
+pub const VALUE_CHUNK_SLOT: u64 = 5;
+/// The value chunk a direct write of [`values_image`] wrote before its batch: id 2, in slot
+/// 6, named only by that batch in the backup log (SPEC.md §8.6).
+pub const DIRECT_VALUE_SLOT: u64 = 6;
+/// The level-0 chunk of [`values_image`] whose pointers name the values: slot 3.
+pub const POINTER_CHUNK_SLOT: u64 = 3;
+
+/// A format 1.4 volume with feature `value_chunks` (SPEC.md §8.6), as [`values_image_with`]
+/// builds it.
+pub struct ValuesImage {
+    /// The volume.
+    pub image: ImageBuilder,
+    /// The level-0 chunk whose pointer entries name the values, as the version holds it.
+    pub chunk: ChunkMeta,
+    /// The value chunk the flush wrote (id 1), as the version holds it.
+    pub value_chunk: ValueChunkMeta,
+    /// The chunk's pointers, in key order, with their keys.
+    pub pointers: Vec<(Vec<u8>, ValuePointer)>,
+    /// The pointer of the replayed batch's entry (a value written directly, in value chunk 2).
+    pub direct: ValuePointer,
+}
+
+/// What [`values_image_with`] lets a fixture change before the value chunk of the flush is
+/// sealed and the chunk pointing to it is written: a writer's error, which no checksum of
+/// its own catches.
+pub struct ValueBuild {
+    /// The keys and pointers of the chunk's pointer entries, in key order.
+    pub pointers: Vec<(Vec<u8>, ValuePointer)>,
+    /// The value chunk's values (its footer's digest is computed over them after the change).
+    pub body: Vec<u8>,
+}
+
+/// A value of `len` bytes for `key`: its name and a counter, repeated (compressible, so that
+/// the fixture stays a few KB gzipped, and distinct, so that a misplaced extent shows).
+fn value_of(key: &str, len: usize) -> Vec<u8> {
+    (0..).flat_map(|number: u32| format!("{key}:{number:04};").into_bytes()).take(len).collect()
+}
+
+/// The value chunk format of a fixture volume.
+fn value_format(image: &ImageBuilder) -> ValueFormat {
+    let geometry = image.label.geometry;
+    ValueFormat {
+        slot_size: geometry.slot_size,
+        instance: 0,
+        volume_uuid: geometry.volume_uuid,
+        digest: DigestKind::Blake3,
+    }
+}
+
+/// Writes a value chunk's slot and returns its metadata.
+fn write_value_chunk(image: &mut ImageBuilder, chunk: &BuiltValueChunk) -> ValueChunkMeta {
+    let at = image.label.geometry.slot_offset(chunk.slot) as usize;
+    let slot = chunk.slot_image();
+    image.bytes[at..at + slot.len()].copy_from_slice(&slot);
+    chunk.meta()
+}
+
+/// [`values_image_with`] with nothing changed: a clean volume.
+pub fn values_image() -> ValuesImage {
+    values_image_with(|_| {})
+}
+
+/// A small volume with feature `value_chunks` as a kv-separating writer leaves it: a write
+/// batch of three large values and two small entries, then its flush, which wrote the large
+/// values into value chunk 1 (slot 5) and a level-0 chunk (slot 3) whose entries for them are
+/// value pointers, committed by one delta version that adds both; then a value written
+/// directly (value chunk 2, slot 6, flushed before its batch) and the batch that points to
+/// it, which recovery replays, and a last small batch. `change` may alter the pointers and
+/// the values before the value chunk is sealed.
+pub fn values_image_with(change: impl FnOnce(&mut ValueBuild)) -> ValuesImage {
+    let mut image = ImageBuilder::format(new_label(small(4096), 0x88, "values").with_value_chunks());
+    let large = [("value-a", 1200usize), ("value-b", 2600), ("value-c", 900)];
+    let mut batch: Vec<BatchEntry> = large
+        .iter()
+        .map(|&(key, len)| BatchEntry { kind: EntryKind::Put, key: key.as_bytes().to_vec(), value: value_of(key, len) })
+        .collect();
+    batch.push(BatchEntry { kind: EntryKind::Put, key: b"small".to_vec(), value: b"stays in the tree".to_vec() });
+    batch.push(BatchEntry { kind: EntryKind::Delete, key: b"value-0".to_vec(), value: Vec::new() });
+    let first_sequence = expect(image.append_batch(0, batch.clone()));
+
+    // The flush: large values to value chunk 1, pointers to them in the chunk.
+    let mut packer = ValuePacker::new(value_format(&image));
+    let mut pointers = Vec::new();
+    for entry in batch.iter().filter(|entry| entry.value.len() >= 512) {
+        let pointer = expect(packer.add(&entry.value, || Ok::<_, String>((1, VALUE_CHUNK_SLOT))));
+        pointers.push((entry.key.clone(), pointer));
+    }
+    let mut sealed = packer.finish();
+    let Some(mut value_chunk) = sealed.pop() else { panic!("the flush packed no value chunk") };
+    let mut build = ValueBuild { pointers, body: value_chunk.body.clone() };
+    change(&mut build);
+    value_chunk.body = build.body;
+    value_chunk.footer.len_body = value_chunk.body.len() as u32;
+    value_chunk.footer.digest = value_chunk.footer.digest_of(&value_chunk.body);
+    let value_meta = write_value_chunk(&mut image, &value_chunk);
+
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut refs = BTreeMap::new();
+    for (index, entry) in batch.iter().enumerate() {
+        let sequence = first_sequence + index as u64;
+        match build.pointers.iter().find(|(key, _)| *key == entry.key) {
+            Some((key, pointer)) => {
+                pointer.add_refs(&mut refs);
+                entries.push((key.clone(), sequence, EntryKind::Pointer, pointer.encode()));
+            }
+            None => entries.push((entry.key.clone(), sequence, entry.kind, entry.value.clone())),
+        }
+    }
+    entries.sort();
+    let mut chunk = image.write_chunk(0, POINTER_CHUNK_SLOT, 0, 0, &entries);
+    chunk.flags |= CHUNK_FLAG_VALUE_REFS;
+    chunk.value_refs = refs.into_iter().collect();
+    let (ofs, lsn) = image.instances[0].backup_log.next_position();
+    expect(image.append_delta(
+        0,
+        &DeltaVersion {
+            ofs_backup_start: ofs,
+            lsn_backup_start: lsn,
+            values: Some(ValueDelta { next_value_chunk_id: 2, deleted: Vec::new(), added: vec![value_meta] }),
+            ..added(&image, 0, vec![chunk.clone()], image.last_sequence(0))
+        },
+    ));
+
+    // A direct write: its value chunk first, then the batch that points to it.
+    let mut packer = ValuePacker::new(value_format(&image));
+    let direct = expect(packer.add(&value_of("direct", 3000), || Ok::<_, String>((2, DIRECT_VALUE_SLOT))));
+    for built in packer.finish() {
+        write_value_chunk(&mut image, &built);
+    }
+    let pointed = BatchEntry { kind: EntryKind::Pointer, key: b"value-d".to_vec(), value: direct.encode() };
+    expect(image.append_batch(0, vec![pointed]));
+    expect(image.append_batch(0, puts(&["after-the-flush"])));
+    ValuesImage { image, chunk, value_chunk: value_meta, pointers: build.pointers, direct }
+}
+
+/// The precision of the key sketches of [`sketches_image`]: the smallest (16 registers), so
+/// that the fixture stays small.
+const FIXTURE_SKETCH_PRECISION: u8 = lds_format::sketch::SKETCH_PRECISION_MIN;
+
+/// Writes a one-slot chunk as [`ImageBuilder::write_chunk`] does, with a key sketch of
+/// `sketch_precision` (SPEC.md §8.7), which the builder does not write.
+fn write_sketched_chunk(image: &mut ImageBuilder, slot: u64, entries: &[Entry], sketch_precision: u8) -> ChunkMeta {
+    let geometry = image.label.geometry;
+    let options = ChunkOptions {
+        slot_size: geometry.slot_size,
+        block_size: 4096,
+        bloom_bits_per_key: 10,
+        digest: DigestKind::Blake3,
+        sketch_precision,
+        compact_entries: image.label.has_compact_entries(),
+    };
+    let mut builder = ChunkBuilder::new(options);
+    for (key, sequence, kind, value) in entries {
+        assert!(builder.add(key, *sequence, *kind, value), "fixture entries overflow one slot");
+    }
+    let identity = ChunkIdentity {
+        volume_uuid: geometry.volume_uuid,
+        instance: 0,
+        chunk_id: slot,
+        sub_chunk_index: 0,
+        num_sub_chunks: 1,
+        level: 0,
+        flags: 0,
+    };
+    let built = builder.finish(identity).unwrap_or_else(|| panic!("a fixture chunk needs entries"));
+    let at = geometry.slot_offset(slot) as usize;
+    let bytes = built.slot_image();
+    image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
+    ChunkMeta {
+        chunk_id: slot,
+        level: 0,
+        flags: 0,
+        num_entries: built.footer.num_entries,
+        smallest_seq: built.footer.smallest_seq,
+        largest_seq: built.footer.largest_seq,
+        len_data: built.len_data(),
+        smallest_key: built.first_key.clone(),
+        largest_key: built.last_key.clone(),
+        sub_chunks: vec![SubChunkRef { slot, digest: built.footer.digest }],
+        value_refs: Vec::new(),
+        log_start: None,
+    }
+}
+
+/// A small volume with feature `chunk_sketches` (SPEC.md §8.7) as technique triad-disk leaves
+/// it: two flushes of overlapping keys, each a level-0 chunk (slots 3 and 4) with a key
+/// sketch, and a batch after them.
+pub fn sketches_image() -> ImageBuilder {
+    let mut image = ImageBuilder::format(new_label(small(4096), 0x99, "sketches").with_chunk_sketches());
+    for (slot, first) in [(3u64, 0u32), (4, 10)] {
+        let sequence = image.reserve_sequences(0, 20);
+        let chunk = write_sketched_chunk(&mut image, slot, &entries(first, 20, sequence), FIXTURE_SKETCH_PRECISION);
+        let (ofs, lsn) = image.instances[0].backup_log.next_position();
+        expect(image.append_delta(
+            0,
+            &DeltaVersion {
+                ofs_backup_start: ofs,
+                lsn_backup_start: lsn,
+                ..added(&image, 0, vec![chunk], image.last_sequence(0))
+            },
+        ));
+    }
+    expect(image.append_batch(0, puts(&["after-the-flushes"])));
+    image
 }
 
 /// Every fixture.

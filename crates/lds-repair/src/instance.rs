@@ -1243,6 +1243,38 @@ pub(crate) fn plan<'a>(
                 rebuild.runs.push(Run::new(meta.level, meta.flags, read.entries));
             }
         }
+        // A chunk holding a pointer whose value cannot be read and checked in a value chunk
+        // that is whole (it reaches past its values, fsck 703, or the value fails its crc32c,
+        // 705) is rewritten too: `settle_values` leaves those entries out.
+        let whole: Vec<ChunkMeta> =
+            rebuild.tree.values().filter(|chunk| !chunk.value_refs.is_empty()).cloned().collect();
+        for meta in whole {
+            let read = rebuild.read_entries(&meta)?;
+            let mut codes = Vec::new();
+            for entry in read.entries.iter().filter(|entry| entry.kind == lds_format::batch::EntryKind::Pointer) {
+                let Ok(pointer) = lds_format::value::ValuePointer::decode(&entry.value, 0) else { continue };
+                let listed = |id: u64| version.value_chunks.get(&id).copied();
+                if let Some((code, _)) = value_problem(device, geometry, &pointer, listed)? {
+                    codes.push(code);
+                }
+            }
+            if codes.is_empty() {
+                continue;
+            }
+            codes.sort();
+            codes.dedup();
+            rebuild.tree.remove(&meta.chunk_id);
+            let structure = format!("chunk {} of instance {instance}", meta.chunk_id);
+            let offset = meta.sub_chunks.first().map_or(0, |sub_chunk| geometry.slot_offset(sub_chunk.slot));
+            let action = format!(
+                "rewrote the {} readable entries of chunk {} into new chunks at level {}: a value it points to cannot be read and checked",
+                read.entries.len(),
+                meta.chunk_id,
+                meta.level
+            );
+            rebuild.fixes.push(Fix::new(codes, structure, offset, action).dropping(read.dropped).class(FixClass::Fix));
+            rebuild.runs.push(Run::new(meta.level, meta.flags, read.entries));
+        }
         let kept: Vec<&ChunkMeta> = rebuild.tree.values().collect();
         let settled = settle_values(device, geometry, instance, &version, &damaged, &kept, &mut rebuild.runs)?;
         source_slots.extend(settled.chunks.iter().map(|chunk| chunk.slot));
@@ -1329,6 +1361,48 @@ fn damaged_value_chunks(
     Ok(damaged)
 }
 
+/// Why the value `pointer` names cannot be read and checked (SPEC.md §8.6: each extent lies
+/// inside the values of its value chunk, which `chunks` gives by id, and the value matches
+/// the pointer's crc32c), with the problem code fsck reports for it; `None` when it checks.
+fn value_problem(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    pointer: &lds_format::value::ValuePointer,
+    chunks: impl Fn(u64) -> Option<lds_format::value::ValueChunkMeta>,
+) -> Result<Option<(Code, String)>, RepairError> {
+    let mut value = Vec::with_capacity(pointer.len_value as usize);
+    // Bounded by the pointer's extents (at most 2^16, each read once).
+    for extent in &pointer.extents {
+        let id = extent.value_chunk_id;
+        let Some(meta) = chunks(id) else {
+            return Ok(Some((
+                Code::ValuePointerInvalid,
+                format!("its pointer names value chunk {id}, which is not kept"),
+            )));
+        };
+        let end = u64::from(extent.offset) + u64::from(extent.len);
+        if end > u64::from(meta.len_body) || meta.slot >= geometry.num_slots {
+            return Ok(Some((
+                Code::ValuePointerInvalid,
+                format!(
+                    "its pointer reaches byte {end} of value chunk {id}, which holds {} bytes of values",
+                    meta.len_body
+                ),
+            )));
+        }
+        let offset = geometry.slot_offset(meta.slot) + u64::from(extent.offset);
+        let (bytes, unreadable) = read_tolerant(device, offset, u64::from(extent.len), geometry.sector())?;
+        if !unreadable.is_empty() {
+            return Ok(Some((Code::UnreadableSector, format!("its value in value chunk {id} cannot be read"))));
+        }
+        value.extend_from_slice(&bytes);
+    }
+    if pointer.check_value(&value, 0).is_err() {
+        return Ok(Some((Code::ValueChecksum, "its value does not match its crc32c".to_string())));
+    }
+    Ok(None)
+}
+
 /// The value chunks a rebuilt tree keeps (SPEC.md §8.6).
 struct Settled {
     chunks: Vec<lds_format::value::ValueChunkMeta>,
@@ -1385,9 +1459,9 @@ fn settle_values(
             Err(None) => Ok(None),
         }
     };
-    let mut look_up = |id: u64, slot: u64| -> Result<bool, RepairError> {
+    let mut look_up = |id: u64, slot: u64| -> Result<Option<ValueChunkMeta>, RepairError> {
         if let Some(known) = found.get(&id) {
-            return Ok(known.is_some());
+            return Ok(*known);
         }
         let mut chunk = None;
         if slot < geometry.num_slots && !version.slot_owner.contains_key(&slot) {
@@ -1404,7 +1478,7 @@ fn settle_values(
             }
         }
         found.insert(id, chunk);
-        Ok(chunk.is_some())
+        Ok(chunk)
     };
     let mut dropped = Vec::new();
     let mut referenced = BTreeSet::new();
@@ -1441,11 +1515,29 @@ fn settle_values(
                 continue;
             }
             if let Ok(pointer) = pointer {
+                let mut chunks = BTreeMap::new();
                 whole = true;
                 for extent in &pointer.extents {
-                    whole &= look_up(extent.value_chunk_id, extent.slot)?;
+                    match look_up(extent.value_chunk_id, extent.slot)? {
+                        Some(chunk) => {
+                            chunks.insert(extent.value_chunk_id, chunk);
+                        }
+                        None => whole = false,
+                    }
                 }
+                // A value chunk that is whole may still hold a value its pointer does not
+                // check against (fsck 703, 705): the entry is left out.
                 if whole {
+                    if let Some((_, problem)) =
+                        value_problem(device, geometry, &pointer, |id| chunks.get(&id).copied())?
+                    {
+                        dropped.push(format!(
+                            "key {} (sequence {}): {problem}",
+                            display_key(&entry.key),
+                            entry.sequence
+                        ));
+                        continue;
+                    }
                     referenced.extend(pointer.extents.iter().map(|extent| extent.value_chunk_id));
                 }
             }

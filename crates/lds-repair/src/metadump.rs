@@ -17,6 +17,8 @@
 //! for intact object headers; chunks whose footer or index does not decode keep only their
 //! footer; blocks whose checksum fails are dropped.
 //!
+//! Key sketches (SPEC.md §8.7) are kept as they are, as filters are: registers of key hashes.
+//!
 //! Value chunks (SPEC.md §8.6) hold values only: their bodies are zeros in the image and their
 //! footers are kept as they are (the digest describes the original body, as a chunk's does).
 //! A value pointer (entry kind 2, in blocks and batches) is metadata and keeps its lengths and
@@ -299,10 +301,15 @@ fn rewrite_slot(slot: &[u8], offset: u64, uuid: [u8; 16], keys: &mut Keys<'_>, d
     let Ok(index) = decode_index(index_bytes, offset + footer.ofs_index as u64, &footer) else { return Some(out) };
     dump.chunks += 1;
     dump.used_bytes += u64::from(footer.len_body) + (slot.len() - footer.ofs_index as usize) as u64;
-    // The filter as it was (its bits say nothing of the keys).
+    // The filter as it was (its bits say nothing of the keys), and so is the key sketch
+    // (SPEC.md §8.7: registers of key hashes), so that its crc32c checks as on the original.
     let filter_range = footer.ofs_filter as usize..footer_at;
     if let Some(filter) = slot.get(filter_range.clone()) {
         out[filter_range].copy_from_slice(filter);
+    }
+    let sketch_range = footer.ofs_sketch as usize..footer.ofs_sketch as usize + footer.len_sketch as usize;
+    if let Some(sketch) = slot.get(sketch_range.clone()) {
+        out[sketch_range].copy_from_slice(sketch);
     }
     for entry in &index {
         let range = entry.ofs_block as usize..(entry.ofs_block + entry.len_block) as usize;

@@ -583,11 +583,51 @@ public class LdsReader {
      * Slot `slotNo` of a live chunk, once the checksums of its footer, index, filter and blocks
      * hold (SPEC.md §8.2, §8.3); throws naming what does not.
      */
+    /** Why the key sketch {@code raw} at device offset {@code ofs} is not valid (SPEC.md §8.7),
+     *  in lds's words and order (see lds_reader.py), or null. */
+    static String sketchError(byte[] raw, long ofs, long stored) {
+        long computed = crc32c(raw, 0, raw.length);
+        if (computed != stored) {
+            return String.format("key sketch at offset %d: checksum mismatch, stored 0x%08x, computed 0x%08x",
+                    ofs, stored, computed);
+        }
+        if (raw.length < 4) {
+            return "key sketch at offset " + ofs + ": truncated, needs 4 bytes, " + raw.length + " remain";
+        }
+        int p = raw[0] & 0xff;
+        if (raw[1] != 0 || raw[2] != 0 || raw[3] != 0) {
+            return "key sketch at offset " + (ofs + 1) + ": reserved bytes are not zero";
+        }
+        if (p < 4 || p > 16) {
+            return "key sketch at offset " + ofs + ": precision: " + p + ", not 4 to 16";
+        }
+        if (raw.length != 4 + (1 << p)) {
+            return "key sketch at offset " + ofs + ": len_sketch: " + raw.length + " bytes where precision " + p
+                    + " makes " + (4 + (1 << p));
+        }
+        for (int i = 0; i < raw.length - 4; i++) {
+            int rank = raw[4 + i] & 0xff;
+            if (rank > 65 - p) {
+                return "key sketch at offset " + (ofs + 4 + i) + ": registers: register " + i + " holds " + rank
+                        + " above the largest rank " + (65 - p);
+            }
+        }
+        return null;
+    }
+
     /** The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7):
-     *  null without one, else its precision and the HyperLogLog estimate of its distinct keys. */
-    static Object sketchDoc(LdsVolume.Slot slot) {
+     *  null without one, its error when it is not valid, else its precision and the HyperLogLog
+     *  estimate of its distinct keys. */
+    static Object sketchDoc(KaitaiStream image, LdsVolume.Slot slot) {
         if (slot.footer().lenSketch() == 0) {
             return null;
+        }
+        long ofs = slot.ofsSlot() + slot.footer().ofsSketch();
+        String error = sketchError(readAt(image, ofs, slot.footer().lenSketch()), ofs, slot.footer().sketchCrc32c());
+        if (error != null) {
+            Map<String, Object> doc = new LinkedHashMap<>();
+            doc.put("error", error);
+            return doc;
         }
         List<Integer> registers = slot.sketch().registers();
         double m = registers.size();
@@ -848,7 +888,7 @@ public class LdsReader {
                     doc.put("footer", projectType(slot.footer(), "chunk_footer"));
                     doc.put("index", project(slot.index().entries(), "[index_entry]"));
                     doc.put("filter", projectType(slot.filter(), "filter"));
-                    doc.put("sketch", sketchDoc(slot));
+                    doc.put("sketch", sketchDoc(image, slot));
                     List<Object> entries = new ArrayList<>();
                     for (LdsVolume.SlotBlock b : slot.blocks()) {
                         for (LdsBlock.Entry e : b.block().entries()) {

@@ -389,10 +389,38 @@ const cmp = (a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b));
  * Slot `slotNo` of a live chunk, once the checksums of its footer, index, filter and blocks
  * hold (SPEC.md §8.2, §8.3); throws naming what does not.
  */
+const hex8 = (n) => "0x" + (n >>> 0).toString(16).padStart(8, "0");
+
+// Why the key sketch `raw` at device offset `ofs` is not valid (SPEC.md §8.7), in lds's words
+// and order (see lds_reader.py), or null.
+function sketchError(raw, ofs, stored) {
+  const computed = crc32c(raw);
+  if (computed !== stored) {
+    return `key sketch at offset ${ofs}: checksum mismatch, stored ${hex8(stored)}, computed ${hex8(computed)}`;
+  }
+  if (raw.length < 4) return `key sketch at offset ${ofs}: truncated, needs 4 bytes, ${raw.length} remain`;
+  const p = raw[0];
+  if (raw[1] || raw[2] || raw[3]) return `key sketch at offset ${ofs + 1}: reserved bytes are not zero`;
+  if (p < 4 || p > 16) return `key sketch at offset ${ofs}: precision: ${p}, not 4 to 16`;
+  if (raw.length !== 4 + 2 ** p) {
+    return `key sketch at offset ${ofs}: len_sketch: ${raw.length} bytes where precision ${p} makes ${4 + 2 ** p}`;
+  }
+  for (let i = 0; i < raw.length - 4; i++) {
+    if (raw[4 + i] > 65 - p) {
+      return `key sketch at offset ${ofs + 4 + i}: registers: register ${i} holds ${raw[4 + i]} above the largest rank ${65 - p}`;
+    }
+  }
+  return null;
+}
+
 // The key sketch of a slot's sub-chunk as `lds dump chunk --json` shows it (SPEC.md §8.7): null
-// without one, else its precision and the HyperLogLog estimate of its distinct keys.
-function sketchDoc(slot) {
+// without one, its error when it is not valid, else its precision and the HyperLogLog estimate
+// of its distinct keys.
+function sketchDoc(image, slot) {
   if (slot.footer.lenSketch === 0) return null;
+  const ofs = slot.ofsSlot + slot.footer.ofsSketch;
+  const error = sketchError(image.slice(ofs, slot.footer.lenSketch), ofs, slot.footer.sketchCrc32c);
+  if (error !== null) return { error };
   const registers = slot.sketch.registers;
   const m = registers.length;
   const alpha = 0.7213 / (1.0 + 1.079 / m);
@@ -672,7 +700,7 @@ function chunkDocs(image, device) {
           footer: projectType(slot.footer, "chunk_footer"),
           index: project(slot.index.entries, "[index_entry]"),
           filter: projectType(slot.filter, "filter"),
-          sketch: sketchDoc(slot),
+          sketch: sketchDoc(image, slot),
           entries: slot.blocks.flatMap((b) => b.block.entries.map((e) => projectType(e, "block_entry"))),
         };
       });
