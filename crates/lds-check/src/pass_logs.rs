@@ -99,7 +99,7 @@ pub(crate) fn check_version_log(geometry: &Geometry, label: &Label, recovered: &
         }
     };
     let state = &recovery.version_log;
-    report.summary.live_log_objects += (state.sequence.len() - state.base_index) as u64;
+    report.summary.live_log_objects += state.live_count() as u64;
     report_chain_end(&recovery.version_end, &context, report, &structure);
     if state.base.geometry != *geometry && state.base.label_generation >= label.generation {
         report.add(

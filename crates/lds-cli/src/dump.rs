@@ -547,7 +547,7 @@ fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Writ
                 "recovery: live base version at offset {} (sn {}), {} live objects, head at {} (next lsn {})",
                 state.base_offset,
                 state.sn,
-                state.sequence.len() - state.base_index,
+                state.live_count(),
                 state.head.offset,
                 state.head.next_lsn
             )

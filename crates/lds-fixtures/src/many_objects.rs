@@ -124,7 +124,7 @@ mod tests {
         let context = area_context(&geometry, LogKind::Version, 0);
         let state = recover_version_log(built.image.area(LogKind::Version, 0), &context)
             .unwrap_or_else(|error| panic!("{error}"));
-        assert_eq!(state.sequence.len(), 502);
+        assert_eq!(state.sequence_len, 502);
         assert_eq!(state.base_index, 0);
         assert_eq!(state.version.chunks.len(), 1);
         assert_eq!(state.head.offset, built.version_log_bytes);

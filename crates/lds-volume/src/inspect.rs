@@ -150,7 +150,8 @@ pub fn walk_log(
     match (kind, recovery) {
         (LogKind::Version, Ok(recovery)) => {
             let state = &recovery.version_log;
-            for (index, object) in state.sequence.iter().enumerate() {
+            // Recovery keeps no object: its sequence is walked again over the same area.
+            for (index, object) in state.sequence(area, &context).enumerate() {
                 if index >= state.base_index {
                     live.insert(object.offset);
                 } else {
