@@ -497,3 +497,27 @@ pub fn chunk(
     }
     Ok(ChunkInspection { meta, sub_chunks })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetSet;
+
+    #[test]
+    fn an_offset_set_holds_aligned_unaligned_and_outlying_offsets() {
+        let mut set = OffsetSet::new(4096);
+        // A bit per 8 bytes: 4096 bytes are 512 positions, 8 words of 64 bits.
+        assert_eq!(set.bits.len(), 8);
+        let offsets = [0, 8, 504, 4088, 3, 4097, 1 << 40, u64::MAX];
+        for &offset in &offsets {
+            assert!(!set.contains(offset), "{offset} before it is inserted");
+            set.insert(offset);
+            assert!(set.contains(offset), "{offset}");
+        }
+        // Neighbours stay out.
+        for offset in [16, 7, 4, 4096, 4089, 4104] {
+            assert!(!set.contains(offset), "{offset}");
+        }
+        // Only the unaligned and the outlying ones are kept apart.
+        assert_eq!(set.other.len(), 4);
+    }
+}
