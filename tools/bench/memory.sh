@@ -1,32 +1,38 @@
 #!/bin/sh
-# Peak memory (maximum resident set) and wall time of every lds tool that walks the version
-# log, on a volume whose version log is full of small valid objects (docs/tools.md, "Memory").
+# Peak memory (maximum resident set) and time of every lds tool that walks the version log, on
+# a volume whose version log is full of small valid objects (docs/tools.md, "Memory").
 #
-#   tools/bench/memory.sh [LDS [IMAGE]]
+#   tools/bench/memory.sh [LDS [IMAGE | LOG_MIB]]
 #
 # LDS is the binary to measure (default target/release/lds). Without IMAGE the volume is
-# generated: a 64 MiB version log with about 599,000 delta versions
-# (cargo run --release -p lds-fixtures --example many_objects). Needs GNU time
-# (/usr/bin/time, Debian package `time`) and awk. Prints one line per command: peak RSS in MiB, wall
-# seconds, exit code, the command. Standard output of each command is discarded; the
+# generated (cargo run --release -p lds-fixtures --example many_objects): a version log of
+# LOG_MIB MiB (default 64: 599,071 delta versions; 32 gives half as many). Needs GNU time
+# (/usr/bin/time, Debian package `time`) and awk. Prints one line per command: peak RSS in MiB,
+# wall seconds, CPU seconds (user and system: on a shared machine the steadier figure for
+# comparing sizes), exit code, the command. Standard output of each command is discarded; the
 # writing open (put) runs on a copy of the image.
 set -eu
 
 lds=${1:-target/release/lds}
-image=${2:-}
+image=${2:-64}
 work=$(mktemp -d "${TMPDIR:-/tmp}/lds-memory.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-if [ -z "$image" ]; then
+case $image in
+*[!0-9]*) ;;
+*)
+    log_mib=$image
     image=$work/many.img
-    cargo run --quiet --release -p lds-fixtures --example many_objects -- "$image" >&2
-fi
+    cargo run --quiet --release -p lds-fixtures --example many_objects -- "$image" "$log_mib" >&2
+    ;;
+esac
 
 run() {
     # GNU time writes its report to the file named by -o (after a note when a signal killed
     # the command: the last line is the report); the command's own output goes away.
-    /usr/bin/time -f '%M %e %x' -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || true
-    tail -n 1 "$work/time" | awk -v command="$*" '{ printf "%8.1f MiB %8.2f s  exit %-3s %s\n", $1 / 1024, $2, $3, command }'
+    /usr/bin/time -f '%M %e %U %S %x' -o "$work/time" "$@" >/dev/null 2>"$work/stderr" || true
+    tail -n 1 "$work/time" | awk -v command="$*" \
+        '{ printf "%8.1f MiB %7.2f s wall %7.2f s cpu  exit %-3s %s\n", $1 / 1024, $2, $3 + $4, $5, command }'
 }
 
 run "$lds" dump "$image" label
