@@ -283,8 +283,8 @@ pub fn log_object(data: &[u8]) {
 /// It holds where the engine's own writes leave the log: every live object carries the base
 /// version's SN, and no valid object waits right after the append (the engine makes each
 /// version log object durable before writing the next, so it never leaves one there).
-fn append_after_recovery(area: &[u8], context: &AreaContext, state: &VersionLogState) {
-    if state.sequence[state.base_index..].iter().any(|object| object.header.sn != state.sn) {
+fn append_after_recovery(area: &[u8], context: &AreaContext, state: &VersionLogState, sequence: &[ChainObject]) {
+    if sequence[state.base_index..].iter().any(|object| object.header.sn != state.sn) {
         return;
     }
     let version = &state.version;
@@ -320,7 +320,7 @@ fn append_after_recovery(area: &[u8], context: &AreaContext, state: &VersionLogS
     let after = recover_version_log(&next, context).unwrap_or_else(|error| {
         panic!("version log: recovery fails after a delta version is appended at the recovered head: {error}")
     });
-    let last = after.sequence.last().map(|object| (object.offset, object.header.lsn));
+    let last = after.sequence(&next, context).last().map(|object| (object.offset, object.header.lsn));
     assert_eq!(
         last,
         Some((appended.offset, appended.lsn)),
@@ -335,14 +335,21 @@ fn check_version_log(area: &[u8], context: &AreaContext) {
         return;
     };
     state.version.assert_invariants();
-    let base = state.sequence.get(state.base_index).map(|object| object.object_type);
-    assert_eq!(base, Some(ObjectType::BaseVersion), "version log: the live base version is not a base version");
-    for object in &state.sequence[state.base_index..] {
+    // Recovery keeps no object: walked again, its sequence has the length it counted.
+    let sequence: Vec<ChainObject> = state.sequence(area, context).collect();
+    assert_eq!(sequence.len(), state.sequence_len, "version log: the sequence walked again differs in length");
+    let base = sequence.get(state.base_index).map(|object| (object.object_type, object.offset));
+    assert_eq!(
+        base,
+        Some((ObjectType::BaseVersion, state.base_offset)),
+        "version log: the live base version is not a base version"
+    );
+    for object in &sequence[state.base_index..] {
         if matches!(object.payload, Payload::Delta(_) | Payload::Journal(_)) {
             assert_eq!(object.header.sn, state.sn, "version log: a live object has another SN than its base version");
         }
     }
-    for pair in state.sequence.windows(2) {
+    for pair in sequence.windows(2) {
         let next = pair[0].header.lsn.checked_add(1);
         assert_eq!(Some(pair[1].header.lsn), next, "version log: live LSNs are not consecutive");
     }
@@ -353,7 +360,7 @@ fn check_version_log(area: &[u8], context: &AreaContext) {
         head.offset
     );
     assert!(state.live_len <= context.len_area, "version log: the live region is longer than the area");
-    append_after_recovery(area, context, &state);
+    append_after_recovery(area, context, &state, &sequence);
 }
 
 /// `version_log`: the input is a version log area of instance 0 (SPEC.md §9.2), padded to 16

@@ -5,7 +5,7 @@ use lds_format::image::area_context;
 use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery, LaterObjects};
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::log::AreaContext;
-use lds_format::recovery::{physical_walk, ChainEnd, VersionLogError};
+use lds_format::recovery::{ChainEnd, PhysicalWalk, VersionLogError};
 use lds_format::version::ReplayError;
 use lds_volume::ReadAt;
 
@@ -52,7 +52,8 @@ pub(crate) fn recover_all(
             report,
         )?;
         for area in [&version_area, &backup_area] {
-            report.summary.log_objects += physical_walk(area, 0, geometry.sector()).len() as u64;
+            // Counted as walked, not collected: a version log may hold hundreds of thousands.
+            report.summary.log_objects += PhysicalWalk::new(area, 0, geometry.sector()).count() as u64;
         }
         let recovery = recover_instance(geometry, instance, &version_area, &backup_area);
         let replayed_pointers = match &recovery {
@@ -99,7 +100,7 @@ pub(crate) fn check_version_log(geometry: &Geometry, label: &Label, recovered: &
         }
     };
     let state = &recovery.version_log;
-    report.summary.live_log_objects += (state.sequence.len() - state.base_index) as u64;
+    report.summary.live_log_objects += state.live_count() as u64;
     report_chain_end(&recovery.version_end, &context, report, &structure);
     if state.base.geometry != *geometry && state.base.label_generation >= label.generation {
         report.add(

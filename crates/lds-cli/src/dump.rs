@@ -22,6 +22,7 @@ use lds_volume::volume::{choose_label, ReadAt};
 use serde_json::{json, Map, Value};
 
 use crate::json;
+use crate::json_stream::JsonStream;
 
 /// What to dump.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +69,7 @@ pub struct DumpOptions {
 /// Runs dump; returns the exit code (0 success, 1 the volume cannot be read as asked). The
 /// volume is opened read-only under a shared lock (any number of readers at once).
 pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mut out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_LEN, out);
     let result = match lds_volume::Volume::open(&options.path, options.wait) {
         Ok(volume) => {
             let view = View {
@@ -76,16 +78,26 @@ pub fn run(options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
                 label: volume.label.clone(),
                 choice: volume.choice,
             };
-            dump(&view, options, out)
+            dump(&view, options, &mut out)
         }
         // Media cut short (SPEC.md §4: the label gives more bytes than the device has): the
         // labels are still shown, with the mismatch (fsck reports it as 106).
         Err(lds_volume::VolumeError::Truncated { volume_len, device_len, .. }) if options.what == DumpWhat::Label => {
-            truncated_label(options, volume_len, device_len, out)
+            truncated_label(options, volume_len, device_len, &mut out)
         }
         Err(error) => Err(error.to_string()),
     };
-    exit_code(result, err)
+    exit_code(flushed(result, out), err)
+}
+
+/// Bytes of output gathered before a write: dump writes a line (or less) at a time, and a
+/// terminal's or pipe's stdout would otherwise take a system call per line.
+const OUTPUT_BUFFER_LEN: usize = 64 << 10;
+
+/// `result`, or the failure to write out what `out` still holds.
+fn flushed(result: Result<(), String>, mut out: std::io::BufWriter<&mut dyn Write>) -> Result<(), String> {
+    let flush = out.flush().map_err(io);
+    result.and(flush)
 }
 
 /// `dump label` of a volume larger than its device: both copies, and the mismatch.
@@ -116,10 +128,11 @@ fn truncated_label(options: &DumpOptions, volume_len: u64, device_len: u64, out:
 /// Runs dump on a volume read through `device` (an image in memory, for the fuzzers) instead
 /// of `options.path`, which only names it in messages; returns the exit code as `run` does.
 pub fn run_on(device: &dyn ReadAt, options: &DumpOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mut out = std::io::BufWriter::with_capacity(OUTPUT_BUFFER_LEN, out);
     let result = choose_label(device, &device_name(options))
         .map_err(|error| error.to_string())
-        .and_then(|(labels, choice, label)| dump(&View { device, labels, label, choice }, options, out));
-    exit_code(result, err)
+        .and_then(|(labels, choice, label)| dump(&View { device, labels, label, choice }, options, &mut out));
+    exit_code(flushed(result, out), err)
 }
 
 fn exit_code(result: Result<(), String>, err: &mut dyn Write) -> i32 {
@@ -242,11 +255,11 @@ fn dump_label(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> 
 /// An object of a walk as JSON. `retention` is the backup log region the live version retains
 /// for its log chunks (format 1.6, only on volumes with feature `log_tables`): in the backup
 /// log, `status` then says of each object whether it is `retained` (SPEC.md §8.9).
-fn object_json(object: &WalkedObject, kind: LogKind, retention: Option<&Retention>) -> Value {
+fn object_json(object: &WalkedObject<'_>, kind: LogKind, retention: Option<&Retention>) -> Value {
     let mut map = json::object_header(&object.header);
     map.insert("log_offset".into(), json!(object.offset));
     let payload =
-        json::payload(object.header.object_type_code, &object.payload, object.payload_offset).unwrap_or(Value::Null);
+        json::payload(object.header.object_type_code, object.payload, object.payload_offset).unwrap_or(Value::Null);
     map.insert("payload".into(), payload);
     let valid = !matches!(object.liveness, Liveness::Invalid(_));
     let live = object.liveness == Liveness::Live;
@@ -271,10 +284,27 @@ fn object_json(object: &WalkedObject, kind: LogKind, retention: Option<&Retentio
     Value::Object(map)
 }
 
-/// Both walks of one log area of an instance, as JSON: `(left, right)`.
-fn walk_json(walk: &inspect::LogWalk, kind: LogKind, retention: Option<&Retention>) -> (Vec<Value>, Vec<Value>) {
-    let json = |objects: &[WalkedObject]| objects.iter().map(|object| object_json(object, kind, retention)).collect();
-    (json(&walk.left), json(&walk.right))
+/// Both walks of one log area of an instance, as the member `key` of the object `stream` is
+/// in: `{"left": [...], "right": [...]}`, an object at a time.
+fn stream_walk(
+    stream: &mut JsonStream<'_>,
+    key: &str,
+    walk: &inspect::LogWalk<'_>,
+    kind: LogKind,
+    retention: Option<&Retention>,
+) -> std::io::Result<()> {
+    stream.begin_object(Some(key))?;
+    stream.begin_array(Some("left"))?;
+    for object in walk.left() {
+        stream.value(None, &object_json(&object, kind, retention))?;
+    }
+    stream.end_array()?;
+    stream.begin_array(Some("right"))?;
+    for object in walk.right() {
+        stream.value(None, &object_json(&object, kind, retention))?;
+    }
+    stream.end_array()?;
+    stream.end_object()
 }
 
 fn recover(
@@ -358,27 +388,38 @@ fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
 
 fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let geometry = *volume.geometry();
-    let mut instances = Vec::new();
+    if !options.json {
+        return dump_volume_text(volume, options, out);
+    }
+    // Written as it is made: the walks list every object of every log area, and a log may
+    // hold hundreds of thousands (docs/tools.md, "Memory").
+    let mut stream = JsonStream::new(out);
+    stream.begin_object(None).map_err(io)?;
+    stream.members(&json::document("volume", &device_name(options))).map_err(io)?;
+    let labels = json!({
+        "primary": volume.labels.primary.as_ref().map_or(Value::Null, json::label),
+        "backup": volume.labels.backup.as_ref().map_or(Value::Null, json::label),
+    });
+    stream.value(Some("labels"), &labels).map_err(io)?;
+    stream.begin_array(Some("instances")).map_err(io)?;
     for instance in 0..geometry.instance_count {
         let (areas, recovery) = recover(volume, instance)?;
         let retention = Retention::of_recovery(volume, &recovery);
         let version = inspect::walk_log(&areas.version, &geometry, LogKind::Version, instance, &recovery);
         let backup = inspect::walk_log(&areas.backup, &geometry, LogKind::Backup, instance, &recovery);
-        let (version_left, version_right) = walk_json(&version, LogKind::Version, retention.as_ref());
-        let (backup_left, backup_right) = walk_json(&backup, LogKind::Backup, retention.as_ref());
-        let mut entry = json!({
-            "instance": instance,
-            "version_log": {"left": version_left, "right": version_right},
-            "backup_log": {"left": backup_left, "right": backup_right},
-        });
+        stream.begin_object(None).map_err(io)?;
+        stream.value(Some("instance"), &json!(instance)).map_err(io)?;
+        stream_walk(&mut stream, "version_log", &version, LogKind::Version, retention.as_ref()).map_err(io)?;
+        stream_walk(&mut stream, "backup_log", &backup, LogKind::Backup, retention.as_ref()).map_err(io)?;
         // What recovery says of the backup log, on a volume with feature `log_tables` only:
         // an annotation (a `status` key), like the liveness of each object.
-        if let (true, Value::Object(map)) = (volume.label.has_log_tables(), &mut entry) {
-            map.insert("status".into(), instance_status(&recovery, retention.as_ref()));
+        if volume.label.has_log_tables() {
+            stream.value(Some("status"), &instance_status(&recovery, retention.as_ref())).map_err(io)?;
         }
-        instances.push(entry);
+        stream.end_object().map_err(io)?;
     }
-    let mut slots = Vec::new();
+    stream.end_array().map_err(io)?;
+    stream.begin_array(Some("slots")).map_err(io)?;
     for slot in 0..geometry.num_slots {
         // A slot no device holds (SPEC.md §4.3) has no footer to read.
         let (footer, value_footer) = match volume.label.slot_present(slot) {
@@ -391,23 +432,17 @@ fn dump_volume(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) ->
         if let (Some(value_footer), Value::Object(map)) = (value_footer, &mut entry) {
             map.insert("value_footer".into(), value_footer);
         }
-        slots.push(entry);
+        stream.value(None, &entry).map_err(io)?;
     }
-    let mut document = json::document("volume", &device_name(options));
-    document.insert(
-        "labels".into(),
-        json!({
-            "primary": volume.labels.primary.as_ref().map_or(Value::Null, json::label),
-            "backup": volume.labels.backup.as_ref().map_or(Value::Null, json::label),
-        }),
-    );
-    document.insert("instances".into(), Value::Array(instances));
-    document.insert("slots".into(), Value::Array(slots));
-    if options.json {
-        return emit(out, Value::Object(document));
-    }
-    // The human form of the whole volume is the sum of the other views (the value chunks on
-    // a volume with feature `value_chunks`).
+    stream.end_array().map_err(io)?;
+    stream.end_object().map_err(io)?;
+    stream.finish().map_err(io)
+}
+
+/// The human form of the whole volume: the sum of the other views (the value chunks on a
+/// volume with feature `value_chunks`).
+fn dump_volume_text(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
+    let geometry = *volume.geometry();
     let mut views = vec![DumpWhat::Label, DumpWhat::VersionLog, DumpWhat::BackupLog, DumpWhat::Slots, DumpWhat::Tree];
     if volume.label.features_incompat & FEATURE_INCOMPAT_VALUE_CHUNKS != 0 {
         views.push(DumpWhat::ValueChunks);
@@ -461,7 +496,9 @@ fn slot_footers(volume: &View<'_>, slot: u64) -> Result<(Option<Footer>, Option<
     Ok((None, json::value_footer(&bytes)))
 }
 
-fn print_objects(out: &mut dyn Write, title: &str, objects: &[Value]) -> Result<(), String> {
+/// Lists the objects of a walk for people, one line each, under `title`; `objects` gives each
+/// object's JSON (made one at a time).
+fn print_objects(out: &mut dyn Write, title: &str, objects: impl Iterator<Item = Value>) -> Result<(), String> {
     writeln!(out, "{title}").map_err(io)?;
     writeln!(out, "  {:>10}  {:<18}  {:>6}  {:>8}  {:>8}  {:<4}  why", "offset", "type", "sn", "lsn", "size", "live")
         .map_err(io)?;
@@ -541,14 +578,30 @@ fn log_chunks_note(chunks: Option<&Value>) -> String {
     }
 }
 
-fn merged_json(walk: &inspect::LogWalk, kind: LogKind, retention: Option<&Retention>) -> Vec<Value> {
-    walk.merged().into_iter().map(|object| object_json(object, kind, retention)).collect()
+/// A view that lists one log as a single sequence (SPEC.md §15): `document` with the merged
+/// walk as its last member, `objects`, written an object at a time.
+fn stream_merged(
+    out: &mut dyn Write,
+    document: &Map<String, Value>,
+    walk: &inspect::LogWalk<'_>,
+    kind: LogKind,
+    retention: Option<&Retention>,
+) -> Result<(), String> {
+    let mut stream = JsonStream::new(out);
+    stream.begin_object(None).map_err(io)?;
+    stream.members(document).map_err(io)?;
+    stream.begin_array(Some("objects")).map_err(io)?;
+    for object in walk.merged() {
+        stream.value(None, &object_json(&object, kind, retention)).map_err(io)?;
+    }
+    stream.end_array().map_err(io)?;
+    stream.end_object().map_err(io)?;
+    stream.finish().map_err(io)
 }
 
 fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write) -> Result<(), String> {
     let (areas, recovery) = recover(volume, options.instance)?;
     let walk = inspect::walk_log(&areas.version, volume.geometry(), LogKind::Version, options.instance, &recovery);
-    let objects = merged_json(&walk, LogKind::Version, None);
     let mut document = json::document("version-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
     match &recovery {
@@ -564,13 +617,13 @@ fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Writ
             document.insert("recovery".into(), json!(error.to_string()));
         }
     }
-    document.insert("objects".into(), Value::Array(objects.clone()));
     if options.json {
-        return emit(out, Value::Object(document));
+        return stream_merged(out, &document, &walk, LogKind::Version, None);
     }
     let title =
-        format!("version log of instance {} ({} objects by the physical walk)", options.instance, objects.len());
-    print_objects(out, &title, &objects)?;
+        format!("version log of instance {} ({} objects by the physical walk)", options.instance, walk.merged_len());
+    let objects = walk.merged().map(|object| object_json(&object, LogKind::Version, None));
+    print_objects(out, &title, objects)?;
     match &recovery {
         Ok(recovery) => {
             let state = &recovery.version_log;
@@ -579,7 +632,7 @@ fn dump_version_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Writ
                 "recovery: live base version at offset {} (sn {}), {} live objects, head at {} (next lsn {})",
                 state.base_offset,
                 state.sn,
-                state.sequence.len() - state.base_index,
+                state.live_count(),
                 state.head.offset,
                 state.head.next_lsn
             )
@@ -593,7 +646,6 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
     let (areas, recovery) = recover(volume, options.instance)?;
     let retention = Retention::of_recovery(volume, &recovery);
     let walk = inspect::walk_log(&areas.backup, volume.geometry(), LogKind::Backup, options.instance, &recovery);
-    let objects = merged_json(&walk, LogKind::Backup, retention.as_ref());
     let mut document = json::document("backup-log", &device_name(options));
     document.insert("instance".into(), json!(options.instance));
     let failure = match &recovery {
@@ -621,12 +673,13 @@ fn dump_backup_log(volume: &View<'_>, options: &DumpOptions, out: &mut dyn Write
     if let Some(failure) = &failure {
         document.insert("recovery".into(), json!(failure));
     }
-    document.insert("objects".into(), Value::Array(objects.clone()));
     if options.json {
-        return emit(out, Value::Object(document));
+        return stream_merged(out, &document, &walk, LogKind::Backup, retention.as_ref());
     }
-    let title = format!("backup log of instance {} ({} objects by the physical walk)", options.instance, objects.len());
-    print_objects(out, &title, &objects)?;
+    let title =
+        format!("backup log of instance {} ({} objects by the physical walk)", options.instance, walk.merged_len());
+    let objects = walk.merged().map(|object| object_json(&object, LogKind::Backup, retention.as_ref()));
+    print_objects(out, &title, objects)?;
     if let Some(retention) = &retention {
         writeln!(out, "{}", retention.describe()).map_err(io)?;
     }

@@ -12,6 +12,7 @@ pub mod device;
 pub mod dump;
 pub mod fsck;
 pub mod json;
+pub mod json_stream;
 pub mod kv;
 pub mod metadump;
 pub mod mkfs;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lds_repair::metadump::metadump;
+use lds_repair::metadump::{metadump, MetadumpError};
 use lds_volume::OpenMode;
 use serde_json::json;
 
@@ -30,6 +30,20 @@ pub struct MetadumpArgs {
     /// Print the report as JSON (lds-metadump/1).
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where the image is written until it is whole: the output's name with a suffix, beside it.
+fn partial_path(output: &std::path::Path) -> PathBuf {
+    let mut name = output.as_os_str().to_owned();
+    name.push(".lds-metadump-partial");
+    PathBuf::from(name)
+}
+
+/// A new (or emptied) file of `len` bytes, all holes.
+fn create_image(path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+    file.set_len(len)?;
+    Ok(file)
 }
 
 /// Runs `lds metadump`; returns the exit code: 0 written, 8 operational error, 16 usage error.
@@ -56,37 +70,49 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
         ProgressStyle::with_template("reading [{bar:30}] {percent:>3}% {bytes}/{total_bytes}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let result = metadump(&device, args.keep_keys, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    });
-    bar.finish_and_clear();
-    let dump = match result {
-        Ok(dump) => dump,
+    // The image is written beside the output as it is made, and renamed over it once whole:
+    // a failure leaves no half image (and a file given with --force as it was).
+    let partial = partial_path(&args.output);
+    let file = match create_image(&partial, lds_volume::BlockDevice::len(&device)) {
+        Ok(file) => file,
         Err(error) => {
-            let _ = writeln!(err, "lds metadump: {error}");
+            let _ = writeln!(err, "lds metadump: {}: {error}", partial.display());
             return 8;
         }
     };
-    let written = (|| -> std::io::Result<u64> {
-        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&args.output)?;
-        file.set_len(dump.device_len)?;
-        let mut written = 0u64;
-        for (offset, bytes) in &dump.regions {
+    let mut written = 0u64;
+    let result = metadump(
+        &device,
+        args.keep_keys,
+        &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        },
+        &mut |offset, bytes| {
+            // All-zero pages are left as holes: the file is sparse.
             for (index, page) in bytes.chunks(PAGE).enumerate() {
                 if page.iter().any(|&byte| byte != 0) {
                     file.write_all_at(page, offset + (index * PAGE) as u64)?;
                     written += page.len() as u64;
                 }
             }
+            Ok(())
+        },
+    );
+    bar.finish_and_clear();
+    let output = |error: std::io::Error| format!("{}: {error}", args.output.display());
+    let finished = match result {
+        Ok(dump) => {
+            file.sync_all().and_then(|()| std::fs::rename(&partial, &args.output)).map(|()| dump).map_err(output)
         }
-        file.sync_all()?;
-        Ok(written)
-    })();
-    let written = match written {
-        Ok(written) => written,
-        Err(error) => {
-            let _ = writeln!(err, "lds metadump: {}: {error}", args.output.display());
+        Err(MetadumpError::Output(error)) => Err(output(error)),
+        Err(error) => Err(error.to_string()),
+    };
+    let dump = match finished {
+        Ok(dump) => dump,
+        Err(message) => {
+            let _ = std::fs::remove_file(&partial);
+            let _ = writeln!(err, "lds metadump: {message}");
             return 8;
         }
     };

@@ -12,7 +12,7 @@ use lds_format::codec::crc32c;
 use lds_format::image::{area_context, label_sector as encode_label_sector, ImageBuilder};
 use lds_format::label::{Geometry, LogKind};
 use lds_format::log::{encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
-use lds_format::recovery::{recover_version_log, VersionLogState};
+use lds_format::recovery::{recover_version_log, ChainObject, VersionLogState};
 use lds_format::version::{
     ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD,
 };
@@ -56,11 +56,17 @@ fn live_chain(image: &ImageBuilder, instance: u32) -> VersionLogState {
         .unwrap_or_else(|error| panic!("fixture base: {error}"))
 }
 
+/// The sequence S of SPEC.md §9.2 of `instance`'s version log (a fixture's: a few objects).
+fn sequence(image: &ImageBuilder, instance: u32) -> Vec<ChainObject> {
+    let context = area_context(&image.label.geometry, LogKind::Version, instance);
+    live_chain(image, instance).sequence(image.area(LogKind::Version, instance), &context).collect()
+}
+
 /// Device offset of the live object at `index` of the chain (negative: from the end).
 fn object_offset(image: &ImageBuilder, index: isize) -> (u64, ObjectHeader) {
-    let state = live_chain(image, 0);
-    let position = if index < 0 { state.sequence.len() as isize + index } else { index } as usize;
-    let object = &state.sequence[position];
+    let sequence = sequence(image, 0);
+    let position = if index < 0 { sequence.len() as isize + index } else { index } as usize;
+    let object = &sequence[position];
     (image.label.geometry.ofs_version_log + object.offset, object.header)
 }
 
@@ -285,7 +291,7 @@ pub fn all() -> Vec<FsckCase> {
 
     let mut bytes = versions.bytes.clone();
     let state = live_chain(&versions, 0);
-    let base_object = &state.sequence[state.base_index];
+    let base_object = &sequence(&versions, 0)[state.base_index];
     let base_offset = geometry.ofs_version_log + base_object.offset;
     let mut base = state.base.clone();
     base.geometry.num_slots -= 1;
@@ -792,9 +798,10 @@ fn bad_wol_pointer() -> FsckCase {
         }
         expect(image.append_delta(0, &delta));
         let state = live_chain(&image, 0);
+        let sequence = sequence(&image, 0);
         let wol_follows_base =
-            state.sequence[state.base_index..].iter().any(|object| object.object_type == ObjectType::WrapLeft);
-        if wol_follows_base && state.sequence.len() > state.base_index + 3 {
+            sequence[state.base_index..].iter().any(|object| object.object_type == ObjectType::WrapLeft);
+        if wol_follows_base && sequence.len() > state.base_index + 3 {
             // The base is in the right portion (the WOL follows it in chain order): point
             // the WOL one object too far.
             let wol_offset = image.label.geometry.ofs_version_log;

@@ -110,24 +110,85 @@ pub fn read_valid_object(area: &[u8], offset: u64, context: &AreaContext) -> Res
     Ok(ChainObject { offset, header: raw.header, object_type: raw.object_type, payload })
 }
 
-/// `chain(area, ofs, expected_lsn)` of SPEC.md §9.1.
+/// `chain(area, ofs, expected_lsn)` of SPEC.md §9.1, collected.
 pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Option<u64>) -> Chain {
-    let mut objects: Vec<ChainObject> = Vec::new();
-    let mut offset = start;
-    // Each step advances by at least 64 bytes, so the area bounds the loop; the explicit
-    // bound guards against a logic error turning into a hang.
-    let steps_max = context.len_area / HEADER_LEN as u64 + 1;
-    for _ in 0..steps_max {
-        if offset + HEADER_LEN as u64 > context.len_area {
-            return Chain { objects, end: ChainEnd::AreaEnd };
+    let mut walk = ChainWalk::new(area, context, start, expected_lsn);
+    let objects: Vec<ChainObject> = walk.by_ref().collect();
+    Chain { objects, end: walk.into_end() }
+}
+
+/// `chain(area, ofs, expected_lsn)` of SPEC.md §9.1, one object at a time: what a reader
+/// walks when it needs the objects in turn and not all at once (a version log may hold
+/// hundreds of thousands). After the last object, [`ChainWalk::end`] says why the chain ended.
+#[derive(Debug, Clone)]
+pub struct ChainWalk<'a> {
+    area: &'a [u8],
+    context: AreaContext,
+    /// Where the next candidate is.
+    offset: u64,
+    /// The lsn the first object must have, if any.
+    expected_lsn: Option<u64>,
+    /// The lsn and sn of the last object yielded.
+    previous: Option<(u64, u64)>,
+    /// Steps left: each advances by at least 64 bytes within one area, so the area bounds the
+    /// walk; the explicit bound guards against a logic error turning into a hang.
+    steps_left: u64,
+    /// Why the chain ended, once it has.
+    end: Option<ChainEnd>,
+}
+
+impl<'a> ChainWalk<'a> {
+    /// The chain of `area` from `start`, its first object with `expected_lsn` if given.
+    pub fn new(area: &'a [u8], context: &AreaContext, start: u64, expected_lsn: Option<u64>) -> Self {
+        Self {
+            area,
+            context: *context,
+            offset: start,
+            expected_lsn,
+            previous: None,
+            steps_left: context.len_area / HEADER_LEN as u64 + 1,
+            end: None,
         }
-        let expected = match objects.last() {
-            Some(previous) => previous.header.lsn.checked_add(1),
-            None => expected_lsn,
+    }
+
+    /// Why the chain ended; `None` while it has not.
+    pub fn end(&self) -> Option<&ChainEnd> {
+        self.end.as_ref()
+    }
+
+    /// Walks the rest of the chain and says why it ended.
+    pub fn into_end(mut self) -> ChainEnd {
+        // Bounded by `steps_left`, like every walk.
+        while self.next().is_some() {}
+        self.end.unwrap_or(ChainEnd::AreaEnd)
+    }
+
+    fn finish(&mut self, end: ChainEnd) -> Option<ChainObject> {
+        self.end = Some(end);
+        None
+    }
+}
+
+impl Iterator for ChainWalk<'_> {
+    type Item = ChainObject;
+
+    fn next(&mut self) -> Option<ChainObject> {
+        if self.end.is_some() {
+            return None;
+        }
+        if self.steps_left == 0 || self.offset + HEADER_LEN as u64 > self.context.len_area {
+            return self.finish(ChainEnd::AreaEnd);
+        }
+        self.steps_left -= 1;
+        let (area, context, offset) = (self.area, &self.context, self.offset);
+        let started = self.previous.is_some();
+        let expected = match self.previous {
+            Some((lsn, _)) => lsn.checked_add(1),
+            None => self.expected_lsn,
         };
         // Nothing follows an object with the largest lsn (only a hostile image has one).
-        let exhausted = !objects.is_empty() && expected.is_none();
-        let previous_sn = objects.last().map(|previous| previous.header.sn);
+        let exhausted = started && expected.is_none();
+        let previous_sn = self.previous.map(|(_, sn)| sn);
         let continues = |object: &ChainObject| {
             !exhausted
                 && expected.is_none_or(|lsn| object.header.lsn == lsn)
@@ -141,7 +202,7 @@ pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Optio
                 let wrap_offset = align_up(offset, u64::from(context.sector_size));
                 let wrap = match read_valid_object(area, wrap_offset, context) {
                     Ok(wrap)
-                        if (!objects.is_empty() || expected_lsn.is_some())
+                        if (started || self.expected_lsn.is_some())
                             && wrap_offset != offset
                             && wrap.object_type == ObjectType::WrapRight =>
                     {
@@ -153,20 +214,19 @@ pub fn chain(area: &[u8], context: &AreaContext, start: u64, expected_lsn: Optio
                     (Some(wrap), _) => wrap,
                     (None, Ok(stale)) => {
                         let expected_lsn = expected.unwrap_or(stale.header.lsn);
-                        return Chain { objects, end: ChainEnd::Stale { offset, lsn: stale.header.lsn, expected_lsn } };
+                        return self.finish(ChainEnd::Stale { offset, lsn: stale.header.lsn, expected_lsn });
                     }
-                    (None, Err(error)) => return Chain { objects, end: ChainEnd::Invalid { offset, error } },
+                    (None, Err(error)) => return self.finish(ChainEnd::Invalid { offset, error }),
                 }
             }
         };
-        let is_wor = object.object_type == ObjectType::WrapRight;
-        offset = object.header.next_offset();
-        objects.push(object);
-        if is_wor {
-            return Chain { objects, end: ChainEnd::WrapRight };
+        self.offset = object.header.next_offset();
+        self.previous = Some((object.header.lsn, object.header.sn));
+        if object.object_type == ObjectType::WrapRight {
+            self.end = Some(ChainEnd::WrapRight);
         }
+        Some(object)
     }
-    Chain { objects, end: ChainEnd::AreaEnd }
 }
 
 /// Why the version log cannot be recovered (SPEC.md §9.2).
@@ -264,7 +324,9 @@ pub struct LogHead {
     pub sn: u64,
 }
 
-/// The recovered state of one version log.
+/// The recovered state of one version log. It holds the live version, not the objects: the
+/// sequence S of SPEC.md §9.2 may hold hundreds of thousands of them, and a reader that needs
+/// them walks S again over the same area ([`VersionLogState::sequence`]).
 #[derive(Debug, Clone)]
 pub struct VersionLogState {
     /// The live base version.
@@ -277,10 +339,14 @@ pub struct VersionLogState {
     pub sn: u64,
     /// The version after replaying the live DVs.
     pub version: Version,
-    /// The sequence S of SPEC.md §9.2, in log order.
-    pub sequence: Vec<ChainObject>,
-    /// Index in `sequence` of the live base version.
+    /// Objects in the sequence S of SPEC.md §9.2.
+    pub sequence_len: usize,
+    /// Index in S of the live base version: the objects before it are superseded, the
+    /// `sequence_len - base_index` from it on are live.
     pub base_index: usize,
+    /// Where S starts when it is `R ++ L` (§9.2 step 3): the offset and lsn of the right
+    /// portion's first object. `None` when S is the chain at offset 0.
+    pub right_start: Option<(u64, u64)>,
     /// Where the next append goes.
     pub head: LogHead,
     /// Why the chain at the head ended.
@@ -293,86 +359,168 @@ pub struct VersionLogState {
     pub live_len: u64,
 }
 
-fn head_after(last: &ChainObject, context: &AreaContext) -> LogHead {
-    let after_wrap_right = last.object_type == ObjectType::WrapRight;
-    LogHead {
-        offset: if after_wrap_right { 0 } else { align8(last.header.next_offset()).min(context.len_area) },
-        // The writer refuses to append at the largest lsn (`AppendError::LsnExhausted`).
-        next_lsn: last.header.lsn.saturating_add(1),
-        after_wrap_right,
-        sn: last.header.sn,
+impl VersionLogState {
+    /// Walks the sequence S of SPEC.md §9.2 again, one object at a time, in log order: the
+    /// same objects recovery followed when `area` and `context` are the ones it read. At most
+    /// `sequence_len` objects.
+    pub fn sequence<'a>(&self, area: &'a [u8], context: &AreaContext) -> impl Iterator<Item = ChainObject> + 'a {
+        let right = self.right_start.map(|(offset, lsn)| ChainWalk::new(area, context, offset, Some(lsn)));
+        let left = ChainWalk::new(area, context, 0, None);
+        right.into_iter().flatten().chain(left).take(self.sequence_len)
+    }
+
+    /// The live objects, from the live base version to the head, walked again as
+    /// [`VersionLogState::sequence`] does.
+    pub fn live_objects<'a>(&self, area: &'a [u8], context: &AreaContext) -> impl Iterator<Item = ChainObject> + 'a {
+        self.sequence(area, context).skip(self.base_index)
+    }
+
+    /// Objects from the live base version to the head.
+    pub fn live_count(&self) -> usize {
+        self.sequence_len - self.base_index
     }
 }
 
-/// Recovers one instance's version log (SPEC.md §9.2).
-pub fn recover_version_log(area: &[u8], context: &AreaContext) -> Result<VersionLogState, VersionLogError> {
-    let left = chain(area, context, 0, None);
-    let Some(first) = left.objects.first() else {
-        return Err(VersionLogError::NoStart { error: left.end });
-    };
-    let end = left.end.clone();
-    let sequence: Vec<ChainObject> =
-        match (&first.payload, left.objects.iter().any(|object| object.object_type == ObjectType::BaseVersion)) {
-            (Payload::Base(_), _) | (Payload::WrapLeft(_), true) => left.objects,
-            (Payload::WrapLeft(wrap), false) => {
-                let right = chain(area, context, wrap.ofs_first_live, Some(wrap.lsn_first_live));
-                let bad = |reason: String| Err(VersionLogError::BadWrapLeft { reason });
-                if right.end != ChainEnd::WrapRight {
-                    return bad(format!(
-                        "the right portion at offset {} does not end with a WOR ({})",
-                        wrap.ofs_first_live,
-                        describe_end(&right.end)
-                    ));
-                }
-                let wor_lsn = right.objects.last().map_or(0, |wor| wor.header.lsn);
-                if wor_lsn.checked_add(1) != Some(first.header.lsn) {
-                    return bad(format!(
-                        "the right portion ends with lsn {wor_lsn}, the WOL has lsn {}",
-                        first.header.lsn
-                    ));
-                }
-                if !right.objects.iter().any(|object| object.object_type == ObjectType::BaseVersion) {
-                    return bad("neither portion holds a base version".into());
-                }
-                right.objects.into_iter().chain(left.objects).collect()
-            }
-            _ => return Err(VersionLogError::BadStart { object_type: first.object_type }),
+fn head_after(last: &ObjectHeader, object_type: ObjectType, context: &AreaContext) -> LogHead {
+    let after_wrap_right = object_type == ObjectType::WrapRight;
+    LogHead {
+        offset: if after_wrap_right { 0 } else { align8(last.next_offset()).min(context.len_area) },
+        // The writer refuses to append at the largest lsn (`AppendError::LsnExhausted`).
+        next_lsn: last.lsn.saturating_add(1),
+        after_wrap_right,
+        sn: last.sn,
+    }
+}
+
+/// The replay of SPEC.md §9.2 steps 5 and 6 over S, one object at a time: every base version
+/// starts the version again (the last one is the live one), and what follows it is applied.
+/// A failure after a base version stands only if no later base version supersedes it, so it is
+/// kept until then. Holds one version, never the objects.
+#[derive(Default)]
+struct Replay {
+    /// Objects seen.
+    count: usize,
+    /// The last base version seen, with its index in S.
+    base: Option<(ChainObject, usize)>,
+    /// The version built from it with what followed, or the first failure doing so.
+    version: Option<Result<Version, VersionLogError>>,
+    unfinished_compactions: BTreeMap<u64, CompactionJournal>,
+    compaction_id_max: u64,
+    /// The last object's header and type (the head follows it).
+    last: Option<(ObjectHeader, ObjectType)>,
+}
+
+impl Replay {
+    fn feed(&mut self, object: ChainObject) {
+        let index = self.count;
+        self.count += 1;
+        self.last = Some((object.header, object.object_type));
+        if let Payload::Base(base) = &object.payload {
+            let version =
+                Version::from_base(base).map_err(|error| VersionLogError::Replay { offset: object.offset, error });
+            self.version = Some(version);
+            self.unfinished_compactions.clear();
+            self.compaction_id_max = 0;
+            self.base = Some((object, index));
+            return;
+        }
+        let (Some((base_object, _)), Some(Ok(version))) = (&self.base, &mut self.version) else {
+            // Before the first base version (superseded), or after a failure: nothing to apply.
+            return;
         };
-    let base_index = sequence.iter().rposition(|object| object.object_type == ObjectType::BaseVersion).unwrap_or(0);
-    let base_object = &sequence[base_index];
-    let Payload::Base(base) = &base_object.payload else {
-        return Err(VersionLogError::BadStart { object_type: base_object.object_type });
-    };
-    let sn = base_object.header.sn;
-    let mut version =
-        Version::from_base(base).map_err(|error| VersionLogError::Replay { offset: base_object.offset, error })?;
-    let mut unfinished_compactions = BTreeMap::new();
-    let mut compaction_id_max = 0;
-    for object in &sequence[base_index + 1..] {
-        match &object.payload {
+        let sn = base_object.header.sn;
+        let failure = match &object.payload {
             Payload::Delta(_) | Payload::Journal(_) if object.header.sn != sn => {
-                return Err(VersionLogError::SnMismatch {
-                    offset: object.offset,
-                    found: object.header.sn,
-                    expected: sn,
-                });
+                Some(VersionLogError::SnMismatch { offset: object.offset, found: object.header.sn, expected: sn })
             }
-            Payload::Delta(delta) => {
-                version.apply(delta).map_err(|error| VersionLogError::Replay { offset: object.offset, error })?;
-                if delta.compaction_id != 0 {
-                    unfinished_compactions.remove(&delta.compaction_id);
-                    compaction_id_max = compaction_id_max.max(delta.compaction_id);
+            Payload::Delta(delta) => match version.apply(delta) {
+                Err(error) => Some(VersionLogError::Replay { offset: object.offset, error }),
+                Ok(()) => {
+                    if delta.compaction_id != 0 {
+                        self.unfinished_compactions.remove(&delta.compaction_id);
+                        self.compaction_id_max = self.compaction_id_max.max(delta.compaction_id);
+                    }
+                    None
                 }
-            }
+            },
             Payload::Journal(journal) => {
-                compaction_id_max = compaction_id_max.max(journal.compaction_id);
-                unfinished_compactions.insert(journal.compaction_id, journal.clone());
+                self.compaction_id_max = self.compaction_id_max.max(journal.compaction_id);
+                self.unfinished_compactions.insert(journal.compaction_id, journal.clone());
+                None
             }
-            _ => {}
+            _ => None,
+        };
+        if let Some(failure) = failure {
+            self.version = Some(Err(failure));
         }
     }
-    let last = sequence.last().unwrap_or(base_object);
-    let head = head_after(last, context);
+
+    fn has_base(&self) -> bool {
+        self.base.is_some()
+    }
+}
+
+/// Recovers one instance's version log (SPEC.md §9.2). S is walked object by object and
+/// replayed as it goes: the left chain once, and when the live base version is in the right
+/// portion, the right chain and then the left chain again.
+pub fn recover_version_log(area: &[u8], context: &AreaContext) -> Result<VersionLogState, VersionLogError> {
+    let mut left = ChainWalk::new(area, context, 0, None);
+    let Some(first) = left.next() else {
+        return Err(VersionLogError::NoStart { error: left.into_end() });
+    };
+    let (first_header, first_type) = (first.header, first.object_type);
+    let wrap = match &first.payload {
+        Payload::Base(_) => None,
+        Payload::WrapLeft(wrap) => Some(*wrap),
+        _ => return Err(VersionLogError::BadStart { object_type: first.object_type }),
+    };
+    let mut replay = Replay::default();
+    replay.feed(first);
+    for object in left.by_ref() {
+        replay.feed(object);
+    }
+    let end = left.into_end();
+    let mut right_start = None;
+    if let (Some(wrap), false) = (wrap, replay.has_base()) {
+        // L[0] is a WOL and L holds no base version: S = R ++ L.
+        let mut right = ChainWalk::new(area, context, wrap.ofs_first_live, Some(wrap.lsn_first_live));
+        replay = Replay::default();
+        for object in right.by_ref() {
+            replay.feed(object);
+        }
+        let right_end = right.into_end();
+        let bad = |reason: String| Err(VersionLogError::BadWrapLeft { reason });
+        if right_end != ChainEnd::WrapRight {
+            return bad(format!(
+                "the right portion at offset {} does not end with a WOR ({})",
+                wrap.ofs_first_live,
+                describe_end(&right_end)
+            ));
+        }
+        let wor_lsn = replay.last.map_or(0, |(wor, _)| wor.lsn);
+        if wor_lsn.checked_add(1) != Some(first_header.lsn) {
+            return bad(format!("the right portion ends with lsn {wor_lsn}, the WOL has lsn {}", first_header.lsn));
+        }
+        if !replay.has_base() {
+            return bad("neither portion holds a base version".into());
+        }
+        // The left chain again, after the right portion: the same objects as before.
+        for object in ChainWalk::new(area, context, 0, None) {
+            replay.feed(object);
+        }
+        right_start = Some((wrap.ofs_first_live, wrap.lsn_first_live));
+    }
+    let Replay { count, base, version, unfinished_compactions, compaction_id_max, last } = replay;
+    let (Some((base_object, base_index)), Some(version)) = (base, version) else {
+        // Unreachable: S starts with a base version, or holds one by the checks above.
+        return Err(VersionLogError::BadStart { object_type: first_type });
+    };
+    let version = version?;
+    let Payload::Base(base) = base_object.payload else {
+        return Err(VersionLogError::BadStart { object_type: base_object.object_type });
+    };
+    let (last, last_type) = last.unwrap_or((base_object.header, base_object.object_type));
+    let head = head_after(&last, last_type, context);
     let base_offset = base_object.offset;
     let live_len = if head.offset >= base_offset && !(head.after_wrap_right && base_offset > 0) {
         head.offset - base_offset
@@ -380,18 +528,19 @@ pub fn recover_version_log(area: &[u8], context: &AreaContext) -> Result<Version
         context.len_area - base_offset + head.offset
     };
     Ok(VersionLogState {
-        base: (**base).clone(),
+        base: *base,
         base_offset,
         base_lsn: base_object.header.lsn,
-        sn,
+        sn: base_object.header.sn,
         version,
+        sequence_len: count,
         base_index,
+        right_start,
         head,
         end,
         unfinished_compactions,
         compaction_id_max,
         live_len,
-        sequence,
     })
 }
 
@@ -593,41 +742,71 @@ fn recover_backup_log_checked(
         }
     }
     objects.truncate(kept);
-    let head = objects.last().map_or(empty_head, |last| head_after(last, context));
+    let head = objects.last().map_or(empty_head, |last| head_after(&last.header, last.object_type, context));
     Ok(BackupLogState { start_found: true, objects, batches, head, end })
 }
 
-/// The physical walk of SPEC.md §15 from `start`: each position whose bytes start with the
-/// object magic and whose claimed length fits the area, without checking checksums.
+/// The physical walk of SPEC.md §15 from `start`, collected: each position whose bytes start
+/// with the object magic and whose claimed length fits the area, without checking checksums.
 pub fn physical_walk(area: &[u8], start: u64, sector_size: u64) -> Vec<(u64, ObjectHeader)> {
-    let mut found = Vec::new();
-    let mut position = start;
-    let len_area = area.len() as u64;
-    while position + HEADER_LEN as u64 <= len_area {
+    PhysicalWalk::new(area, start, sector_size).collect()
+}
+
+/// The physical walk of SPEC.md §15 from `start`, one object at a time (offset in the area and
+/// header as stored). Each step advances by at least 64 bytes, so the area bounds the walk.
+#[derive(Debug, Clone)]
+pub struct PhysicalWalk<'a> {
+    area: &'a [u8],
+    position: u64,
+    sector_size: u64,
+    done: bool,
+}
+
+impl<'a> PhysicalWalk<'a> {
+    /// The walk of `area` from `start`.
+    pub fn new(area: &'a [u8], start: u64, sector_size: u64) -> Self {
+        Self { area, position: start, sector_size, done: false }
+    }
+}
+
+impl Iterator for PhysicalWalk<'_> {
+    type Item = (u64, ObjectHeader);
+
+    fn next(&mut self) -> Option<(u64, ObjectHeader)> {
+        let area = self.area;
+        let len_area = area.len() as u64;
+        if self.done || self.position + HEADER_LEN as u64 > len_area {
+            self.done = true;
+            return None;
+        }
+        let mut position = self.position;
         let mut at = position as usize;
         if area[at..at + 4] != OBJECT_MAGIC {
             // SPEC.md §15: a WOR may stand at the next sector boundary.
-            let next_sector = align_up(position, sector_size);
+            let next_sector = align_up(position, self.sector_size);
             if next_sector == position || next_sector + HEADER_LEN as u64 > len_area {
-                break;
+                self.done = true;
+                return None;
             }
             position = next_sector;
             at = position as usize;
             if area[at..at + 4] != OBJECT_MAGIC {
-                break;
+                self.done = true;
+                return None;
             }
         }
         let Ok(header) = ObjectHeader::parse_raw(&area[at..at + HEADER_LEN], position) else {
-            break;
+            self.done = true;
+            return None;
         };
         let end = position + HEADER_LEN as u64 + u64::from(header.len_payload);
         if end > len_area {
-            break;
+            self.done = true;
+            return None;
         }
-        found.push((position, header));
-        position = align8(end);
+        self.position = align8(end);
+        Some((position, header))
     }
-    found
 }
 
 /// A slot claimed twice (SPEC.md §9.4).

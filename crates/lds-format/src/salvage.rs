@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use crate::codec::crc32c;
 use crate::error::FormatError;
 use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
-use crate::recovery::{chain, read_valid_object, ChainEnd, ChainObject, Payload};
+use crate::recovery::{read_valid_object, ChainEnd, ChainObject, ChainWalk, Payload};
 use crate::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use crate::version::{
     BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version, CHUNK_FLAG_LOG_REFS,
@@ -497,47 +497,71 @@ pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String
 
 /// Every valid object of a log area, wherever it stands (a scan of each 8-byte position).
 pub fn valid_objects(area: &[u8], context: &AreaContext) -> Vec<ChainObject> {
-    (0..area.len().saturating_sub(HEADER_LEN - 1))
-        .step_by(8)
-        .filter(|&position| area[position..position + 4] == OBJECT_MAGIC)
-        .filter_map(|position| read_valid_object(area, position as u64, context).ok())
-        .collect()
+    each_valid_object(area, context).collect()
 }
 
-/// The objects chained from the object at `start` with `lsn`, following a WOR to the WOL at
-/// offset 0 (SPEC.md §9.1, §9.3 step 2), at most one lap of the area.
-fn chain_across_wraps(area: &[u8], context: &AreaContext, start: u64, lsn: u64) -> Vec<ChainObject> {
-    let mut objects: Vec<ChainObject> = Vec::new();
+/// Every valid object of a log area, as [`valid_objects`], one at a time: a version log may
+/// hold hundreds of thousands, and a reader that looks at each in turn need not hold them.
+pub fn each_valid_object<'a>(area: &'a [u8], context: &AreaContext) -> impl Iterator<Item = ChainObject> + 'a {
+    let context = *context;
+    (0..area.len().saturating_sub(HEADER_LEN - 1))
+        .step_by(8)
+        .filter(move |&position| area[position..position + 4] == OBJECT_MAGIC)
+        .filter_map(move |position| read_valid_object(area, position as u64, &context).ok())
+}
+
+/// Visits the objects chained from the object at `start` with `lsn`, following a WOR to the
+/// WOL at offset 0 (SPEC.md §9.1, §9.3 step 2), at most one lap of the area, one at a time
+/// and in order, until `visit` returns false.
+fn chain_across_wraps(
+    area: &[u8],
+    context: &AreaContext,
+    start: u64,
+    lsn: u64,
+    visit: &mut dyn FnMut(&ChainObject) -> bool,
+) {
     let (mut offset, mut expected) = (start, lsn);
     let mut followed = 0u64;
+    // The SN of the last object visited: a continuation starts with a WOL whose SN is not
+    // smaller.
+    let mut last_sn: Option<u64> = None;
     // Each segment follows at least one object; the byte budget bounds the loop.
     loop {
-        let segment = chain(area, context, offset, Some(expected));
-        let continuation = !objects.is_empty();
-        if continuation
-            && segment.objects.first().is_none_or(|first| {
-                first.object_type != ObjectType::WrapLeft
-                    || objects.last().is_some_and(|wrap| first.header.sn < wrap.header.sn)
-            })
-        {
-            break;
+        let mut segment = ChainWalk::new(area, context, offset, Some(expected));
+        let continuation = last_sn.is_some();
+        let mut segment_last_lsn = None;
+        for object in segment.by_ref() {
+            if segment_last_lsn.is_none()
+                && continuation
+                && (object.object_type != ObjectType::WrapLeft || last_sn.is_some_and(|sn| object.header.sn < sn))
+            {
+                return;
+            }
+            followed += object.header.total_len();
+            segment_last_lsn = Some(object.header.lsn);
+            if !visit(&object) {
+                return;
+            }
+            last_sn = Some(object.header.sn);
         }
-        followed += segment.objects.iter().map(|object| object.header.total_len()).sum::<u64>();
-        let wrapped = segment.end == ChainEnd::WrapRight;
-        let Some(next) = segment.objects.last().and_then(|last| last.header.lsn.checked_add(1)) else { break };
-        objects.extend(segment.objects);
+        if continuation && segment_last_lsn.is_none() {
+            // An empty continuation: the chain ends at the WOR.
+            return;
+        }
+        let wrapped = segment.end() == Some(&ChainEnd::WrapRight);
+        let Some(next) = segment_last_lsn.and_then(|lsn| lsn.checked_add(1)) else { return };
         if !wrapped || followed > context.len_area {
-            break;
+            return;
         }
         (offset, expected) = (0, next);
     }
-    objects
 }
 
 /// The newest version the area still describes, or `None` when no valid base version builds.
 pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersion> {
+    // The base versions only, as the scan finds them: not every object of the area.
     let mut bases: Vec<ChainObject> =
-        valid_objects(area, context).into_iter().filter(|object| matches!(object.payload, Payload::Base(_))).collect();
+        each_valid_object(area, context).filter(|object| matches!(object.payload, Payload::Base(_))).collect();
     bases.sort_by_key(|object| std::cmp::Reverse(object.header.lsn));
     bases.into_iter().find_map(|object| {
         let Payload::Base(base) = &object.payload else { return None };
@@ -556,14 +580,20 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
             left_out,
             objects: vec![(object.offset, object.header.total_len())],
         };
-        for next in chain_across_wraps(area, context, object.offset, object.header.lsn).iter().skip(1) {
+        // The chain is walked object by object (the first is the base version itself), not
+        // collected: a version log may hold hundreds of thousands.
+        let mut is_base = true;
+        chain_across_wraps(area, context, object.offset, object.header.lsn, &mut |next| {
+            if std::mem::take(&mut is_base) {
+                return true;
+            }
             match &next.payload {
                 Payload::Delta(_) | Payload::Journal(_) if next.header.sn != sn => {
                     good.stopped = Some(format!(
                         "the object at offset {} (lsn {}) has SN {}, the base version {sn}",
                         next.offset, next.header.lsn, next.header.sn
                     ));
-                    break;
+                    return false;
                 }
                 Payload::Delta(delta) => {
                     good.left_out.extend(tolerant_apply(&mut version, delta));
@@ -576,12 +606,13 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
                     good.compaction_id_max = good.compaction_id_max.max(journal.compaction_id);
                     good.unfinished_compactions.insert(journal.compaction_id, journal.clone());
                 }
-                Payload::Base(_) => break,
+                Payload::Base(_) => return false,
                 _ => {}
             }
             good.last_lsn = next.header.lsn;
             good.objects.push((next.offset, next.header.total_len()));
-        }
+            true
+        });
         good.version = version;
         Some(good)
     })

@@ -6,7 +6,7 @@ use lds_format::batch::{BatchEntry, EntryKind};
 use lds_format::image::{area_context, ImageBuilder};
 use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
 use lds_format::log::ObjectType;
-use lds_format::recovery::{recover_backup_log, recover_version_log, ChainEnd, VersionLogError};
+use lds_format::recovery::{recover_backup_log, recover_version_log, ChainEnd, ChainObject, VersionLogError};
 use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion};
 
 fn label() -> Label {
@@ -52,6 +52,12 @@ fn recover(image: &ImageBuilder) -> Result<lds_format::recovery::VersionLogState
     recover_version_log(image.area(LogKind::Version, 0), &context)
 }
 
+/// The sequence S of SPEC.md §9.2 that `state` was recovered from, walked again.
+fn sequence(image: &ImageBuilder, state: &lds_format::recovery::VersionLogState) -> Vec<ChainObject> {
+    let context = area_context(&image.label.geometry, LogKind::Version, 0);
+    state.sequence(image.area(LogKind::Version, 0), &context).collect()
+}
+
 fn version_area_mut(image: &mut ImageBuilder) -> &mut [u8] {
     let (offset, len) = image.label.geometry.log_area(LogKind::Version, 0);
     &mut image.bytes[offset as usize..(offset + len) as usize]
@@ -82,7 +88,8 @@ fn base_then_deltas_replay_in_order() {
     let state = recover(&image).expect("recovers");
     assert_eq!(state.version.chunks.keys().copied().collect::<Vec<_>>(), vec![4, 5]);
     assert_eq!(state.version.last_sequence, 12);
-    assert_eq!(state.sequence.len(), 3);
+    assert_eq!(state.sequence_len, 3);
+    assert_eq!(sequence(&image, &state).len(), 3);
     assert_eq!(state.head, image.instances[0].version_log.head());
 }
 
@@ -126,7 +133,11 @@ fn wrapped_log_with_live_base_on_the_right_reads_both_portions() {
     assert!(state.base_offset > 0, "the live base version is in the right portion");
     assert_eq!(state.version, image.instances[0].version);
     assert_eq!(state.head, image.instances[0].version_log.head());
-    let types: Vec<ObjectType> = state.sequence.iter().map(|object| object.object_type).collect();
+    let sequence = sequence(&image, &state);
+    assert_eq!(sequence.len(), state.sequence_len);
+    assert_eq!(sequence[state.base_index].offset, state.base_offset);
+    assert_eq!(sequence[state.base_index].object_type, ObjectType::BaseVersion);
+    let types: Vec<ObjectType> = sequence.iter().map(|object| object.object_type).collect();
     assert!(types.contains(&ObjectType::WrapRight));
     assert!(types.contains(&ObjectType::WrapLeft));
 }
@@ -142,7 +153,7 @@ fn base_in_the_left_portion_makes_the_right_portion_obsolete() {
         let context = area_context(&image.label.geometry, LogKind::Version, 0);
         let left = lds_format::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
         let starts_with_wol = left.objects.first().map(|object| object.object_type) == Some(ObjectType::WrapLeft);
-        if starts_with_wol && state.base_index > 0 && state.sequence[0].object_type == ObjectType::WrapLeft {
+        if starts_with_wol && state.base_index > 0 && sequence(&image, &state)[0].object_type == ObjectType::WrapLeft {
             done = true;
         }
     }
@@ -217,9 +228,10 @@ fn a_wol_pointing_at_garbage_is_e_vlog_bad_wol() {
     for round in 0..200u64 {
         churn_and_trim(&mut image, round);
         let state = recover(&image).expect("recovers");
-        if state.sequence[0].object_type != ObjectType::WrapLeft
+        let sequence = sequence(&image, &state);
+        if sequence[0].object_type != ObjectType::WrapLeft
             && state.base_offset > 0
-            && state.sequence.iter().any(|o| o.object_type == ObjectType::WrapLeft)
+            && sequence.iter().any(|o| o.object_type == ObjectType::WrapLeft)
         {
             // The live base version is in the right portion: destroy it.
             let base_offset = state.base_offset as usize;
@@ -318,4 +330,38 @@ fn backup_start_recorded_just_before_a_wrap_finds_the_wor() {
         recover_backup_log(image.area(LogKind::Backup, 0), &context, ofs, lsn, last_sequence, 1).expect("replays");
     assert!(state.start_found, "the WOR at the next sector boundary was not found");
     assert_eq!(state.batches.iter().map(|batch| batch.first_sequence).collect::<Vec<_>>(), vec![first]);
+}
+
+#[test]
+fn a_contradicting_delta_fails_recovery_until_a_later_base_version_supersedes_it() {
+    // Recovery replays S object by object, starting over at each base version (it keeps no
+    // object to find the last one first): a contradiction before the live base version must
+    // not count, one after it must.
+    let mut image = ImageBuilder::format(label());
+    let bad = DeltaVersion { deleted: vec![DeletedChunk { chunk_id: 9, level: 0 }], ..DeltaVersion::default() };
+    let pending = image.instances[0].version_log.append(ObjectType::DeltaVersion, 1, &bad.encode()).expect("append");
+    let bad_offset = pending[0].offset;
+    let area = version_area_mut(&mut image);
+    for write in &pending {
+        area[write.offset as usize..write.offset as usize + write.bytes.len()].copy_from_slice(&write.bytes);
+    }
+    let error = recover(&image).err();
+    assert!(
+        matches!(error, Some(VersionLogError::Replay { offset, .. }) if offset == bad_offset),
+        "{error:?} (the delta is at {bad_offset})"
+    );
+    image.trim(0).expect("trim");
+    let state = recover(&image).expect("a later base version supersedes the contradiction");
+    assert_eq!((state.base_index, state.sequence_len), (2, 3));
+    assert_eq!(state.version, image.instances[0].version);
+    let sequence = sequence(&image, &state);
+    let offsets: Vec<u64> = sequence.iter().map(|object| object.offset).collect();
+    assert_eq!(offsets[1], bad_offset);
+    assert_eq!(offsets[2], state.base_offset);
+    assert_eq!(
+        state
+            .live_objects(image.area(LogKind::Version, 0), &area_context(&image.label.geometry, LogKind::Version, 0))
+            .count(),
+        1
+    );
 }

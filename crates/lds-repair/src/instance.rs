@@ -223,11 +223,20 @@ fn switch_numbers(source: &Source, version_context: &AreaContext) -> (u64, u64) 
 
 /// The version log ranges the old chain reads (its objects), and where its next append would
 /// go: a new chain must stay clear of both before its switch (anything new at the next append
-/// would read as the old chain's continuation, or as its damaged head).
-fn old_chain_ranges(recovery: &InstanceRecovery) -> Vec<(u64, u64)> {
+/// would read as the old chain's continuation, or as its damaged head). The chain is walked
+/// again over `area` (recovery keeps no object), and ranges that touch are joined: a chain's
+/// objects follow each other but for the gap before a WOR, so a few ranges describe the
+/// hundreds of thousands of objects a version log may hold.
+fn old_chain_ranges(recovery: &InstanceRecovery, area: &[u8], context: &AreaContext) -> Vec<(u64, u64)> {
     let state = &recovery.version_log;
-    let mut ranges: Vec<(u64, u64)> =
-        state.sequence.iter().map(|object| (object.offset, object.header.total_len())).collect();
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for object in state.sequence(area, context) {
+        let (offset, len) = (object.offset, object.header.total_len());
+        match ranges.last_mut() {
+            Some((start, length)) if *start + *length == offset => *length += len,
+            _ => ranges.push((offset, len)),
+        }
+    }
     ranges.push((state.head.offset, HEADER_LEN as u64));
     ranges
 }
@@ -302,7 +311,7 @@ pub(crate) fn rebase_plan(
     }
     let version_context = area_context(geometry, LogKind::Version, instance);
     let (next_lsn, next_sn) = switch_numbers(source, &version_context);
-    let protected = old_chain_ranges(recovery);
+    let protected = old_chain_ranges(recovery, &source.version_area, &version_context);
     let template = BaseVersion { label_generation, chunks: Vec::new(), ..version.to_base(*geometry, instance) };
     Ok(InstancePlan {
         instance,
@@ -647,7 +656,12 @@ impl Rebuild<'_> {
 
     /// The version to rebuild from: the recovered one, or the newest good one.
     fn start(&mut self, label: &Label, source: &Source) -> Result<Start, RepairError> {
-        let mut protected = source.recovery.as_ref().map(old_chain_ranges).unwrap_or_default();
+        let version_context = area_context(self.geometry, LogKind::Version, self.instance);
+        let mut protected = source
+            .recovery
+            .as_ref()
+            .map(|recovery| old_chain_ranges(recovery, &source.version_area, &version_context))
+            .unwrap_or_default();
         let lost = version_log_broken(&source.recovery);
         if let (Ok(recovery), false) = (&source.recovery, lost) {
             let state = &recovery.version_log;

@@ -42,7 +42,7 @@ use lds_format::image::area_context;
 use lds_format::label::{Label, LogKind};
 use lds_format::log::{encode_object, read_object, AreaContext, NewObject, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
 use lds_format::recovery::{ChainObject, Payload};
-use lds_format::salvage::{valid_objects, zero_pointer_value};
+use lds_format::salvage::{each_valid_object, zero_pointer_value};
 use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
 use lds_format::version::ChunkMeta;
 use lds_volume::{BlockDevice, DeviceError};
@@ -60,13 +60,15 @@ pub enum MetadumpError {
         /// The device.
         device: String,
     },
+    /// The image could not be written.
+    #[error("{0}")]
+    Output(std::io::Error),
 }
 
-/// A metadata image: the writes that make it (device offset, bytes), all else zeros.
+/// What a metadata image holds; its bytes go to the caller's sink as they are made (the
+/// regions to write, in offset order: all else is zeros).
 #[derive(Debug, Default)]
 pub struct Metadump {
-    /// The regions to write, in offset order.
-    pub regions: Vec<(u64, Vec<u8>)>,
     /// Bytes of the source device.
     pub device_len: u64,
     /// Keys mapped (0 with `keep_keys`).
@@ -177,7 +179,8 @@ fn log_area(area: &[u8], context: &AreaContext, keys: &mut Keys<'_>, dump: &mut 
             out[position..position + HEADER_LEN].copy_from_slice(header);
         }
     }
-    for object in valid_objects(area, context) {
+    // One object at a time: a version log may hold hundreds of thousands.
+    for object in each_valid_object(area, context) {
         let Some(bytes) = rewrite_object(area, context, &object, keys, dump) else { continue };
         let at = object.offset as usize;
         if at + bytes.len() <= out.len() {
@@ -375,12 +378,15 @@ fn label_region(device: &dyn BlockDevice, label: &Label, offset: u64) -> Result<
     Ok(lds_volume::members::label_bytes(&single))
 }
 
-/// Makes a metadata image of the volume on `device`. `progress(done, total)` hears bytes
-/// read (each pass reads the slots once).
+/// Makes a metadata image of the volume on `device`, handing each region of it to
+/// `write(offset, bytes)` as it is made, in offset order (a label sector, a log area, a slot:
+/// one at a time is held); the image is zeros elsewhere, as long as the device.
+/// `progress(done, total)` hears bytes read (each pass reads the slots once).
 pub fn metadump(
     device: &dyn BlockDevice,
     keep_keys: bool,
     progress: &mut dyn FnMut(u64, u64),
+    write: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
 ) -> Result<Metadump, MetadumpError> {
     let labels = lds_volume::volume::read_labels(device)?;
     // Two valid labels that conflict are both copied; the primary's layout is read.
@@ -416,26 +422,26 @@ pub fn metadump(
     };
     // Pass 2: the image.
     let sector = geometry.sector();
-    dump.regions.push((0, label_region(device, label, 0)?));
+    write(0, &label_region(device, label, 0)?).map_err(MetadumpError::Output)?;
     for context in contexts.iter().filter(|context| context.ofs_area + context.len_area <= device.len()) {
         let area = device.read_vec(context.ofs_area, context.len_area)?;
         let rewritten = log_area(&area, context, &mut Keys::Map(map.as_ref()), &mut dump);
         dump.used_bytes += context.len_area;
-        dump.regions.push((context.ofs_area, rewritten));
+        write(context.ofs_area, &rewritten).map_err(MetadumpError::Output)?;
     }
     for offset in slot_offsets(label, device.len()) {
         let slot = device.read_vec(offset, geometry.slot_size)?;
         if let Some(rewritten) =
             rewrite_slot(&slot, offset, geometry.volume_uuid, &mut Keys::Map(map.as_ref()), &mut dump)
         {
-            dump.regions.push((offset, rewritten));
+            write(offset, &rewritten).map_err(MetadumpError::Output)?;
         }
         done += geometry.slot_size;
         progress(done, total);
     }
     let backup_label = geometry.ofs_backup_label();
     if backup_label + sector <= device.len() {
-        dump.regions.push((backup_label, label_region(device, label, backup_label)?));
+        write(backup_label, &label_region(device, label, backup_label)?).map_err(MetadumpError::Output)?;
     }
     dump.used_bytes += 2 * sector;
     Ok(dump)

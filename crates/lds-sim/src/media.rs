@@ -330,8 +330,11 @@ fn sectors_of(ofs_area: u64, start: u64, end: u64, sector: u64) -> Range<u64> {
     (ofs_area + start) / sector..(ofs_area + end).div_ceil(sector)
 }
 
-fn live_sectors(objects: &[ChainObject], ofs_area: u64, sector: u64) -> BTreeSet<u64> {
-    objects.iter().flat_map(|object| sectors_of(ofs_area, object.offset, object.header.next_offset(), sector)).collect()
+fn live_sectors<'a>(objects: impl IntoIterator<Item = &'a ChainObject>, ofs_area: u64, sector: u64) -> BTreeSet<u64> {
+    objects
+        .into_iter()
+        .flat_map(|object| sectors_of(ofs_area, object.offset, object.header.next_offset(), sector))
+        .collect()
 }
 
 /// Every metadata sector of the volume, and up to `data_sectors_per_slot` block sectors of
@@ -351,11 +354,13 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
     ];
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
     let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, 0);
-    let (_, recovery) =
+    let (areas, recovery) =
         lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
     let recovery = recovery.map_err(|error| error.to_string())?;
     let state = &recovery.version_log;
-    let live = live_sectors(&state.sequence[state.base_index..], version_offset, sector);
+    let version_context = lds_format::image::area_context(geometry, LogKind::Version, 0);
+    let live_objects: Vec<ChainObject> = state.live_objects(&areas.version, &version_context).collect();
+    let live = live_sectors(&live_objects, version_offset, sector);
     for number in sectors_of(version_offset, 0, version_len, sector) {
         let structure = if live.contains(&number) { Structure::VersionLogLive } else { Structure::VersionLogOther };
         let offset = number * sector;

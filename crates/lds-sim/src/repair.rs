@@ -474,13 +474,13 @@ fn placement(volume: &Volume) -> Result<Placement, String> {
 
 fn placement_of(image: &[u8], geometry: &lds_format::label::Geometry, with_head: bool) -> Result<Placement, String> {
     use lds_format::label::LogKind;
-    let (_, recovery) =
+    let (areas, recovery) =
         lds_volume::inspect::recover(&MemoryImage(image), geometry, 0).map_err(|error| error.to_string())?;
     let recovery = recovery.map_err(|error| error.to_string())?;
     let version_context = lds_format::image::area_context(geometry, LogKind::Version, 0);
     let newest = recovery
         .version_log
-        .sequence
+        .sequence(&areas.version, &version_context)
         .last()
         .filter(|object| with_head && object.object_type == lds_format::log::ObjectType::DeltaVersion);
     let head = match newest {

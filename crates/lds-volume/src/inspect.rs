@@ -3,15 +3,15 @@
 //! of every slot, and the sub-chunks of a chunk. The library half of `lds dump` (gitoxide's
 //! plumbing and core split): it returns typed values, and the command only formats them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use lds_format::chunk::{Filter, Footer, IndexEntry, SubChunkView};
 use lds_format::image::area_context;
 use lds_format::instance::{recover_instance, InstanceRecovery};
 use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{ObjectHeader, ObjectType, HEADER_LEN};
+use lds_format::log::{AreaContext, ObjectHeader, ObjectType, HEADER_LEN};
 use lds_format::recovery::{
-    online_map, physical_walk, read_valid_object, recover_version_log, VersionLogError, VersionLogState,
+    online_map, read_valid_object, recover_version_log, PhysicalWalk, VersionLogError, VersionLogState,
 };
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
@@ -91,23 +91,57 @@ impl Liveness {
 
 /// One object a physical walk lists.
 #[derive(Debug, Clone)]
-pub struct WalkedObject {
+pub struct WalkedObject<'a> {
     /// Offset in the area.
     pub offset: u64,
     /// The header as stored.
     pub header: ObjectHeader,
     /// Offset of the payload on the device.
     pub payload_offset: u64,
-    /// The payload bytes as stored (`len_payload` of them).
-    pub payload: Vec<u8>,
+    /// The payload bytes as stored (`len_payload` of them), in the area.
+    pub payload: &'a [u8],
     /// Live or not, and why.
     pub liveness: Liveness,
 }
 
+/// A set of offsets in a log area: a bit per 8-byte position (where objects start: every
+/// append is 8-aligned, SPEC.md §5), and the few others (a chain or walk may start where a
+/// damaged WOL points) apart. Bounded by the area: 1 bit per 8 bytes of it.
+#[derive(Debug, Clone, Default)]
+struct OffsetSet {
+    bits: Vec<u64>,
+    /// Offsets that are not multiples of 8.
+    other: BTreeSet<u64>,
+}
+
+impl OffsetSet {
+    fn new(len_area: usize) -> Self {
+        Self { bits: vec![0; len_area.div_ceil(8 * 64)], other: BTreeSet::new() }
+    }
+
+    fn insert(&mut self, offset: u64) {
+        let position = offset / 8;
+        match (offset % 8, self.bits.get_mut((position / 64) as usize)) {
+            (0, Some(word)) => *word |= 1 << (position % 64),
+            _ => {
+                self.other.insert(offset);
+            }
+        }
+    }
+
+    fn contains(&self, offset: u64) -> bool {
+        let position = offset / 8;
+        match (offset % 8, self.bits.get((position / 64) as usize)) {
+            (0, Some(word)) => word & (1 << (position % 64)) != 0,
+            _ => self.other.contains(&offset),
+        }
+    }
+}
+
 /// The offset of the right walk: the first object listed is a WOL at 0 whose raw
 /// `ofs_first_live` lies inside the area (SPEC.md §15).
-fn right_start(area: &[u8], left: &[(u64, ObjectHeader)]) -> Option<u64> {
-    let &(offset, header) = left.first()?;
+fn right_start(area: &[u8], first: Option<(u64, ObjectHeader)>) -> Option<u64> {
+    let (offset, header) = first?;
     if header.object_type_code != ObjectType::WrapLeft.code() || offset != 0 || header.len_payload < 16 {
         return None;
     }
@@ -115,80 +149,128 @@ fn right_start(area: &[u8], left: &[(u64, ObjectHeader)]) -> Option<u64> {
     Some(u64::from_le_bytes(raw)).filter(|&start| start < area.len() as u64)
 }
 
-/// The physical walks of one log area (SPEC.md §15): the left walk from offset 0 and, when
-/// it starts with a WOL, the right walk from the WOL's first live object. Both can reach the
-/// same objects when the right portion runs into stale bytes.
-#[derive(Debug, Clone, Default)]
-pub struct LogWalk {
-    /// The left walk.
-    pub left: Vec<WalkedObject>,
-    /// The right walk.
-    pub right: Vec<WalkedObject>,
-}
-
-impl LogWalk {
-    /// The left walk, then the objects of the right walk not already listed.
-    pub fn merged(&self) -> Vec<&WalkedObject> {
-        let mut listed = BTreeSet::new();
-        self.left.iter().chain(&self.right).filter(|object| listed.insert(object.offset)).collect()
-    }
+/// The physical walks of one log area (SPEC.md §15) and what recovery says of each object
+/// (SPEC.md §9): the left walk from offset 0 and, when it starts with a WOL, the right walk
+/// from the WOL's first live object. Both can reach the same objects when the right portion
+/// runs into stale bytes.
+///
+/// The objects are listed one at a time, never held: a version log may hold hundreds of
+/// thousands. What the verdicts need is kept per 8-byte position of the area (a bit each for
+/// the live objects and for those before the live base version), found by walking recovery's
+/// chain again; each listing walks the area again.
+#[derive(Debug, Clone)]
+pub struct LogWalk<'a> {
+    area: &'a [u8],
+    context: AreaContext,
+    kind: LogKind,
+    sector: u64,
+    /// Where the right walk starts, if there is one.
+    right_start: Option<u64>,
+    /// The objects of the recovered chain from the live base version on (backup log: the
+    /// live chain).
+    live: OffsetSet,
+    /// The objects of the recovered sequence before the live base version (version log).
+    superseded: OffsetSet,
+    /// Offset of the live base version.
+    base_offset: u64,
+    /// The left walk lists a valid base version: the right portion is obsolete.
+    left_has_base: bool,
 }
 
 /// Walks a log area and says of each object whether it is live by the rules of SPEC.md §9.
-pub fn walk_log(
-    area: &[u8],
+pub fn walk_log<'a>(
+    area: &'a [u8],
     geometry: &Geometry,
     kind: LogKind,
     instance: u32,
     recovery: &Result<InstanceRecovery, VersionLogError>,
-) -> LogWalk {
+) -> LogWalk<'a> {
     let context = area_context(geometry, kind, instance);
-    let left = physical_walk(area, 0, geometry.sector());
-    let right = right_start(area, &left).map_or_else(Vec::new, |start| physical_walk(area, start, geometry.sector()));
-    let mut live = BTreeSet::new();
-    let mut superseded = BTreeMap::new();
+    let sector = geometry.sector();
+    let mut live = OffsetSet::new(area.len());
+    let mut superseded = OffsetSet::new(area.len());
+    let mut base_offset = 0;
     match (kind, recovery) {
         (LogKind::Version, Ok(recovery)) => {
             let state = &recovery.version_log;
-            for (index, object) in state.sequence.iter().enumerate() {
+            base_offset = state.base_offset;
+            for (index, object) in state.sequence(area, &context).enumerate() {
                 if index >= state.base_index {
                     live.insert(object.offset);
                 } else {
-                    superseded.insert(object.offset, state.base_offset);
+                    superseded.insert(object.offset);
                 }
             }
         }
         (LogKind::Backup, Ok(recovery)) => {
             if let Some(state) = recovery.backup_state() {
-                live.extend(state.objects.iter().map(|object| object.offset));
+                state.objects.iter().for_each(|object| live.insert(object.offset));
             }
         }
         (_, Err(_)) => {}
     }
-    let left_has_base = left.iter().any(|&(offset, header)| {
+    let left_has_base = PhysicalWalk::new(area, 0, sector).any(|(offset, header)| {
         header.object_type_code == ObjectType::BaseVersion.code() && read_valid_object(area, offset, &context).is_ok()
     });
-    let describe = |walked: Vec<(u64, ObjectHeader)>, in_right: bool| -> Vec<WalkedObject> {
-        walked
-            .into_iter()
-            .map(|(offset, header)| {
-                let liveness = match read_valid_object(area, offset, &context) {
-                    Err(error) => Liveness::Invalid(error),
-                    Ok(_) if live.contains(&offset) => Liveness::Live,
-                    Ok(_) => match superseded.get(&offset) {
-                        Some(&base_offset) => Liveness::Superseded { base_offset },
-                        None if kind == LogKind::Version && in_right && left_has_base => Liveness::RightObsolete,
-                        None => Liveness::NotInChain,
-                    },
-                };
-                let at = offset as usize + HEADER_LEN;
-                // The walk lists only objects whose claimed length fits the area.
-                let payload = area.get(at..at + header.len_payload as usize).unwrap_or_default().to_vec();
-                WalkedObject { offset, header, payload_offset: context.ofs_area + at as u64, payload, liveness }
-            })
-            .collect()
-    };
-    LogWalk { left: describe(left, false), right: describe(right, true) }
+    let right_start = right_start(area, PhysicalWalk::new(area, 0, sector).next());
+    LogWalk { area, context, kind, sector, right_start, live, superseded, base_offset, left_has_base }
+}
+
+impl<'a> LogWalk<'a> {
+    /// The right walk's objects, headers only.
+    fn right_headers(&self) -> impl Iterator<Item = (u64, ObjectHeader)> + 'a {
+        let (area, sector) = (self.area, self.sector);
+        self.right_start.into_iter().flat_map(move |start| PhysicalWalk::new(area, start, sector))
+    }
+
+    /// The offsets the left walk lists.
+    fn left_offsets(&self) -> OffsetSet {
+        let mut listed = OffsetSet::new(self.area.len());
+        PhysicalWalk::new(self.area, 0, self.sector).for_each(|(offset, _)| listed.insert(offset));
+        listed
+    }
+
+    /// An object a walk lists, with its verdict.
+    fn describe(&self, (offset, header): (u64, ObjectHeader), in_right: bool) -> WalkedObject<'a> {
+        let liveness = match read_valid_object(self.area, offset, &self.context) {
+            Err(error) => Liveness::Invalid(error),
+            Ok(_) if self.live.contains(offset) => Liveness::Live,
+            Ok(_) if self.superseded.contains(offset) => Liveness::Superseded { base_offset: self.base_offset },
+            Ok(_) if self.kind == LogKind::Version && in_right && self.left_has_base => Liveness::RightObsolete,
+            Ok(_) => Liveness::NotInChain,
+        };
+        let at = offset as usize + HEADER_LEN;
+        // The walk lists only objects whose claimed length fits the area.
+        let payload = self.area.get(at..at + header.len_payload as usize).unwrap_or_default();
+        WalkedObject { offset, header, payload_offset: self.context.ofs_area + at as u64, payload, liveness }
+    }
+
+    /// The left walk.
+    pub fn left(&self) -> impl Iterator<Item = WalkedObject<'a>> + '_ {
+        PhysicalWalk::new(self.area, 0, self.sector).map(|found| self.describe(found, false))
+    }
+
+    /// The right walk (none unless the left walk starts with a WOL).
+    pub fn right(&self) -> impl Iterator<Item = WalkedObject<'a>> + '_ {
+        self.right_headers().map(|found| self.describe(found, true))
+    }
+
+    /// The left walk, then the objects of the right walk not already listed.
+    pub fn merged(&self) -> impl Iterator<Item = WalkedObject<'a>> + '_ {
+        let listed = self.left_offsets();
+        self.left().chain(
+            self.right_headers()
+                .filter(move |&(offset, _)| !listed.contains(offset))
+                .map(|found| self.describe(found, true)),
+        )
+    }
+
+    /// How many objects [`LogWalk::merged`] lists (headers only: nothing is validated).
+    pub fn merged_len(&self) -> usize {
+        let listed = self.left_offsets();
+        PhysicalWalk::new(self.area, 0, self.sector).count()
+            + self.right_headers().filter(|&(offset, _)| !listed.contains(offset)).count()
+    }
 }
 
 /// An instance and what recovering its version log gave.
@@ -414,4 +496,28 @@ pub fn chunk(
         });
     }
     Ok(ChunkInspection { meta, sub_chunks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetSet;
+
+    #[test]
+    fn an_offset_set_holds_aligned_unaligned_and_outlying_offsets() {
+        let mut set = OffsetSet::new(4096);
+        // A bit per 8 bytes: 4096 bytes are 512 positions, 8 words of 64 bits.
+        assert_eq!(set.bits.len(), 8);
+        let offsets = [0, 8, 504, 4088, 3, 4097, 1 << 40, u64::MAX];
+        for &offset in &offsets {
+            assert!(!set.contains(offset), "{offset} before it is inserted");
+            set.insert(offset);
+            assert!(set.contains(offset), "{offset}");
+        }
+        // Neighbours stay out.
+        for offset in [16, 7, 4, 4096, 4089, 4104] {
+            assert!(!set.contains(offset), "{offset}");
+        }
+        // Only the unaligned and the outlying ones are kept apart.
+        assert_eq!(set.other.len(), 4);
+    }
 }

@@ -430,7 +430,7 @@ fn assemble(
     let report = RecoveryReport {
         sn: state.sn,
         base_offset: state.base_offset,
-        deltas_replayed: state.sequence.len() - state.base_index - 1,
+        deltas_replayed: state.live_count() - 1,
         chunks: version.chunks.len(),
         batches_replayed: backup.batches.len(),
         entries_replayed,
