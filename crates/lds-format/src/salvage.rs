@@ -360,35 +360,58 @@ pub struct GoodVersion {
     /// version (a chunk on a slot beyond the slot area or already in use, at a level beyond
     /// the tree, added twice; a deletion of a chunk not there; the flag `log_refs` of a chunk
     /// outside level 0, which keeps the chunk).
-    pub left_out: Vec<String>,
+    pub left_out: Vec<LeftOut>,
     /// The area ranges `(offset, len)` of the objects read: the base version and those after it.
     pub objects: Vec<(u64, u64)>,
 }
 
-/// The part of a delta (or base) version that `error` objects to, removed; false when the
+/// A part of a base or delta version left out because it contradicts the version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// What, and why.
+    pub what: String,
+    /// The chunk left out, with its metadata as recorded, when the part is an added chunk
+    /// (its entries are then in no chunk of the version); `None` once a later delta version
+    /// deletes it (its entries moved on to that delta's chunks).
+    pub chunk: Option<ChunkMeta>,
+}
+
+impl LeftOut {
+    fn part(what: String) -> Self {
+        Self { what, chunk: None }
+    }
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+/// The part of a delta (or base) version that `error` objects to, removed; `None` when the
 /// error names nothing in it.
 fn leave_out(
     added: &mut Vec<ChunkMeta>,
     deleted: &mut Vec<DeletedChunk>,
     values: &mut Option<crate::version::ValueDelta>,
     error: &ReplayError,
-) -> Option<String> {
+) -> Option<LeftOut> {
     let position = match error {
         ReplayError::ValueChunkMissing { value_chunk_id } | ReplayError::ValueChunkReferenced { value_chunk_id } => {
             let values = values.as_mut()?;
             let position = values.deleted.iter().rposition(|id| id == value_chunk_id)?;
             values.deleted.remove(position);
-            return Some(format!("the deletion of value chunk {value_chunk_id} ({error})"));
+            return Some(LeftOut::part(format!("the deletion of value chunk {value_chunk_id} ({error})")));
         }
         ReplayError::ValueChunkTwice { value_chunk_id } | ReplayError::ValueSlotOutOfRange { value_chunk_id, .. } => {
             let values = values.as_mut()?;
             let position = values.added.iter().rposition(|chunk| chunk.value_chunk_id == *value_chunk_id)?;
             values.added.remove(position);
-            return Some(format!("value chunk {value_chunk_id} ({error})"));
+            return Some(LeftOut::part(format!("value chunk {value_chunk_id} ({error})")));
         }
         ReplayError::ValueIdDecreased { before, .. } => {
             values.as_mut()?.next_value_chunk_id = *before;
-            return Some(format!("the value chunk id counter ({error})"));
+            return Some(LeftOut::part(format!("the value chunk id counter ({error})")));
         }
         ReplayError::DanglingValueRef { chunk_id, .. } => added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?,
         ReplayError::SlotInUse { slot, owner }
@@ -398,12 +421,14 @@ fn leave_out(
             let values = values.as_mut()?;
             let position = values.added.iter().rposition(|chunk| chunk.slot == *slot)?;
             let value_chunk = values.added.remove(position);
-            return Some(format!("value chunk {} ({error})", value_chunk.value_chunk_id));
+            return Some(LeftOut::part(format!("value chunk {} ({error})", value_chunk.value_chunk_id)));
         }
         ReplayError::DeletedMissing { chunk_id, level } => {
             let position = deleted.iter().position(|entry| entry.chunk_id == *chunk_id && entry.level == *level)?;
             deleted.remove(position);
-            return Some(format!("the deletion of chunk {chunk_id} (not in the version at level {level})"));
+            return Some(LeftOut::part(format!(
+                "the deletion of chunk {chunk_id} (not in the version at level {level})"
+            )));
         }
         ReplayError::AddedTwice { chunk_id } => added.iter().rposition(|chunk| chunk.chunk_id == *chunk_id)?,
         ReplayError::LogChunkLevel { chunk_id, level } => {
@@ -414,7 +439,7 @@ fn leave_out(
             let chunk = added.iter_mut().find(|chunk| chunk.chunk_id == *chunk_id && chunk.is_log_chunk())?;
             chunk.flags &= !CHUNK_FLAG_LOG_REFS;
             chunk.log_start = None;
-            return Some(format!("the flag log_refs of chunk {chunk_id} at level {level} ({error}): its log references are to be read into puts"));
+            return Some(LeftOut::part(format!("the flag log_refs of chunk {chunk_id} at level {level} ({error}): its log references are to be read into puts")));
         }
         ReplayError::LevelOutOfRange { chunk_id, .. } | ReplayError::SlotOutOfRange { chunk_id, .. } => {
             added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?
@@ -424,13 +449,13 @@ fn leave_out(
         }
     };
     let chunk = added.remove(position);
-    Some(format!("chunk {} ({error})", chunk.chunk_id))
+    Some(LeftOut { what: format!("chunk {} ({error})", chunk.chunk_id), chunk: Some(chunk) })
 }
 
 /// The version a base version describes, leaving out the chunks that contradict it.
-pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
+pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<LeftOut>) {
     let mut base = base.clone();
-    let mut left_out = Vec::new();
+    let mut left_out: Vec<LeftOut> = Vec::new();
     // Each failed attempt removes one chunk.
     let value_chunks = base.values.as_ref().map_or(0, |values| values.chunks.len());
     for _ in 0..=base.chunks.len() + value_chunks {
@@ -453,7 +478,11 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
             }
         }
     }
-    base.chunks.clear();
+    // Its chunks are left out whole, each one's metadata kept.
+    left_out.extend(base.chunks.drain(..).map(|chunk| LeftOut {
+        what: format!("chunk {} (the base version does not build with it)", chunk.chunk_id),
+        chunk: Some(chunk),
+    }));
     if let Some(values) = base.values.as_mut() {
         values.chunks.clear();
     }
@@ -472,12 +501,12 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
         next_value_chunk_id: 1,
         has_values: base.values.is_some(),
     });
-    left_out.push("every chunk of the base version".into());
+    left_out.push(LeftOut::part("every chunk of the base version".into()));
     (version, left_out)
 }
 
 /// Applies a delta version, leaving out the parts that contradict the version.
-pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String> {
+pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<LeftOut> {
     let mut delta = delta.clone();
     let mut left_out = Vec::new();
     // Each failed attempt removes one part of the delta.
@@ -491,7 +520,12 @@ pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String
             },
         }
     }
-    left_out.push("the rest of a delta version".into());
+    // What is left of the delta is not applied: its chunks are left out with their metadata.
+    left_out.extend(delta.added.drain(..).map(|chunk| LeftOut {
+        what: format!("chunk {} (the rest of its delta version does not apply)", chunk.chunk_id),
+        chunk: Some(chunk),
+    }));
+    left_out.push(LeftOut::part("the rest of a delta version".into()));
     left_out
 }
 
@@ -566,6 +600,24 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
                     break;
                 }
                 Payload::Delta(delta) => {
+                    // A deletion of a chunk left out earlier (the version holds no chunk of
+                    // that id at that level): its entries moved on to this delta's chunks.
+                    for deleted in &delta.deleted {
+                        let in_version =
+                            version.chunks.get(&deleted.chunk_id).is_some_and(|chunk| chunk.level == deleted.level);
+                        if in_version {
+                            continue;
+                        }
+                        for earlier in &mut good.left_out {
+                            if earlier
+                                .chunk
+                                .as_ref()
+                                .is_some_and(|chunk| chunk.chunk_id == deleted.chunk_id && chunk.level == deleted.level)
+                            {
+                                earlier.chunk = None;
+                            }
+                        }
+                    }
                     good.left_out.extend(tolerant_apply(&mut version, delta));
                     if delta.compaction_id != 0 {
                         good.unfinished_compactions.remove(&delta.compaction_id);
@@ -778,7 +830,8 @@ mod tests {
         assert!(version.chunks[&3].is_log_chunk(), "the one at level 0 keeps its flag");
         assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
         assert_eq!(left_out.len(), 1, "{left_out:?}");
-        assert!(left_out[0].contains("chunk 5"), "{left_out:?}");
+        assert!(left_out[0].what.contains("chunk 5"), "{left_out:?}");
+        assert!(left_out[0].chunk.is_none(), "the chunk stays: {left_out:?}");
         // The same in a delta version.
         let mut version =
             Version::from_base(&BaseVersion { chunks: Vec::new(), ..base }).unwrap_or_else(|e| panic!("{e}"));

@@ -36,6 +36,7 @@
 #![deny(unsafe_code)]
 
 pub mod devices;
+pub mod dropped;
 mod flip;
 mod instance;
 mod labels;
@@ -54,6 +55,7 @@ use lds_format::pack::{place, ChunkFormat, ChunkPacker};
 use lds_format::version::{Version, CHUNK_FLAG_ODD};
 use lds_volume::{BlockDevice, DeviceError};
 
+pub use dropped::{Dropped, KeyFrom, Lost};
 pub use instance::Run;
 
 /// How much repair may do (e2fsck's `-n`, `-p`, `-y`).
@@ -116,8 +118,9 @@ pub struct Fix {
     pub offset: u64,
     /// What it does.
     pub action: String,
-    /// The data it drops (keys, key ranges, sequence ranges, chunks), empty when none.
-    pub dropped: Vec<String>,
+    /// The data it drops (keys, key ranges, sequence ranges, chunks), each in words and as
+    /// the entries it covers; empty when none.
+    pub dropped: Vec<Dropped>,
     /// Whether it can lose data.
     pub class: FixClass,
     /// What became of it.
@@ -137,7 +140,7 @@ impl Fix {
         }
     }
 
-    fn dropping(mut self, dropped: Vec<String>) -> Self {
+    fn dropping(mut self, dropped: Vec<Dropped>) -> Self {
         if !dropped.is_empty() {
             self.class = FixClass::Fix;
         }
@@ -205,6 +208,16 @@ impl RepairReport {
     /// Bytes written.
     pub fn bytes_written(&self) -> u64 {
         self.writes.iter().map(|write| write.len).sum()
+    }
+
+    /// Whether a fix that was applied (or, with `-n`, planned) names the entry (`key`,
+    /// `sequence`) of `instance` among what it drops (docs/reliability.md I10).
+    pub fn reports_dropped(&self, instance: u32, key: &[u8], sequence: u64) -> bool {
+        self.fixes
+            .iter()
+            .filter(|fix| matches!(fix.state, FixState::Applied | FixState::Planned))
+            .flat_map(|fix| fix.dropped.iter().flat_map(|dropped| dropped.lost.iter()))
+            .any(|lost| lost.covers(instance, key, sequence))
     }
 }
 
