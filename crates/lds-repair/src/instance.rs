@@ -13,7 +13,7 @@ use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT
 use lds_format::logref::LogPosition;
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, Version, CHUNK_FLAG_ODD};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, Version, CHUNK_FLAG_ODD};
 use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -708,6 +708,9 @@ struct Start {
     needed: Vec<(u64, u64)>,
     /// The version log lost versions: the recovered version is not the newest.
     lost: bool,
+    /// The slots of the chunks the version names with metadata that contradicts it, found
+    /// intact elsewhere and kept there (`locate_left_out`).
+    relocated: BTreeSet<u64>,
 }
 
 impl Rebuild<'_> {
@@ -721,8 +724,9 @@ impl Rebuild<'_> {
         read_entries(self.device, self.geometry, self.instance, meta)
     }
 
-    /// The version to rebuild from: the recovered one, or the newest good one.
-    fn start(&mut self, label: &Label, source: &Source) -> Result<Start, RepairError> {
+    /// The version to rebuild from: the recovered one, or the newest good one (with the chunks
+    /// it names with contradicting metadata where they lie intact in slots outside `taken`).
+    fn start(&mut self, label: &Label, source: &Source, taken: &BTreeSet<u64>) -> Result<Start, RepairError> {
         let mut protected = source.recovery.as_ref().map(old_chain_ranges).unwrap_or_default();
         let lost = version_log_broken(&source.recovery);
         if let (Ok(recovery), false) = (&source.recovery, lost) {
@@ -734,6 +738,7 @@ impl Rebuild<'_> {
                 needed: protected.clone(),
                 protected,
                 lost,
+                relocated: BTreeSet::new(),
             });
         }
         let code = version_code(&source.recovery);
@@ -767,6 +772,7 @@ impl Rebuild<'_> {
                 protected,
                 needed: Vec::new(),
                 lost,
+                relocated: BTreeSet::new(),
             });
         };
         protected.extend(good.objects.iter().copied());
@@ -775,10 +781,37 @@ impl Rebuild<'_> {
             good.stopped.iter().map(|why| Dropped::new(format!("the versions after that point: {why}"), Vec::new())),
         );
         let instance = self.instance;
-        dropped.extend(good.left_out.iter().map(|left_out| {
-            let lost = left_out.chunk.iter().map(|chunk| Lost::chunk(instance, chunk)).collect();
-            Dropped::new(format!("left out {}", left_out.what), lost)
-        }));
+        // A chunk left out for its metadata (a slot beyond the slot area or of another chunk,
+        // an id another chunk has) may lie intact in a free slot: it stays, there.
+        let mut version = good.version.clone();
+        let left_out: Vec<&ChunkMeta> = good.left_out.iter().filter_map(|left_out| left_out.chunk.as_ref()).collect();
+        let found = locate_left_out(self.device, self.geometry, instance, &left_out, taken)?;
+        let mut relocated = BTreeSet::new();
+        let mut kept = Vec::new();
+        for (meta, found) in left_out.iter().zip(found) {
+            let Some(found) = found else { continue };
+            let delta = DeltaVersion {
+                added: vec![found.clone()],
+                last_sequence: version.last_sequence,
+                ofs_backup_start: version.ofs_backup_start,
+                lsn_backup_start: version.lsn_backup_start,
+                ..DeltaVersion::default()
+            };
+            if version.apply(&delta).is_ok() {
+                relocated.extend(found.slots());
+                kept.push((meta.chunk_id, meta.slots().collect::<Vec<_>>(), found));
+            }
+        }
+        // The chunks kept where they were found are not dropped (their own fixes say so).
+        let stays = |chunk: &ChunkMeta| {
+            kept.iter().any(|(id, slots, _)| *id == chunk.chunk_id && chunk.slots().eq(slots.iter().copied()))
+        };
+        dropped.extend(good.left_out.iter().filter(|left_out| !left_out.chunk.as_ref().is_some_and(stays)).map(
+            |left_out| {
+                let lost = left_out.chunk.iter().map(|chunk| Lost::chunk(instance, chunk)).collect();
+                Dropped::new(format!("left out {}", left_out.what), lost)
+            },
+        ));
         let fix = Fix::new(
             vec![code],
             self.log.0.clone(),
@@ -791,13 +824,27 @@ impl Rebuild<'_> {
             ),
         );
         self.fixes.push(fix.dropping(dropped).class(FixClass::Fix));
+        for (id, slots, found) in kept {
+            let listed: Vec<String> = slots.iter().map(u64::to_string).collect();
+            let found_in: Vec<String> = found.slots().map(|slot| slot.to_string()).collect();
+            let action = format!(
+                "kept the chunk the version names as chunk {id} in slots {} (which contradicts the version) as chunk {} in slots {}, where it lies intact: its footers name this volume, instance and level, and carry the digests the version records",
+                listed.join(", "),
+                found.chunk_id,
+                found_in.join(", ")
+            );
+            let structure = format!("chunk {} of instance {instance}", found.chunk_id);
+            let offset = self.geometry.slot_offset(found.chunk_id);
+            self.fixes.push(Fix::new(vec![code], structure, offset, action));
+        }
         Ok(Start {
-            version: good.version.clone(),
+            version,
             journals: good.unfinished_compactions.clone(),
             replica: Some(good.base.geometry),
             protected,
             needed,
             lost,
+            relocated,
         })
     }
 
@@ -1226,6 +1273,79 @@ fn backup_batches(
     }
 }
 
+/// Where each of `metas` (chunks a version names with metadata that contradicts it) lies
+/// intact, if anywhere outside `taken`: the slots whose footers are its sub-chunks' (this
+/// volume and instance, the chunk's level, each sub-chunk's index and count, the digest the
+/// metadata records for it), the first of them the chunk id every one of those footers
+/// names. The metadata is returned with those slots and that id.
+fn locate_left_out(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    metas: &[&ChunkMeta],
+    taken: &BTreeSet<u64>,
+) -> Result<Vec<Option<ChunkMeta>>, DeviceError> {
+    if metas.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The footers of this instance in the free slots, by digest (one read of a footer each).
+    let mut by_digest: BTreeMap<[u8; 32], Vec<(u64, Footer)>> = BTreeMap::new();
+    for slot in (0..geometry.num_slots).filter(|slot| !taken.contains(slot)) {
+        let footer_offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+        let (bytes, unreadable) = read_tolerant(device, footer_offset, FOOTER_LEN as u64, geometry.sector())?;
+        if !unreadable.is_empty() {
+            continue;
+        }
+        let Ok(footer) = Footer::decode(&bytes, footer_offset, geometry.slot_size) else { continue };
+        if footer.volume_uuid == geometry.volume_uuid && footer.instance == instance {
+            by_digest.entry(footer.digest).or_default().push((slot, footer));
+        }
+    }
+    let mut claimed: BTreeSet<u64> = BTreeSet::new();
+    let mut located = Vec::with_capacity(metas.len());
+    for meta in metas {
+        let count = meta.sub_chunks.len();
+        let mut slots = Vec::with_capacity(count);
+        for (index, sub_chunk) in meta.sub_chunks.iter().enumerate() {
+            let found = by_digest.get(&sub_chunk.digest).and_then(|candidates| {
+                candidates.iter().find(|(slot, footer)| {
+                    !claimed.contains(slot)
+                        && !slots.contains(slot)
+                        && footer.level == meta.level
+                        && usize::from(footer.sub_chunk_index) == index
+                        && usize::from(footer.num_sub_chunks) == count
+                })
+            });
+            match found {
+                Some((slot, footer)) => {
+                    slots.push(*slot);
+                    if footer.chunk_id != slots[0] {
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        let whole = slots.len() == count
+            && count > 0
+            && by_digest.get(&meta.sub_chunks[0].digest).is_some_and(|candidates| {
+                candidates.iter().any(|(slot, footer)| *slot == slots[0] && footer.chunk_id == slots[0])
+            });
+        if !whole {
+            located.push(None);
+            continue;
+        }
+        claimed.extend(slots.iter().copied());
+        let mut found = (*meta).clone();
+        found.chunk_id = slots[0];
+        for (sub_chunk, slot) in found.sub_chunks.iter_mut().zip(&slots) {
+            sub_chunk.slot = *slot;
+        }
+        located.push(Some(found));
+    }
+    Ok(located)
+}
+
 /// The lsn of the last batch kept, or the one before `lsn_start` when none is.
 fn kept_until(kept: &[ReplayBatch], lsn_start: u64) -> u64 {
     kept.last().map_or(lsn_start.saturating_sub(1), |batch| batch.lsn)
@@ -1289,8 +1409,12 @@ pub(crate) fn plan<'a>(
         resolver: Resolver::new(&source.backup_area, backup_context),
         retain_until: None,
     };
-    let Start { version, journals, replica, protected, needed, mut lost } = rebuild.start(label, source)?;
+    let Start { version, journals, replica, protected, needed, mut lost, relocated } =
+        rebuild.start(label, source, old_slots)?;
     rebuild.tree = version.chunks.clone();
+    // The chunks kept where they were found are the version's now: no free slot.
+    let old_slots: BTreeSet<u64> = old_slots.union(&relocated).copied().collect();
+    let old_slots = &old_slots;
     // Where versions were lost, the data newer than the version that free slots hold. A
     // version whose backup log replay cannot start (its start object gone, or newer) or
     // breaks off may be older than the log too, its newest delta versions lost as a crash
@@ -1428,6 +1552,9 @@ pub(crate) fn plan<'a>(
         ..version.to_base(*geometry, instance)
     };
     let mut source_slots = source_slots;
+    // A chunk kept where it was found is not in the old state: its slot must not take the
+    // repair's writes before the switch, even where its entries are rewritten (a damaged one).
+    source_slots.extend(relocated.iter().copied());
     if label.has_value_chunks() {
         // Damaged value chunks: the chunks pointing into them are rewritten, their values
         // that still match their crc32c copied into new value chunks (or inline).
