@@ -231,3 +231,76 @@ impl<'a> FreeSlots<'a> {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::batch::EntryKind;
+    use lds_format::image::ImageBuilder;
+    use lds_format::label::{plan_layout, Label, LayoutRequest};
+    use lds_format::value::{ValueFormat, ValuePacker};
+
+    fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+        result.unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn puts(keys: &[(&str, u64)]) -> Vec<(Vec<u8>, u64, EntryKind, Vec<u8>)> {
+        keys.iter().map(|(key, sequence)| (key.as_bytes().to_vec(), *sequence, EntryKind::Put, b"v".to_vec())).collect()
+    }
+
+    /// A volume whose slot 3 holds a chunk the rebuilt tree keeps (a@10, b@11, c@12, f@20);
+    /// free slots: 0 a stale chunk the tree holds newer (a@5, b@6), 1 one with a key held
+    /// nowhere else (d@7), 2 one held by the rewritten entries (e@8, rewritten at e@9), 4 a
+    /// value chunk of the volume, 5 and 6 empty, 7 a stale f@30 (newer than the tree's f).
+    #[test]
+    fn a_free_slot_is_taken_when_salvage_reads_nothing_there_or_the_tree_holds_all_of_it() {
+        let request = LayoutRequest {
+            volume_len: 4 << 20,
+            sector_size: Some(4096),
+            slot_size: Some(64 << 10),
+            ..Default::default()
+        };
+        let mut image = ImageBuilder::format(Label::new(expect(plan_layout(&request, [0x4a; 16])), "reuse"));
+        let geometry = image.label.geometry;
+        let kept = image.write_chunk(0, 3, 1, 0, &puts(&[("a", 10), ("b", 11), ("c", 12), ("f", 20)]));
+        let _ = image.write_chunk(0, 0, 0, 0, &puts(&[("a", 5), ("b", 6)]));
+        let _ = image.write_chunk(0, 1, 0, 0, &puts(&[("d", 7)]));
+        let _ = image.write_chunk(0, 2, 0, 0, &puts(&[("e", 8)]));
+        let _ = image.write_chunk(0, 7, 0, 0, &puts(&[("f", 30)]));
+        let format = ValueFormat {
+            slot_size: geometry.slot_size,
+            instance: 0,
+            volume_uuid: geometry.volume_uuid,
+            digest: lds_format::chunk::DigestKind::Blake3,
+        };
+        let mut packer = ValuePacker::new(format);
+        expect(packer.add(&[7u8; 3000], || Ok::<_, String>((1, 4))));
+        for built in packer.finish() {
+            let at = geometry.slot_offset(built.slot) as usize;
+            let bytes = built.slot_image();
+            image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        let path = std::env::temp_dir().join(format!("lds-repair-reuse-{}.img", std::process::id()));
+        expect(std::fs::write(&path, &image.bytes));
+        let device = expect(lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly));
+        let rewritten = [Entry { key: b"e".to_vec(), sequence: 9, kind: EntryKind::Put, value: b"w".to_vec() }];
+        let holds = || BTreeMap::from([(0, Holds::new(std::slice::from_ref(&kept), rewritten.iter()))]);
+        let candidates = [0, 1, 2, 4, 5, 6, 7];
+        let mut free = FreeSlots::new(&device, &geometry, candidates.into_iter(), holds(), true);
+        let taken = expect(free.take(candidates.len()));
+        assert_eq!(taken, vec![5, 6, 0, 2], "the empty slots first, then those the tree holds, in order");
+        assert_eq!(free.left, 3, "d@7, the value chunk and f@30 stay");
+        // As many as asked for, the empty ones first.
+        let mut free = FreeSlots::new(&device, &geometry, candidates.into_iter(), holds(), true);
+        assert_eq!(expect(free.take(1)), vec![5]);
+        // Another instance's tree holds nothing of instance 0.
+        let other = BTreeMap::from([(1, Holds::new(std::slice::from_ref(&kept), rewritten.iter()))]);
+        let mut free = FreeSlots::new(&device, &geometry, candidates.into_iter(), other, true);
+        assert_eq!(expect(free.take(candidates.len())), vec![5, 6]);
+        // Without examining (lds resize, lds device): every candidate in order.
+        let mut plain = FreeSlots::new(&device, &geometry, candidates.into_iter(), holds(), false);
+        assert_eq!(expect(plain.take(candidates.len())), candidates.to_vec());
+        drop(device);
+        let _ = std::fs::remove_file(&path);
+    }
+}
