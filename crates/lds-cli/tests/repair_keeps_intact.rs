@@ -280,6 +280,8 @@ struct Repaired {
     dropped: usize,
     /// The keys of the model the repaired volume reads with their value.
     model_kept: usize,
+    /// What salvage reads after the repair.
+    salvaged_after: BTreeMap<Vec<u8>, (u64, EntryKind, Vec<u8>)>,
 }
 
 impl Repaired {
@@ -304,7 +306,7 @@ fn repair_and_check(damage: Damage) -> Repaired {
     let reported = |key: &[u8], sequence: u64| lost.iter().any(|range| range.covers(key, sequence));
     let read = reads(&image.0);
     let after = salvage(&image.0);
-    let mut repaired = Repaired { live_salvaged: 0, dropped: 0, model_kept: 0 };
+    let mut repaired = Repaired { live_salvaged: 0, dropped: 0, model_kept: 0, salvaged_after: BTreeMap::new() };
     for (key, (sequence, kind, salvaged)) in &before {
         if *kind != EntryKind::Put {
             continue;
@@ -345,6 +347,7 @@ fn repair_and_check(damage: Damage) -> Repaired {
         read.iter().all(|(key, value)| ever.contains(&(key.clone(), value.clone()))),
         "{name}: the repaired volume reads a value it never held"
     );
+    repaired.salvaged_after = after;
     let (fsck_after, report) = fsck(&image.0);
     assert_eq!(fsck_after, 0, "{name}: fsck after repair\n{report}");
     let repaired_bytes = expect(std::fs::read(&image.0));
@@ -389,6 +392,9 @@ fn a_chunk_whose_footer_is_lost_is_named_dropped_and_its_slot_left_alone() {
     assert_eq!(repaired.live_salvaged, 2800, "salvage reads every key of the volume");
     assert_eq!(repaired.dropped, 1100);
     assert_eq!(repaired.model_kept, 2800 - 1100);
+    // Slot 0 was not written over: salvage still reads the chunk there.
+    let found = repaired.salvaged_after.get(&key(2000)).map(|(sequence, _, value)| (*sequence, value.clone()));
+    assert_eq!(found, Some((2501, value(2000, 1))));
 }
 
 #[test]
