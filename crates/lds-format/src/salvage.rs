@@ -854,4 +854,51 @@ mod tests {
         assert!(salvaged.entries.is_empty());
         assert_eq!(salvaged.damaged.len(), 1);
     }
+
+    /// A version log whose newest delta adds a chunk on a slot beyond the slot area (chunk id
+    /// and slot 2^62); with `deleted_later`, a delta after it deletes that chunk.
+    fn left_out_log(deleted_later: bool) -> (GoodVersion, ChunkMeta) {
+        use crate::image::{area_context, ImageBuilder};
+        use crate::label::{plan_layout, Label, LayoutRequest, LogKind};
+        let request = LayoutRequest { volume_len: 4 << 20, sector_size: Some(4096), ..LayoutRequest::default() };
+        let geometry = plan_layout(&request, [0x31; 16]).unwrap_or_else(|error| panic!("{error}"));
+        let mut image = ImageBuilder::format(Label::new(geometry, "left out"));
+        let entries = [(b"k".to_vec(), 1, EntryKind::Put, b"v".to_vec())];
+        let mut chunk = image.write_chunk(0, 0, 0, 0, &entries);
+        chunk.chunk_id = 1 << 62;
+        chunk.sub_chunks[0].slot = 1 << 62;
+        let mut deltas = vec![DeltaVersion { added: vec![chunk.clone()], last_sequence: 1, ..DeltaVersion::default() }];
+        if deleted_later {
+            let deleted = vec![DeletedChunk { chunk_id: 1 << 62, level: 0 }];
+            deltas.push(DeltaVersion { deleted, last_sequence: 1, ..DeltaVersion::default() });
+        }
+        for delta in &deltas {
+            let state = &mut image.instances[0];
+            let ofs_area = state.version_log.context().ofs_area as usize;
+            let pending = state
+                .version_log
+                .append(ObjectType::DeltaVersion, state.sn, &delta.encode())
+                .unwrap_or_else(|error| panic!("{error}"));
+            for write in pending {
+                let at = ofs_area + write.offset as usize;
+                image.bytes[at..at + write.bytes.len()].copy_from_slice(&write.bytes);
+            }
+        }
+        let context = area_context(&geometry, LogKind::Version, 0);
+        let good = last_good_version(image.area(LogKind::Version, 0), &context);
+        (good.unwrap_or_else(|| panic!("no good version")), chunk)
+    }
+
+    #[test]
+    fn a_chunk_left_out_keeps_its_metadata_until_a_later_delta_deletes_it() {
+        let (good, chunk) = left_out_log(false);
+        assert!(good.version.chunks.is_empty());
+        let chunks: Vec<&ChunkMeta> = good.left_out.iter().filter_map(|left_out| left_out.chunk.as_ref()).collect();
+        assert_eq!(chunks, vec![&chunk], "{:?}", good.left_out);
+        assert!(good.left_out[0].what.contains("beyond num_slots"), "{}", good.left_out[0]);
+        // Deleted by a later delta (a compaction took its entries): nothing of it is lost.
+        let (good, _) = left_out_log(true);
+        assert!(good.left_out.iter().all(|left_out| left_out.chunk.is_none()), "{:?}", good.left_out);
+        assert!(good.left_out.iter().any(|left_out| left_out.what.contains("the deletion of chunk")));
+    }
 }
