@@ -173,22 +173,18 @@ impl<'a> FreeSlots<'a> {
     /// newer sequence number.
     fn all_held(&mut self, instance: u32, entries: &[Entry]) -> Result<bool, DeviceError> {
         let Some(holds) = self.holds.get(&instance) else { return Ok(false) };
-        let mut unsure = Vec::new();
         for entry in entries {
-            match holds.rewritten.get(&entry.key) {
-                Some(&newest) if newest >= entry.sequence => {}
-                _ => unsure.push(entry),
+            if holds.rewritten.get(&entry.key).is_some_and(|&newest| newest >= entry.sequence) {
+                continue;
             }
-        }
-        let kept: Vec<ChunkMeta> = holds.kept.clone();
-        for entry in unsure {
             let mut held = false;
-            for chunk in kept.iter().filter(|chunk| {
+            for chunk in holds.kept.iter().filter(|chunk| {
                 chunk.largest_seq >= entry.sequence
                     && chunk.smallest_key.as_slice() <= entry.key.as_slice()
                     && entry.key.as_slice() <= chunk.largest_key.as_slice()
             }) {
-                if self.newest_in(chunk, &entry.key)?.is_some_and(|newest| newest >= entry.sequence) {
+                let newest = newest_in(self.device, self.geometry, &mut self.cache, chunk, &entry.key)?;
+                if newest.is_some_and(|newest| newest >= entry.sequence) {
                     held = true;
                     break;
                 }
@@ -199,37 +195,45 @@ impl<'a> FreeSlots<'a> {
         }
         Ok(true)
     }
+}
 
-    /// The newest sequence number of `key` in a kept chunk, by its block index.
-    fn newest_in(&mut self, chunk: &ChunkMeta, key: &[u8]) -> Result<Option<u64>, DeviceError> {
-        // The sub-chunks are in key order: the first whose last key is not below `key` is
-        // the only one that may hold it.
-        for slot in chunk.slots() {
-            if slot >= self.geometry.num_slots {
-                return Ok(None);
-            }
-            if self.cache.len() >= CACHED_SLOTS_MAX && !self.cache.contains_key(&slot) {
-                self.cache.clear();
-            }
-            let offset = self.geometry.slot_offset(slot);
-            if !self.cache.contains_key(&slot) {
-                let (image, _) = read_tolerant(self.device, offset, self.geometry.slot_size, self.geometry.sector())?;
-                self.cache.insert(slot, image);
-            }
-            let Some(image) = self.cache.get(&slot) else { return Ok(None) };
-            let Ok(view) = SubChunkView::open(image, offset) else { return Ok(None) };
-            // Entries are in internal order (key ascending, newest first): the newest of
-            // `key` is in the first block whose last key is not below it.
-            let Some(number) =
-                view.index.iter().position(|entry| compare_keys(&entry.last_key, key) != std::cmp::Ordering::Less)
-            else {
-                continue;
-            };
-            let Ok(block) = decode_block(view.block(number), offset) else { return Ok(None) };
-            return Ok(block.iter().find(|entry| entry.key == key).map(|entry| entry.sequence));
+/// The newest sequence number of `key` in a kept chunk, by its block index (its slot images
+/// read through `cache`).
+fn newest_in(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    cache: &mut HashMap<u64, Vec<u8>>,
+    chunk: &ChunkMeta,
+    key: &[u8],
+) -> Result<Option<u64>, DeviceError> {
+    // The sub-chunks are in key order: the first whose last key is not below `key` is
+    // the only one that may hold it.
+    for slot in chunk.slots() {
+        if slot >= geometry.num_slots {
+            return Ok(None);
         }
-        Ok(None)
+        if cache.len() >= CACHED_SLOTS_MAX && !cache.contains_key(&slot) {
+            cache.clear();
+        }
+        let offset = geometry.slot_offset(slot);
+        let image = match cache.entry(slot) {
+            std::collections::hash_map::Entry::Occupied(cached) => cached.into_mut(),
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(read_tolerant(device, offset, geometry.slot_size, geometry.sector())?.0)
+            }
+        };
+        let Ok(view) = SubChunkView::open(image, offset) else { return Ok(None) };
+        // Entries are in internal order (key ascending, newest first): the newest of
+        // `key` is in the first block whose last key is not below it.
+        let Some(number) =
+            view.index.iter().position(|entry| compare_keys(&entry.last_key, key) != std::cmp::Ordering::Less)
+        else {
+            continue;
+        };
+        let Ok(block) = decode_block(view.block(number), offset) else { return Ok(None) };
+        return Ok(block.iter().find(|entry| entry.key == key).map(|entry| entry.sequence));
     }
+    Ok(None)
 }
 
 #[cfg(test)]
