@@ -5,13 +5,16 @@
 //! Oracles: repair returns (an error or a report) without panicking; an error leaves the image
 //! as it was; after a repair that corrected everything (exit 1) fsck is clean and a second
 //! `repair -y` finds nothing to do (it converges); whatever repair wrote, the undo file
-//! restores the image byte for byte.
+//! restores the image byte for byte; and I10 (docs/reliability.md), in its form for any
+//! input: every put `lds salvage` reads from the image is read by salvage of the repaired
+//! image at the same or a newer sequence number, or named in the report's dropped ranges.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use lds_repair::{repair, Mode, RepairOptions};
 use lds_sim::device::SimDevice;
+use lds_sim::salvage_oracle::{kept_for_salvage, lost_ranges, salvage_image};
 use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
 
 use crate::fixup;
@@ -48,7 +51,15 @@ fn check(image: &[u8]) {
     };
     let log = UndoLog::with_sink(Box::new(sink.clone()), Path::new("undo file in memory"), header);
     let undo_device = UndoDevice::new(Arc::new(device.clone()), log);
+    // I10: what salvage reads before the repair.
+    let salvaged = salvage_image(image).unwrap_or_else(|error| panic!("repair: I10: {error}"));
     let result = repair(&undo_device, RepairOptions::new(Mode::Yes), &mut |_, _| {});
+    if let Ok(report) = &result {
+        let after = salvage_image(&device.current()).unwrap_or_else(|error| panic!("repair: I10: {error}"));
+        if let Err(error) = kept_for_salvage(&salvaged, &after, &lost_ranges(report)) {
+            panic!("repair: {error}");
+        }
+    }
     match &result {
         Err(error) => assert!(device.current() == image, "repair: failed ({error}) after changing the image"),
         Ok(report) if report.exit_code() == 1 => {

@@ -230,8 +230,9 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
 
 /// `--workload repair`: every crash state of `lds repair -y` on each damaged volume of
 /// `lds_sim::repair::damaged_volumes`, checked against U (the undo file at the crash restores
-/// the damaged original), A (no problem the damaged volume did not have: the switch is atomic)
-/// and R (a second repair ends where the completed one did).
+/// the damaged original), A (no problem the damaged volume did not have: the switch is atomic),
+/// R (a second repair ends where the completed one did) and I10 (repair keeps what salvage
+/// reads, or names it dropped).
 fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let started = Instant::now();
     let (volume, cases) = match damaged_volumes() {
@@ -252,7 +253,7 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     });
     report_tool_runs(
         "repair",
-        "U (undo restores the damaged volume), A (atomic switch) and R (a second repair finishes it)",
+        "U (undo restores the damaged volume), A (atomic switch), R (a second repair finishes it) and I10 (repair keeps what salvage reads)",
         (cases.len(), runs),
         options,
         started,

@@ -231,6 +231,29 @@ fn problems_json(report: &lds_check::Report) -> serde_json::Value {
         .collect::<Vec<_>>())
 }
 
+/// One range of entries a fix drops (docs/repair-json.md): keys in lowercase hex.
+fn lost_json(lost: &lds_repair::Lost) -> serde_json::Value {
+    use lds_format::error::hex;
+    let mut value = json!({ "instance": lost.instance });
+    if let serde_json::Value::Object(map) = &mut value {
+        match &lost.from {
+            lds_repair::KeyFrom::First => {}
+            lds_repair::KeyFrom::Key(key) => {
+                map.insert("key_from".into(), json!(hex(key)));
+            }
+            lds_repair::KeyFrom::After(key) => {
+                map.insert("key_after".into(), json!(hex(key)));
+            }
+        }
+        if let Some(through) = &lost.through {
+            map.insert("key_through".into(), json!(hex(through)));
+        }
+        map.insert("smallest_seq".into(), json!(lost.smallest_seq));
+        map.insert("largest_seq".into(), json!(lost.largest_seq));
+    }
+    value
+}
+
 fn print_json(
     args: &RepairArgs,
     mode: Mode,
@@ -248,7 +271,8 @@ fn print_json(
             "structure": fix.structure,
             "offset": fix.offset,
             "action": fix.action,
-            "dropped": fix.dropped,
+            "dropped": fix.dropped.iter().map(|dropped| dropped.what.as_str()).collect::<Vec<_>>(),
+            "lost": fix.dropped.iter().flat_map(|dropped| dropped.lost.iter().map(lost_json)).collect::<Vec<_>>(),
             "class": match fix.class { FixClass::Preen => "preen", FixClass::Fix => "fix" },
             "state": state_name(&fix.state),
             "refused_because": match &fix.state { FixState::Refused(why) => Some(why.clone()), _ => None },

@@ -76,6 +76,18 @@ fn value_chunk_slots(image: &[u8]) -> Vec<usize> {
     slots
 }
 
+/// The offsets of the slots of the value chunks the recovered version lists.
+fn live_value_chunk_slots(bytes: &[u8]) -> Vec<usize> {
+    let image = lds_volume::volume::MemoryImage(bytes);
+    let labels = lds_volume::volume::read_labels(&image).unwrap_or_else(|error| panic!("{error}"));
+    let Ok((_, label)) = labels.choose() else { panic!("no label") };
+    let geometry = label.geometry;
+    let (_, recovery) = lds_volume::inspect::recover(&image, &geometry, 0).unwrap_or_else(|error| panic!("{error}"));
+    let recovery = recovery.unwrap_or_else(|error| panic!("{error}"));
+    let chunks = recovery.version_log.version.value_chunks.values();
+    chunks.map(|chunk| geometry.slot_offset(chunk.slot) as usize).collect()
+}
+
 #[test]
 fn deep_fsck_reads_every_value_and_repair_mends_damaged_value_chunks() {
     let image = volume("image");
@@ -110,12 +122,14 @@ fn deep_fsck_reads_every_value_and_repair_mends_damaged_value_chunks() {
 
     // A zeroed footer: a plain check finds it; every value still matches, so repair keeps all.
     let mut bytes = std::fs::read(&image).unwrap_or_default();
-    let slots = value_chunk_slots(&bytes);
     let (code, listed) = fsck(&image, false);
     assert_eq!(code, 0, "{listed}");
-    // The flipped value chunk's slot is free now (its good values were copied); any other
-    // value chunk is live (nothing was overwritten, so nothing was collected).
-    let Some(&live) = slots.iter().find(|&&slot| slot != flipped - 5000) else { panic!("one value chunk") };
+    // The flipped value chunk's slot is free now (its good values were copied), and stays
+    // as it was: repair writes over no value chunk in a free slot (docs/reliability.md I10).
+    assert!(value_chunk_slots(&bytes).contains(&(flipped - 5000)), "the damaged value chunk was written over");
+    let live_slots = live_value_chunk_slots(&bytes);
+    assert!(!live_slots.contains(&(flipped - 5000)));
+    let Some(&live) = live_slots.first() else { panic!("one value chunk") };
     let footer_at = live + SLOT_SIZE as usize - lds_format::value::VALUE_FOOTER_LEN;
     bytes[footer_at..footer_at + lds_format::value::VALUE_FOOTER_LEN].fill(0);
     std::fs::write(&image, &bytes).unwrap_or_default();

@@ -360,35 +360,58 @@ pub struct GoodVersion {
     /// version (a chunk on a slot beyond the slot area or already in use, at a level beyond
     /// the tree, added twice; a deletion of a chunk not there; the flag `log_refs` of a chunk
     /// outside level 0, which keeps the chunk).
-    pub left_out: Vec<String>,
+    pub left_out: Vec<LeftOut>,
     /// The area ranges `(offset, len)` of the objects read: the base version and those after it.
     pub objects: Vec<(u64, u64)>,
 }
 
-/// The part of a delta (or base) version that `error` objects to, removed; false when the
+/// A part of a base or delta version left out because it contradicts the version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// What, and why.
+    pub what: String,
+    /// The chunk left out, with its metadata as recorded, when the part is an added chunk
+    /// (its entries are then in no chunk of the version); `None` once a later delta version
+    /// deletes it (its entries moved on to that delta's chunks).
+    pub chunk: Option<ChunkMeta>,
+}
+
+impl LeftOut {
+    fn part(what: String) -> Self {
+        Self { what, chunk: None }
+    }
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+/// The part of a delta (or base) version that `error` objects to, removed; `None` when the
 /// error names nothing in it.
 fn leave_out(
     added: &mut Vec<ChunkMeta>,
     deleted: &mut Vec<DeletedChunk>,
     values: &mut Option<crate::version::ValueDelta>,
     error: &ReplayError,
-) -> Option<String> {
+) -> Option<LeftOut> {
     let position = match error {
         ReplayError::ValueChunkMissing { value_chunk_id } | ReplayError::ValueChunkReferenced { value_chunk_id } => {
             let values = values.as_mut()?;
             let position = values.deleted.iter().rposition(|id| id == value_chunk_id)?;
             values.deleted.remove(position);
-            return Some(format!("the deletion of value chunk {value_chunk_id} ({error})"));
+            return Some(LeftOut::part(format!("the deletion of value chunk {value_chunk_id} ({error})")));
         }
         ReplayError::ValueChunkTwice { value_chunk_id } | ReplayError::ValueSlotOutOfRange { value_chunk_id, .. } => {
             let values = values.as_mut()?;
             let position = values.added.iter().rposition(|chunk| chunk.value_chunk_id == *value_chunk_id)?;
             values.added.remove(position);
-            return Some(format!("value chunk {value_chunk_id} ({error})"));
+            return Some(LeftOut::part(format!("value chunk {value_chunk_id} ({error})")));
         }
         ReplayError::ValueIdDecreased { before, .. } => {
             values.as_mut()?.next_value_chunk_id = *before;
-            return Some(format!("the value chunk id counter ({error})"));
+            return Some(LeftOut::part(format!("the value chunk id counter ({error})")));
         }
         ReplayError::DanglingValueRef { chunk_id, .. } => added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?,
         ReplayError::SlotInUse { slot, owner }
@@ -398,12 +421,14 @@ fn leave_out(
             let values = values.as_mut()?;
             let position = values.added.iter().rposition(|chunk| chunk.slot == *slot)?;
             let value_chunk = values.added.remove(position);
-            return Some(format!("value chunk {} ({error})", value_chunk.value_chunk_id));
+            return Some(LeftOut::part(format!("value chunk {} ({error})", value_chunk.value_chunk_id)));
         }
         ReplayError::DeletedMissing { chunk_id, level } => {
             let position = deleted.iter().position(|entry| entry.chunk_id == *chunk_id && entry.level == *level)?;
             deleted.remove(position);
-            return Some(format!("the deletion of chunk {chunk_id} (not in the version at level {level})"));
+            return Some(LeftOut::part(format!(
+                "the deletion of chunk {chunk_id} (not in the version at level {level})"
+            )));
         }
         ReplayError::AddedTwice { chunk_id } => added.iter().rposition(|chunk| chunk.chunk_id == *chunk_id)?,
         ReplayError::LogChunkLevel { chunk_id, level } => {
@@ -414,7 +439,7 @@ fn leave_out(
             let chunk = added.iter_mut().find(|chunk| chunk.chunk_id == *chunk_id && chunk.is_log_chunk())?;
             chunk.flags &= !CHUNK_FLAG_LOG_REFS;
             chunk.log_start = None;
-            return Some(format!("the flag log_refs of chunk {chunk_id} at level {level} ({error}): its log references are to be read into puts"));
+            return Some(LeftOut::part(format!("the flag log_refs of chunk {chunk_id} at level {level} ({error}): its log references are to be read into puts")));
         }
         ReplayError::LevelOutOfRange { chunk_id, .. } | ReplayError::SlotOutOfRange { chunk_id, .. } => {
             added.iter().position(|chunk| chunk.chunk_id == *chunk_id)?
@@ -424,13 +449,13 @@ fn leave_out(
         }
     };
     let chunk = added.remove(position);
-    Some(format!("chunk {} ({error})", chunk.chunk_id))
+    Some(LeftOut { what: format!("chunk {} ({error})", chunk.chunk_id), chunk: Some(chunk) })
 }
 
 /// The version a base version describes, leaving out the chunks that contradict it.
-pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
+pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<LeftOut>) {
     let mut base = base.clone();
-    let mut left_out = Vec::new();
+    let mut left_out: Vec<LeftOut> = Vec::new();
     // Each failed attempt removes one chunk.
     let value_chunks = base.values.as_ref().map_or(0, |values| values.chunks.len());
     for _ in 0..=base.chunks.len() + value_chunks {
@@ -453,7 +478,11 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
             }
         }
     }
-    base.chunks.clear();
+    // Its chunks are left out whole, each one's metadata kept.
+    left_out.extend(base.chunks.drain(..).map(|chunk| LeftOut {
+        what: format!("chunk {} (the base version does not build with it)", chunk.chunk_id),
+        chunk: Some(chunk),
+    }));
     if let Some(values) = base.values.as_mut() {
         values.chunks.clear();
     }
@@ -472,12 +501,12 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<String>) {
         next_value_chunk_id: 1,
         has_values: base.values.is_some(),
     });
-    left_out.push("every chunk of the base version".into());
+    left_out.push(LeftOut::part("every chunk of the base version".into()));
     (version, left_out)
 }
 
 /// Applies a delta version, leaving out the parts that contradict the version.
-pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String> {
+pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<LeftOut> {
     let mut delta = delta.clone();
     let mut left_out = Vec::new();
     // Each failed attempt removes one part of the delta.
@@ -491,7 +520,12 @@ pub fn tolerant_apply(version: &mut Version, delta: &DeltaVersion) -> Vec<String
             },
         }
     }
-    left_out.push("the rest of a delta version".into());
+    // What is left of the delta is not applied: its chunks are left out with their metadata.
+    left_out.extend(delta.added.drain(..).map(|chunk| LeftOut {
+        what: format!("chunk {} (the rest of its delta version does not apply)", chunk.chunk_id),
+        chunk: Some(chunk),
+    }));
+    left_out.push(LeftOut::part("the rest of a delta version".into()));
     left_out
 }
 
@@ -596,6 +630,24 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
                     return false;
                 }
                 Payload::Delta(delta) => {
+                    // A deletion of a chunk left out earlier (the version holds no chunk of
+                    // that id at that level): its entries moved on to this delta's chunks.
+                    for deleted in &delta.deleted {
+                        let in_version =
+                            version.chunks.get(&deleted.chunk_id).is_some_and(|chunk| chunk.level == deleted.level);
+                        if in_version {
+                            continue;
+                        }
+                        for earlier in &mut good.left_out {
+                            if earlier
+                                .chunk
+                                .as_ref()
+                                .is_some_and(|chunk| chunk.chunk_id == deleted.chunk_id && chunk.level == deleted.level)
+                            {
+                                earlier.chunk = None;
+                            }
+                        }
+                    }
                     good.left_out.extend(tolerant_apply(&mut version, delta));
                     if delta.compaction_id != 0 {
                         good.unfinished_compactions.remove(&delta.compaction_id);
@@ -809,7 +861,8 @@ mod tests {
         assert!(version.chunks[&3].is_log_chunk(), "the one at level 0 keeps its flag");
         assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
         assert_eq!(left_out.len(), 1, "{left_out:?}");
-        assert!(left_out[0].contains("chunk 5"), "{left_out:?}");
+        assert!(left_out[0].what.contains("chunk 5"), "{left_out:?}");
+        assert!(left_out[0].chunk.is_none(), "the chunk stays: {left_out:?}");
         // The same in a delta version.
         let mut version =
             Version::from_base(&BaseVersion { chunks: Vec::new(), ..base }).unwrap_or_else(|e| panic!("{e}"));
@@ -831,5 +884,52 @@ mod tests {
         let salvaged = salvage_sub_chunk(&slot, 0);
         assert!(salvaged.entries.is_empty());
         assert_eq!(salvaged.damaged.len(), 1);
+    }
+
+    /// A version log whose newest delta adds a chunk on a slot beyond the slot area (chunk id
+    /// and slot 2^62); with `deleted_later`, a delta after it deletes that chunk.
+    fn left_out_log(deleted_later: bool) -> (GoodVersion, ChunkMeta) {
+        use crate::image::{area_context, ImageBuilder};
+        use crate::label::{plan_layout, Label, LayoutRequest, LogKind};
+        let request = LayoutRequest { volume_len: 4 << 20, sector_size: Some(4096), ..LayoutRequest::default() };
+        let geometry = plan_layout(&request, [0x31; 16]).unwrap_or_else(|error| panic!("{error}"));
+        let mut image = ImageBuilder::format(Label::new(geometry, "left out"));
+        let entries = [(b"k".to_vec(), 1, EntryKind::Put, b"v".to_vec())];
+        let mut chunk = image.write_chunk(0, 0, 0, 0, &entries);
+        chunk.chunk_id = 1 << 62;
+        chunk.sub_chunks[0].slot = 1 << 62;
+        let mut deltas = vec![DeltaVersion { added: vec![chunk.clone()], last_sequence: 1, ..DeltaVersion::default() }];
+        if deleted_later {
+            let deleted = vec![DeletedChunk { chunk_id: 1 << 62, level: 0 }];
+            deltas.push(DeltaVersion { deleted, last_sequence: 1, ..DeltaVersion::default() });
+        }
+        for delta in &deltas {
+            let state = &mut image.instances[0];
+            let ofs_area = state.version_log.context().ofs_area as usize;
+            let pending = state
+                .version_log
+                .append(ObjectType::DeltaVersion, state.sn, &delta.encode())
+                .unwrap_or_else(|error| panic!("{error}"));
+            for write in pending {
+                let at = ofs_area + write.offset as usize;
+                image.bytes[at..at + write.bytes.len()].copy_from_slice(&write.bytes);
+            }
+        }
+        let context = area_context(&geometry, LogKind::Version, 0);
+        let good = last_good_version(image.area(LogKind::Version, 0), &context);
+        (good.unwrap_or_else(|| panic!("no good version")), chunk)
+    }
+
+    #[test]
+    fn a_chunk_left_out_keeps_its_metadata_until_a_later_delta_deletes_it() {
+        let (good, chunk) = left_out_log(false);
+        assert!(good.version.chunks.is_empty());
+        let chunks: Vec<&ChunkMeta> = good.left_out.iter().filter_map(|left_out| left_out.chunk.as_ref()).collect();
+        assert_eq!(chunks, vec![&chunk], "{:?}", good.left_out);
+        assert!(good.left_out[0].what.contains("beyond num_slots"), "{}", good.left_out[0]);
+        // Deleted by a later delta (a compaction took its entries): nothing of it is lost.
+        let (good, _) = left_out_log(true);
+        assert!(good.left_out.iter().all(|left_out| left_out.chunk.is_none()), "{:?}", good.left_out);
+        assert!(good.left_out.iter().any(|left_out| left_out.what.contains("the deletion of chunk")));
     }
 }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lds_check::{chunk_problems, CheckOptions, Code, Repair};
 use lds_format::batch::decode_entries;
-use lds_format::chunk::{Footer, SubChunkView, FOOTER_LEN};
+use lds_format::chunk::{Footer, FOOTER_LEN};
 use lds_format::codec::display_key;
 use lds_format::image::area_context;
 use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
@@ -13,10 +13,11 @@ use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT
 use lds_format::logref::LogPosition;
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, Version, CHUNK_FLAG_ODD};
+use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, Version, CHUNK_FLAG_ODD};
 use lds_volume::volume::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
+use crate::dropped::{Dropped, KeyFrom, Lost};
 use crate::logchunks::{self, Resolver};
 use crate::{Fix, FixClass, RepairError};
 
@@ -287,7 +288,8 @@ pub(crate) fn rebase_plan(
         *budget = budget.saturating_sub(chunk.len_data.max(1));
         let read = read_entries(device, geometry, instance, chunk).map_err(NotRebasable::Device)?;
         if !read.dropped.is_empty() {
-            return Err(NotRebasable::Damaged(format!("chunk {}: {}", chunk.chunk_id, read.dropped.join("; "))));
+            let what: Vec<&str> = read.dropped.iter().map(|dropped| dropped.what.as_str()).collect();
+            return Err(NotRebasable::Damaged(format!("chunk {}: {}", chunk.chunk_id, what.join("; "))));
         }
         runs.push(Run::new(chunk.level, chunk.flags, read.entries));
     }
@@ -332,7 +334,7 @@ pub(crate) fn rebase_plan(
 /// What the entries of a chunk give, block by block.
 struct ChunkRead {
     entries: Vec<Entry>,
-    dropped: Vec<String>,
+    dropped: Vec<Dropped>,
 }
 
 /// Reads every entry still readable in a chunk (see `lds_format::salvage`): all of a sub-chunk
@@ -346,10 +348,16 @@ fn read_entries(
 ) -> Result<ChunkRead, DeviceError> {
     let mut read = ChunkRead { entries: Vec::new(), dropped: Vec::new() };
     let sub_chunks = meta.sub_chunks.len();
+    // Where a sub-chunk is lost whole, which of the chunk's keys it held is not known: the
+    // chunk's ranges cover it.
+    let whole = || vec![Lost::chunk(instance, meta)];
+    // Whether every sub-chunk was read through its own footer and block index, so that the
+    // damaged stretches name exactly the blocks lost.
+    let mut indexed = true;
     for (index, sub_chunk) in meta.sub_chunks.iter().enumerate() {
         let slot = sub_chunk.slot;
         if slot >= geometry.num_slots {
-            read.dropped.push(format!("sub-chunk {index}: slot {slot} is beyond the slot area"));
+            read.dropped.push(Dropped::new(format!("sub-chunk {index}: slot {slot} is beyond the slot area"), whole()));
             continue;
         }
         let offset = geometry.slot_offset(slot);
@@ -357,12 +365,19 @@ fn read_entries(
         // dropped like damaged ones.
         let (image, unreadable) = read_tolerant(device, offset, geometry.slot_size, geometry.sector())?;
         if let (Some(first), Some(last)) = (unreadable.first(), unreadable.last()) {
-            read.dropped.push(format!(
-                "slot {slot}: {} unreadable sectors from offset {first} to {last} (read error)",
-                unreadable.len()
+            // The blocks there fail their checksums: the damaged stretches below say which
+            // keys they held.
+            read.dropped.push(Dropped::new(
+                format!(
+                    "slot {slot}: {} unreadable sectors from offset {first} to {last} (read error)",
+                    unreadable.len()
+                ),
+                Vec::new(),
             ));
         }
         let salvaged = salvage_sub_chunk(&image, offset);
+        indexed &= salvaged.tail_error.is_none()
+            && salvaged.footer.as_ref().is_some_and(|footer| footer.digest == sub_chunk.digest);
         match salvaged.footer {
             // The footer was written for this sub-chunk when its identity fields say so, or
             // when it carries the digest the version records (a damaged field, then); a
@@ -379,9 +394,12 @@ fn read_entries(
                 read.entries.extend(salvaged.entries);
             }
             Some(footer) => {
-                read.dropped.push(format!(
-                    "slot {slot} holds chunk {} of instance {} (sub-chunk {}): none of this chunk's entries are there",
-                    footer.chunk_id, footer.instance, footer.sub_chunk_index
+                read.dropped.push(Dropped::new(
+                    format!(
+                        "slot {slot} holds chunk {} of instance {} (sub-chunk {}): none of this chunk's entries are there",
+                        footer.chunk_id, footer.instance, footer.sub_chunk_index
+                    ),
+                    whole(),
                 ));
                 continue;
             }
@@ -395,21 +413,35 @@ fn read_entries(
             }
         }
         for span in &salvaged.damaged {
-            read.dropped.push(format!(
-                "{} (bytes {}..{} of slot {slot}: {})",
-                span.key_range(),
-                span.offset,
-                span.offset + span.len,
-                span.reason
+            // The stretch's keys, within the chunk's key range.
+            let from = match &span.after_key {
+                Some(after) if after.as_slice() >= meta.smallest_key.as_slice() => KeyFrom::After(after.clone()),
+                _ => KeyFrom::Key(meta.smallest_key.clone()),
+            };
+            let through = match &span.through_key {
+                Some(through) if through.as_slice() <= meta.largest_key.as_slice() => through.clone(),
+                _ => meta.largest_key.clone(),
+            };
+            let lost = Lost { from, through: Some(through), ..Lost::chunk(instance, meta) };
+            read.dropped.push(Dropped::new(
+                format!(
+                    "{} (bytes {}..{} of slot {slot}: {})",
+                    span.key_range(),
+                    span.offset,
+                    span.offset + span.len,
+                    span.reason
+                ),
+                vec![lost],
             ));
         }
     }
     sort_entries(&mut read.entries);
     if (read.entries.len() as u64) < meta.num_entries {
-        read.dropped.push(format!(
-            "{} of the chunk's {} entries",
-            meta.num_entries - read.entries.len() as u64,
-            meta.num_entries
+        // Read through the block index, the damaged stretches name the lost blocks' keys;
+        // otherwise (a stale or lost tail) the chunk's ranges cover what is missing.
+        read.dropped.push(Dropped::new(
+            format!("{} of the chunk's {} entries", meta.num_entries - read.entries.len() as u64, meta.num_entries),
+            if indexed { Vec::new() } else { whole() },
         ));
     }
     Ok(read)
@@ -464,10 +496,15 @@ struct NewerInFreeSlots {
     /// The slots of the others, whose every entry those supersede: free for the repair's
     /// writes.
     superseded: BTreeSet<u64>,
+    /// The damaged stretches of those chunks, each with the keys it held.
+    dropped: Vec<Dropped>,
 }
 
 /// The entries of chunks in free slots that are newer than `last_sequence`, and which of
-/// their slots the repair keeps.
+/// their slots the repair keeps. Each sub-chunk is read as `lds salvage` reads it: the blocks
+/// whose checksum holds, through its block index or by a scan where the index or the whole
+/// tail is lost (then, on a volume of one instance, the blocks can only be this instance's),
+/// so that a damaged block loses only its own entries.
 fn newer_in_free_slots(
     device: &dyn BlockDevice,
     geometry: &Geometry,
@@ -477,35 +514,59 @@ fn newer_in_free_slots(
 ) -> Result<NewerInFreeSlots, DeviceError> {
     let mut entries = Vec::new();
     let (mut sources, mut superseded) = (BTreeSet::new(), BTreeSet::new());
+    let mut dropped = Vec::new();
     let mut from: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
+    let single_instance = geometry.instance_count == 1;
     for slot in (0..geometry.num_slots).filter(|slot| !old_slots.contains(slot)) {
         let offset = geometry.slot_offset(slot);
         let footer_offset = offset + geometry.slot_size - FOOTER_LEN as u64;
-        let Ok(footer_bytes) = device.read_vec(footer_offset, FOOTER_LEN as u64) else { continue };
-        let Ok(footer) = Footer::decode(&footer_bytes, footer_offset, geometry.slot_size) else { continue };
-        if footer.volume_uuid != geometry.volume_uuid
-            || footer.instance != instance
-            || footer.chunk_id != slot
-            || footer.num_sub_chunks != 1
-            || footer.largest_seq <= last_sequence
-        {
+        let (footer_bytes, _) = read_tolerant(device, footer_offset, FOOTER_LEN as u64, geometry.sector())?;
+        let largest_seq = match Footer::decode(&footer_bytes, footer_offset, geometry.slot_size) {
+            Ok(footer) if footer.volume_uuid == geometry.volume_uuid && footer.instance == instance => {
+                if footer.largest_seq <= last_sequence {
+                    continue;
+                }
+                footer.largest_seq
+            }
+            Ok(_) => continue,
+            Err(_) if single_instance => {
+                // A lost tail, or no chunk: a slot that never held one is zeros at both ends.
+                let probe = geometry.sector().min(geometry.slot_size);
+                let (head, _) = read_tolerant(device, offset, probe, geometry.sector())?;
+                if head.iter().all(|&byte| byte == 0) && footer_bytes.iter().all(|&byte| byte == 0) {
+                    continue;
+                }
+                u64::MAX
+            }
+            Err(_) => continue,
+        };
+        let (image, _) = read_tolerant(device, offset, geometry.slot_size, geometry.sector())?;
+        if lds_format::salvage::salvage_value_chunk(&image, offset).is_some() {
             continue;
         }
-        let Ok(image) = device.read_vec(offset, geometry.slot_size) else { continue };
-        let Ok(view) = SubChunkView::open(&image, offset) else { continue };
-        if view.verify_digest(offset).is_err() {
-            continue;
-        }
-        let Ok(found) = view.entries(offset) else { continue };
+        let salvaged = salvage_sub_chunk(&image, offset);
         let before = entries.len();
-        entries.extend(found.into_iter().filter(|entry| entry.sequence > last_sequence).map(|entry| Entry {
-            key: entry.key.to_vec(),
-            sequence: entry.sequence,
-            kind: entry.kind,
-            value: entry.value.to_vec(),
-        }));
-        if entries.len() > before {
-            from.push((slot, before..entries.len()));
+        entries.extend(salvaged.entries.into_iter().filter(|entry| entry.sequence > last_sequence));
+        if entries.len() == before {
+            continue;
+        }
+        from.push((slot, before..entries.len()));
+        for span in &salvaged.damaged {
+            let lost = Lost {
+                instance,
+                from: span.after_key.clone().map_or(KeyFrom::First, KeyFrom::After),
+                through: span.through_key.clone(),
+                smallest_seq: last_sequence + 1,
+                largest_seq: largest_seq.max(last_sequence + 1),
+            };
+            let what = format!(
+                "{} of the chunk in free slot {slot} (bytes {}..{}: {})",
+                span.key_range(),
+                span.offset,
+                span.offset + span.len,
+                span.reason
+            );
+            dropped.push(Dropped::new(what, vec![lost]));
         }
     }
     // A chunk whose every entry another one holds at the same or a newer sequence (the
@@ -523,7 +584,7 @@ fn newer_in_free_slots(
             superseded.insert(slot);
         }
     }
-    Ok(NewerInFreeSlots { entries, sources, superseded })
+    Ok(NewerInFreeSlots { entries, sources, superseded, dropped })
 }
 
 /// The entries of the backup log's batches above `last_sequence`.
@@ -546,6 +607,21 @@ fn sequence_range(entries: &[Entry]) -> String {
     let low = entries.iter().map(|entry| entry.sequence).min().unwrap_or(0);
     let high = entries.iter().map(|entry| entry.sequence).max().unwrap_or(0);
     format!("sequences {low} to {high}")
+}
+
+/// The problem of a recovered instance whose backup log replay cannot start at the version's
+/// start point (its object is not valid, or has a newer lsn) or breaks off, and the last
+/// sequence number the replay reaches: the version may be older than the log.
+fn backup_behind(recovery: &Result<InstanceRecovery, VersionLogError>) -> Option<(Code, u64)> {
+    let recovery = recovery.as_ref().ok()?;
+    let last_sequence = recovery.version_log.version.last_sequence;
+    match &recovery.backup {
+        BackupRecovery::StartMismatch { .. } => Some((Code::BackupStartMismatch, last_sequence)),
+        BackupRecovery::Recovered { state, end: ChainEndVerdict::Broken { .. }, .. } => {
+            Some((Code::BackupLogChainBroken, reach(&state.batches).saturating_sub(1).max(last_sequence)))
+        }
+        _ => None,
+    }
 }
 
 fn version_code(recovery: &Result<InstanceRecovery, VersionLogError>) -> Code {
@@ -604,7 +680,7 @@ fn journal_fault(
     None
 }
 
-fn class_of(codes: &[Code], dropped: &[String]) -> FixClass {
+fn class_of(codes: &[Code], dropped: &[Dropped]) -> FixClass {
     if dropped.is_empty() && codes.iter().all(|code| matches!(code.kind().repair, Repair::Preen(_) | Repair::Nothing)) {
         FixClass::Preen
     } else {
@@ -641,6 +717,9 @@ struct Start {
     needed: Vec<(u64, u64)>,
     /// The version log lost versions: the recovered version is not the newest.
     lost: bool,
+    /// The slots of the chunks the version names with metadata that contradicts it, found
+    /// intact elsewhere and kept there (`locate_left_out`).
+    relocated: BTreeSet<u64>,
 }
 
 impl Rebuild<'_> {
@@ -654,8 +733,9 @@ impl Rebuild<'_> {
         read_entries(self.device, self.geometry, self.instance, meta)
     }
 
-    /// The version to rebuild from: the recovered one, or the newest good one.
-    fn start(&mut self, label: &Label, source: &Source) -> Result<Start, RepairError> {
+    /// The version to rebuild from: the recovered one, or the newest good one (with the chunks
+    /// it names with contradicting metadata where they lie intact in slots outside `taken`).
+    fn start(&mut self, label: &Label, source: &Source, taken: &BTreeSet<u64>) -> Result<Start, RepairError> {
         let version_context = area_context(self.geometry, LogKind::Version, self.instance);
         let mut protected = source
             .recovery
@@ -672,17 +752,26 @@ impl Rebuild<'_> {
                 needed: protected.clone(),
                 protected,
                 lost,
+                relocated: BTreeSet::new(),
             });
         }
         let code = version_code(&source.recovery);
         let mut dropped = Vec::new();
         if let Ok(InstanceRecovery { version_end: ChainEndVerdict::Broken { later, .. }, .. }) = &source.recovery {
-            dropped.push(format!("version log objects lsn {} to {} past the damage", later.first_lsn, later.last_lsn));
+            // The data of the versions past the damage is read back from the free slots
+            // (`newer_in_free_slots`), each loss there reported with its chunk.
+            dropped.push(Dropped::new(
+                format!("version log objects lsn {} to {} past the damage", later.first_lsn, later.last_lsn),
+                Vec::new(),
+            ));
         }
         let Some(good) = &source.good else {
             let fix =
                 self.fix(vec![code], "no base version is left: rebuilt the tree from the chunks in the slots".into());
-            fix.dropped = vec!["every version the log held (the data in free slots is kept at level 0)".into()];
+            fix.dropped = vec![Dropped::new(
+                "every version the log held (the data in free slots is kept at level 0)",
+                Vec::new(),
+            )];
             fix.class = FixClass::Fix;
             let base = lds_format::image::empty_base_version_of(label, self.instance);
             let version = Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
@@ -697,12 +786,46 @@ impl Rebuild<'_> {
                 protected,
                 needed: Vec::new(),
                 lost,
+                relocated: BTreeSet::new(),
             });
         };
         protected.extend(good.objects.iter().copied());
         let needed = good.objects.clone();
-        dropped.extend(good.stopped.iter().map(|why| format!("the versions after that point: {why}")));
-        dropped.extend(good.left_out.iter().map(|what| format!("left out {what}")));
+        dropped.extend(
+            good.stopped.iter().map(|why| Dropped::new(format!("the versions after that point: {why}"), Vec::new())),
+        );
+        let instance = self.instance;
+        // A chunk left out for its metadata (a slot beyond the slot area or of another chunk,
+        // an id another chunk has) may lie intact in a free slot: it stays, there.
+        let mut version = good.version.clone();
+        let left_out: Vec<&ChunkMeta> = good.left_out.iter().filter_map(|left_out| left_out.chunk.as_ref()).collect();
+        let found = locate_left_out(self.device, self.geometry, instance, &left_out, taken)?;
+        let mut relocated = BTreeSet::new();
+        let mut kept = Vec::new();
+        for (meta, found) in left_out.iter().zip(found) {
+            let Some(found) = found else { continue };
+            let delta = DeltaVersion {
+                added: vec![found.clone()],
+                last_sequence: version.last_sequence,
+                ofs_backup_start: version.ofs_backup_start,
+                lsn_backup_start: version.lsn_backup_start,
+                ..DeltaVersion::default()
+            };
+            if version.apply(&delta).is_ok() {
+                relocated.extend(found.slots());
+                kept.push((meta.chunk_id, meta.slots().collect::<Vec<_>>(), found));
+            }
+        }
+        // The chunks kept where they were found are not dropped (their own fixes say so).
+        let stays = |chunk: &ChunkMeta| {
+            kept.iter().any(|(id, slots, _)| *id == chunk.chunk_id && chunk.slots().eq(slots.iter().copied()))
+        };
+        dropped.extend(good.left_out.iter().filter(|left_out| !left_out.chunk.as_ref().is_some_and(stays)).map(
+            |left_out| {
+                let lost = left_out.chunk.iter().map(|chunk| Lost::chunk(instance, chunk)).collect();
+                Dropped::new(format!("left out {}", left_out.what), lost)
+            },
+        ));
         let fix = Fix::new(
             vec![code],
             self.log.0.clone(),
@@ -715,13 +838,27 @@ impl Rebuild<'_> {
             ),
         );
         self.fixes.push(fix.dropping(dropped).class(FixClass::Fix));
+        for (id, slots, found) in kept {
+            let listed: Vec<String> = slots.iter().map(u64::to_string).collect();
+            let found_in: Vec<String> = found.slots().map(|slot| slot.to_string()).collect();
+            let action = format!(
+                "kept the chunk the version names as chunk {id} in slots {} (which contradicts the version) as chunk {} in slots {}, where it lies intact: its footers name this volume, instance and level, and carry the digests the version records",
+                listed.join(", "),
+                found.chunk_id,
+                found_in.join(", ")
+            );
+            let structure = format!("chunk {} of instance {instance}", found.chunk_id);
+            let offset = self.geometry.slot_offset(found.chunk_id);
+            self.fixes.push(Fix::new(vec![code], structure, offset, action));
+        }
         Ok(Start {
-            version: good.version.clone(),
+            version,
             journals: good.unfinished_compactions.clone(),
             replica: Some(good.base.geometry),
             protected,
             needed,
             lost,
+            relocated,
         })
     }
 
@@ -744,9 +881,14 @@ impl Rebuild<'_> {
                     let dropped = if journal.cleaned.is_empty() {
                         Vec::new()
                     } else {
-                        vec![format!(
-                            "the keys up to the resume key of the inputs it cleaned (chunks {:?}) where their slots were reused (reported with those chunks)",
-                            journal.cleaned
+                        // The inputs stay: where their slots were reused, the check finds
+                        // them damaged and each one's fix names what it drops.
+                        vec![Dropped::new(
+                            format!(
+                                "the keys up to the resume key of the inputs it cleaned (chunks {:?}) where their slots were reused (reported with those chunks)",
+                                journal.cleaned
+                            ),
+                            Vec::new(),
                         )]
                     };
                     let action = format!(
@@ -787,7 +929,7 @@ impl Rebuild<'_> {
                 continue;
             }
             let read = self.read_entries(&input)?;
-            dropped.extend(read.dropped.into_iter().map(|what| format!("chunk {id}: {what}")));
+            dropped.extend(read.dropped.into_iter().map(|what| what.prefixed(&format!("chunk {id}: "))));
             let above: Vec<Entry> =
                 read.entries.into_iter().filter(|entry| entry.key.as_slice() > journal.resume_key.as_slice()).collect();
             if !above.is_empty() {
@@ -964,7 +1106,7 @@ impl Rebuild<'_> {
                     Ok(id) => {
                         let Some(meta) = self.tree.remove(&id) else { continue };
                         let read = self.read_entries(&meta)?;
-                        dropped.extend(read.dropped.into_iter().map(|what| format!("chunk {id}: {what}")));
+                        dropped.extend(read.dropped.into_iter().map(|what| what.prefixed(&format!("chunk {id}: "))));
                         entries.extend(read.entries);
                         names.push(id.to_string());
                     }
@@ -1043,11 +1185,30 @@ fn backup_batches(
             // hold), whichever leads further.
             let recorded_batches = if start_inside { prefix(recorded.0, recorded.1).batches } else { Vec::new() };
             let continuing = continuing_batches(&source.backup_area, context, known, version.last_sequence);
-            let reach = |batches: &[ReplayBatch]| {
-                batches.last().map_or(0, |batch| batch.first_sequence + u64::from(batch.num_entries))
-            };
             let batches = if reach(&continuing) > reach(&recorded_batches) { continuing } else { recorded_batches };
-            return (batches, None, Vec::new());
+            // Valid batches later in the log than those kept hold entries nothing replays.
+            let floor = reach(&batches).saturating_sub(1).max(known);
+            let later = later_batches(&source.backup_area, context, kept_until(&batches, recorded.1), floor);
+            let mut fixes = Vec::new();
+            if !later.is_empty() {
+                let first = batches.first().map_or(recorded.0, |batch| batch.offset);
+                fixes.push(
+                    Fix::new(
+                        Vec::new(),
+                        structure,
+                        context.ofs_area + first,
+                        format!(
+                            "kept the {} batches that continue the sequence numbers the rebuilt version holds",
+                            batches.len()
+                        ),
+                    )
+                    .dropping(vec![Dropped::new(
+                        format!("the {} later batches in the backup log above sequence {floor}", later.len()),
+                        later,
+                    )]),
+                );
+            }
+            return (batches, None, fixes);
         }
     };
     match &recovery.backup {
@@ -1061,9 +1222,14 @@ fn backup_batches(
                         context.ofs_area + offset,
                         format!("kept the {} batches before the damage at offset {offset}", state.batches.len()),
                     )
-                    .dropping(vec![format!(
-                        "backup log objects lsn {} to {} after the damage",
-                        later.first_lsn, later.last_lsn
+                    .dropping(vec![Dropped::new(
+                        format!("backup log objects lsn {} to {} after the damage", later.first_lsn, later.last_lsn),
+                        later_batches(
+                            &source.backup_area,
+                            context,
+                            kept_until(&state.batches, recorded.1),
+                            reach(&state.batches).saturating_sub(1).max(version.last_sequence),
+                        ),
                     )]),
                 );
             }
@@ -1081,7 +1247,15 @@ fn backup_batches(
                     state.batches.len()
                 ),
             )
-            .dropping(vec![format!("the batches from there on ({error})")]);
+            .dropping(vec![Dropped::new(
+                format!("the batches from there on ({error})"),
+                later_batches(
+                    &source.backup_area,
+                    context,
+                    kept_until(&state.batches, recorded.1),
+                    reach(&state.batches).saturating_sub(1).max(version.last_sequence),
+                ),
+            )]);
             (state.batches, None, vec![fix])
         }
         BackupRecovery::StartMismatch { offset, found_lsn, recorded_lsn } => {
@@ -1104,10 +1278,127 @@ fn backup_batches(
                 context.ofs_area,
                 format!("restarted the backup log (the start point {ofs_backup_start} lies outside it)"),
             )
-            .dropping(vec!["whatever the backup log held".into()]);
+            .dropping(vec![Dropped::new(
+                "whatever the backup log held",
+                later_batches(&source.backup_area, context, recorded.1.saturating_sub(1), version.last_sequence),
+            )]);
             (Vec::new(), None, vec![fix])
         }
     }
+}
+
+/// Where each of `metas` (chunks a version names with metadata that contradicts it) lies
+/// intact, if anywhere outside `taken`: the slots whose footers are its sub-chunks' (this
+/// volume and instance, the chunk's level, each sub-chunk's index and count, the digest the
+/// metadata records for it), the first of them the chunk id every one of those footers
+/// names. The metadata is returned with those slots and that id.
+fn locate_left_out(
+    device: &dyn BlockDevice,
+    geometry: &Geometry,
+    instance: u32,
+    metas: &[&ChunkMeta],
+    taken: &BTreeSet<u64>,
+) -> Result<Vec<Option<ChunkMeta>>, DeviceError> {
+    if metas.is_empty() {
+        return Ok(Vec::new());
+    }
+    // The footers of this instance in the free slots, by digest (one read of a footer each).
+    let mut by_digest: BTreeMap<[u8; 32], Vec<(u64, Footer)>> = BTreeMap::new();
+    for slot in (0..geometry.num_slots).filter(|slot| !taken.contains(slot)) {
+        let footer_offset = geometry.slot_offset(slot) + geometry.slot_size - FOOTER_LEN as u64;
+        let (bytes, unreadable) = read_tolerant(device, footer_offset, FOOTER_LEN as u64, geometry.sector())?;
+        if !unreadable.is_empty() {
+            continue;
+        }
+        let Ok(footer) = Footer::decode(&bytes, footer_offset, geometry.slot_size) else { continue };
+        if footer.volume_uuid == geometry.volume_uuid && footer.instance == instance {
+            by_digest.entry(footer.digest).or_default().push((slot, footer));
+        }
+    }
+    let mut claimed: BTreeSet<u64> = BTreeSet::new();
+    let mut located = Vec::with_capacity(metas.len());
+    for meta in metas {
+        let count = meta.sub_chunks.len();
+        let mut slots = Vec::with_capacity(count);
+        for (index, sub_chunk) in meta.sub_chunks.iter().enumerate() {
+            let found = by_digest.get(&sub_chunk.digest).and_then(|candidates| {
+                candidates.iter().find(|(slot, footer)| {
+                    !claimed.contains(slot)
+                        && !slots.contains(slot)
+                        && footer.level == meta.level
+                        && usize::from(footer.sub_chunk_index) == index
+                        && usize::from(footer.num_sub_chunks) == count
+                })
+            });
+            match found {
+                Some((slot, footer)) => {
+                    slots.push(*slot);
+                    if footer.chunk_id != slots[0] {
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        let whole = slots.len() == count
+            && count > 0
+            && by_digest.get(&meta.sub_chunks[0].digest).is_some_and(|candidates| {
+                candidates.iter().any(|(slot, footer)| *slot == slots[0] && footer.chunk_id == slots[0])
+            });
+        if !whole {
+            located.push(None);
+            continue;
+        }
+        claimed.extend(slots.iter().copied());
+        let mut found = (*meta).clone();
+        found.chunk_id = slots[0];
+        for (sub_chunk, slot) in found.sub_chunks.iter_mut().zip(&slots) {
+            sub_chunk.slot = *slot;
+        }
+        located.push(Some(found));
+    }
+    Ok(located)
+}
+
+/// The lsn of the last batch kept, or the one before `lsn_start` when none is.
+fn kept_until(kept: &[ReplayBatch], lsn_start: u64) -> u64 {
+    kept.last().map_or(lsn_start.saturating_sub(1), |batch| batch.lsn)
+}
+
+/// The sequence number after the last batch of `batches` (0 without any).
+fn reach(batches: &[ReplayBatch]) -> u64 {
+    batches.last().map_or(0, |batch| batch.first_sequence + u64::from(batch.num_entries))
+}
+
+/// The entries above sequence `floor` of the valid batches of a backup log area later than
+/// lsn `after` (past what a repair keeps of the log), one range per batch: what `lds salvage`
+/// still reads there that restarting the backup log drops.
+fn later_batches(area: &[u8], context: &AreaContext, after: u64, floor: u64) -> Vec<Lost> {
+    let mut lost = Vec::new();
+    for object in valid_objects(area, context).into_iter().filter(|object| object.header.lsn > after) {
+        let Payload::Batch { first_sequence, .. } = object.payload else { continue };
+        let Ok(raw) = read_object(area, object.offset, context) else { continue };
+        let mut sequence = first_sequence;
+        let (mut low, mut high): (Option<&[u8]>, Option<&[u8]>) = (None, None);
+        let decoded = decode_entries(raw.payload, context.ofs_area + object.offset, |_, key, _| {
+            sequence += 1;
+            low = Some(low.map_or(key, |low| low.min(key)));
+            high = Some(high.map_or(key, |high| high.max(key)));
+        });
+        if let (Ok(_), Some(low), Some(high)) = (decoded, low, high) {
+            let (low, high) = (low.to_vec(), high.to_vec());
+            if sequence - 1 > floor {
+                lost.push(Lost {
+                    instance: context.instance,
+                    from: KeyFrom::Key(low),
+                    through: Some(high),
+                    smallest_seq: first_sequence.max(floor + 1),
+                    largest_seq: sequence - 1,
+                });
+            }
+        }
+    }
+    lost
 }
 
 /// Plans the rebuild of `source`'s tree.
@@ -1132,14 +1423,42 @@ pub(crate) fn plan<'a>(
         resolver: Resolver::new(&source.backup_area, backup_context),
         retain_until: None,
     };
-    let Start { version, journals, replica, protected, needed, lost } = rebuild.start(label, source)?;
+    let Start { version, journals, replica, protected, needed, mut lost, relocated } =
+        rebuild.start(label, source, old_slots)?;
     rebuild.tree = version.chunks.clone();
-    // Where versions were lost, the data newer than the version that free slots hold.
-    let newer = if lost {
+    // The chunks kept where they were found are the version's now: no free slot.
+    let old_slots: BTreeSet<u64> = old_slots.union(&relocated).copied().collect();
+    let old_slots = &old_slots;
+    // Where versions were lost, the data newer than the version that free slots hold. A
+    // version whose backup log replay cannot start (its start object gone, or newer) or
+    // breaks off may be older than the log too, its newest delta versions lost as a crash
+    // would have lost them but with the batches they flushed since written over or damaged:
+    // then the free slots hold what those versions had, past what the log replays.
+    let behind = backup_behind(&source.recovery);
+    let mut newer = if lost || behind.is_some() {
         newer_in_free_slots(device, geometry, instance, version.last_sequence, old_slots)?
     } else {
-        NewerInFreeSlots { entries: Vec::new(), sources: BTreeSet::new(), superseded: BTreeSet::new() }
+        NewerInFreeSlots {
+            entries: Vec::new(),
+            sources: BTreeSet::new(),
+            superseded: BTreeSet::new(),
+            dropped: Vec::new(),
+        }
     };
+    let code = match behind {
+        Some((code, _)) if !lost => code,
+        _ => version_code(&source.recovery),
+    };
+    if let Some((_, replayed)) = behind.filter(|_| !lost) {
+        if newer.entries.iter().all(|entry| entry.sequence <= replayed) {
+            // Nothing past what the log replays: the log alone is followed.
+            newer.entries.clear();
+            newer.sources.clear();
+            newer.superseded.clear();
+            newer.dropped.clear();
+        }
+        lost = !newer.entries.is_empty();
+    }
     let (extra, source_slots) = (newer.entries, newer.sources);
     if !extra.is_empty() {
         let listed: Vec<String> = source_slots.union(&newer.superseded).map(u64::to_string).collect();
@@ -1155,7 +1474,11 @@ pub(crate) fn plan<'a>(
                 format!("; slots {} hold only versions the others supersede and take new writes", superseded.join(", "))
             }
         );
-        rebuild.fix(vec![version_code(&source.recovery)], action);
+        let fix = rebuild.fix(vec![code], action);
+        if !newer.dropped.is_empty() {
+            fix.dropped = newer.dropped;
+            fix.class = FixClass::Fix;
+        }
     }
     // What the version and the free slots hold: the backup log adds what is newer.
     let known = extra.iter().map(|entry| entry.sequence).max().unwrap_or(0).max(version.last_sequence);
@@ -1173,6 +1496,27 @@ pub(crate) fn plan<'a>(
     // Entries both hold once (the free slots' chunks were flushed from these batches).
     let in_slots: BTreeSet<u64> = extra.iter().map(|entry| entry.sequence).collect();
     let mut logged = batch_entries(&source.backup_area, &backup_context, &batches, version.last_sequence);
+    if lost {
+        // The sequence numbers up to `known` are taken to be in the free slots' chunks; those
+        // a damaged chunk there lost, a valid batch of the log may still hold.
+        let chosen: BTreeSet<u64> = batches.iter().map(|batch| batch.offset).collect();
+        let holes: Vec<ReplayBatch> = valid_objects(&source.backup_area, &backup_context)
+            .into_iter()
+            .filter(|object| !chosen.contains(&object.offset))
+            .filter_map(|object| match object.payload {
+                Payload::Batch { first_sequence, num_entries, .. }
+                    if first_sequence <= known
+                        && first_sequence.saturating_add(u64::from(num_entries)) > version.last_sequence + 1 =>
+                {
+                    Some(ReplayBatch { offset: object.offset, lsn: object.header.lsn, first_sequence, num_entries })
+                }
+                _ => None,
+            })
+            .collect();
+        let mut found = batch_entries(&source.backup_area, &backup_context, &holes, version.last_sequence);
+        found.retain(|entry| entry.sequence <= known);
+        logged.extend(found);
+    }
     logged.retain(|entry| !in_slots.contains(&entry.sequence));
     rebuild.level_rules(version.num_levels)?;
     // The last sequence covers every chunk.
@@ -1222,6 +1566,9 @@ pub(crate) fn plan<'a>(
         ..version.to_base(*geometry, instance)
     };
     let mut source_slots = source_slots;
+    // A chunk kept where it was found is not in the old state: its slot must not take the
+    // repair's writes before the switch, even where its entries are rewritten (a damaged one).
+    source_slots.extend(relocated.iter().copied());
     if label.has_value_chunks() {
         // Damaged value chunks: the chunks pointing into them are rewritten, their values
         // that still match their crc32c copied into new value chunks (or inline).
@@ -1422,7 +1769,7 @@ struct Settled {
     chunks: Vec<lds_format::value::ValueChunkMeta>,
     next_value_chunk_id: u64,
     /// Entries left out, described.
-    dropped: Vec<String>,
+    dropped: Vec<Dropped>,
 }
 
 /// The value chunks of a rebuilt tree: those the kept chunks and the runs point to. A value
@@ -1520,10 +1867,10 @@ fn settle_values(
                         entry.value = value;
                         entries.push(entry);
                     }
-                    None => dropped.push(format!(
-                        "key {} (sequence {}): its value in a damaged value chunk does not match its crc32c",
-                        display_key(&entry.key),
-                        entry.sequence
+                    None => dropped.push(Dropped::entry(
+                        instance,
+                        &entry,
+                        "its value in a damaged value chunk does not match its crc32c",
                     )),
                 }
                 continue;
@@ -1545,11 +1892,7 @@ fn settle_values(
                     if let Some((_, problem)) =
                         value_problem(device, geometry, &pointer, |id| chunks.get(&id).copied())?
                     {
-                        dropped.push(format!(
-                            "key {} (sequence {}): {problem}",
-                            display_key(&entry.key),
-                            entry.sequence
-                        ));
+                        dropped.push(Dropped::entry(instance, &entry, &problem.to_string()));
                         continue;
                     }
                     referenced.extend(pointer.extents.iter().map(|extent| extent.value_chunk_id));
@@ -1558,11 +1901,7 @@ fn settle_values(
             if whole {
                 entries.push(entry);
             } else {
-                dropped.push(format!(
-                    "key {} (sequence {}): its value chunk is lost",
-                    display_key(&entry.key),
-                    entry.sequence
-                ));
+                dropped.push(Dropped::entry(instance, &entry, "its value chunk is lost"));
             }
         }
         run.entries = entries;

@@ -36,12 +36,14 @@
 #![deny(unsafe_code)]
 
 pub mod devices;
+pub mod dropped;
 mod flip;
 mod instance;
 mod labels;
 mod logchunks;
 pub mod metadump;
 pub mod resize;
+mod reuse;
 pub mod salvage;
 
 use std::collections::BTreeSet;
@@ -54,6 +56,7 @@ use lds_format::pack::{place, ChunkFormat, ChunkPacker};
 use lds_format::version::{Version, CHUNK_FLAG_ODD};
 use lds_volume::{BlockDevice, DeviceError};
 
+pub use dropped::{Dropped, KeyFrom, Lost};
 pub use instance::Run;
 
 /// How much repair may do (e2fsck's `-n`, `-p`, `-y`).
@@ -116,8 +119,9 @@ pub struct Fix {
     pub offset: u64,
     /// What it does.
     pub action: String,
-    /// The data it drops (keys, key ranges, sequence ranges, chunks), empty when none.
-    pub dropped: Vec<String>,
+    /// The data it drops (keys, key ranges, sequence ranges, chunks), each in words and as
+    /// the entries it covers; empty when none.
+    pub dropped: Vec<Dropped>,
     /// Whether it can lose data.
     pub class: FixClass,
     /// What became of it.
@@ -137,7 +141,7 @@ impl Fix {
         }
     }
 
-    fn dropping(mut self, dropped: Vec<String>) -> Self {
+    fn dropping(mut self, dropped: Vec<Dropped>) -> Self {
         if !dropped.is_empty() {
             self.class = FixClass::Fix;
         }
@@ -206,6 +210,16 @@ impl RepairReport {
     pub fn bytes_written(&self) -> u64 {
         self.writes.iter().map(|write| write.len).sum()
     }
+
+    /// Whether a fix that was applied (or, with `-n`, planned) names the entry (`key`,
+    /// `sequence`) of `instance` among what it drops (docs/reliability.md I10).
+    pub fn reports_dropped(&self, instance: u32, key: &[u8], sequence: u64) -> bool {
+        self.fixes
+            .iter()
+            .filter(|fix| matches!(fix.state, FixState::Applied | FixState::Planned))
+            .flat_map(|fix| fix.dropped.iter().flat_map(|dropped| dropped.lost.iter()))
+            .any(|lost| lost.covers(instance, key, sequence))
+    }
 }
 
 /// Why a repair could not run, or stopped before writing anything (the volume is unchanged),
@@ -220,7 +234,7 @@ pub enum RepairError {
     #[error(transparent)]
     Device(#[from] DeviceError),
     /// Too few free slots for the chunks repair must write.
-    #[error("{device}: repair must write {needed} chunks and only {free} slots are free; nothing was written (lds salvage copies what is readable to a new volume)")]
+    #[error("{device}: repair must write {needed} chunks and only {free} slots are free ({left} more free slots hold data lds salvage reads that nothing else keeps, which repair does not write over); nothing was written (lds salvage copies what is readable to a new volume)")]
     NoSpace {
         /// The device.
         device: String,
@@ -228,6 +242,8 @@ pub enum RepairError {
         needed: usize,
         /// Slots free.
         free: usize,
+        /// Free slots left alone: they hold data salvage reads that nothing else keeps.
+        left: usize,
     },
     /// The version log has no room for the rebuilt base version outside its live region.
     #[error("{device}: the version log of instance {instance} has no room outside its live region for the rebuilt base version ({len} bytes); nothing was written (lds salvage copies what is readable to a new volume)")]
@@ -326,8 +342,7 @@ pub fn repair(
     let mut writes: Vec<PlannedWrite> = labels.writes(options.mode, &mut report);
     let present = |slot: u64| label.slot_present(slot);
     let chunk_writes = place_chunks(
-        &name,
-        &geometry,
+        Placement { name: &name, geometry: &geometry, device, keep_readable: true },
         &mut plans,
         &old_slots,
         &options,
@@ -432,17 +447,26 @@ pub(crate) fn write_all(
     Ok(())
 }
 
+/// Where `place_chunks` writes: the volume, and whether free slots that hold data salvage
+/// reads are kept (`reuse`: repair) or taken in order (`lds resize`, `lds device`).
+pub(crate) struct Placement<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) geometry: &'a Geometry,
+    pub(crate) device: &'a dyn BlockDevice,
+    pub(crate) keep_readable: bool,
+}
+
 /// Packs every applied plan's runs into chunks, places them in `usable` slots that no version
 /// uses (old or new), adds their metadata to the plans, and returns their writes.
 pub(crate) fn place_chunks(
-    name: &str,
-    geometry: &Geometry,
+    placement: Placement<'_>,
     plans: &mut [instance::InstancePlan],
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
     usable: &dyn Fn(u64) -> bool,
     encoding: lds_format::pack::ChunkEncoding,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
+    let Placement { name, geometry, device, keep_readable } = placement;
     let mut value_moves = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate().filter(|(_, plan)| plan.apply) {
         value_moves.extend(std::mem::take(&mut plan.value_moves).into_iter().map(|(meta, image)| (index, meta, image)));
@@ -457,8 +481,15 @@ pub(crate) fn place_chunks(
         .chain(used)
         .chain(old_slots.iter().copied())
         .collect();
-    let mut free: std::collections::VecDeque<u64> =
-        (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot)).collect();
+    // What the rebuilt trees hold, so that a free slot whose entries they all hold may be
+    // written over (docs/reliability.md I10).
+    let holds = plans
+        .iter()
+        .filter(|plan| plan.apply)
+        .map(|plan| (plan.instance, reuse::Holds::new(&plan.kept, plan.runs.iter().flat_map(|run| &run.entries))))
+        .collect();
+    let candidates = (0..geometry.num_slots).filter(|&slot| usable(slot) && !unavailable.contains(&slot));
+    let mut free = reuse::FreeSlots::new(device, geometry, candidates, holds, keep_readable);
     // Values too large to stay inline (copied out of a damaged value chunk) go to new value
     // chunks (SPEC.md §8.6, §16).
     let mut writes = separate_large_values(name, geometry, plans, &mut free, encoding.digest)?;
@@ -479,14 +510,16 @@ pub(crate) fn place_chunks(
         }
     }
     let needed = packed.len() + value_moves.len();
-    if free.len() < needed {
+    let slots = free.take(needed)?;
+    if slots.len() < needed {
         return Err(RepairError::NoSpace {
             device: name.to_string(),
             needed: needed + separated,
-            free: free.len() + separated,
+            free: slots.len() + separated,
+            left: free.left,
         });
     }
-    let mut free = free.into_iter();
+    let mut free = slots.into_iter();
     // Value chunks move byte for byte: the footer names no slot (SPEC.md §8.6).
     for ((index, meta, image), slot) in value_moves.into_iter().zip(free.by_ref()) {
         let plan = &mut plans[index];
@@ -516,7 +549,7 @@ fn separate_large_values(
     name: &str,
     geometry: &Geometry,
     plans: &mut [instance::InstancePlan],
-    free: &mut std::collections::VecDeque<u64>,
+    free: &mut reuse::FreeSlots<'_>,
     digest: lds_format::chunk::DigestKind,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     use lds_format::value::{ValueFormat, ValuePacker};
@@ -532,7 +565,7 @@ fn separate_large_values(
         };
         let mut packer = ValuePacker::new(format);
         let mut next_id = values.next_value_chunk_id;
-        let available = free.len();
+        let mut taken = 0;
         for run in &mut plan.runs {
             for entry in run
                 .entries
@@ -540,11 +573,13 @@ fn separate_large_values(
                 .filter(|entry| entry.kind == lds_format::batch::EntryKind::Put && entry.value.len() > inline_max)
             {
                 let pointer = packer.add(&entry.value, || {
-                    let slot = free.pop_front().ok_or(RepairError::NoSpace {
+                    let slot = free.next_slot()?.ok_or(RepairError::NoSpace {
                         device: name.to_string(),
-                        needed: available + 1,
-                        free: available,
+                        needed: taken + 1,
+                        free: taken,
+                        left: free.left,
                     })?;
+                    taken += 1;
                     next_id += 1;
                     Ok::<_, RepairError>((next_id - 1, slot))
                 })?;

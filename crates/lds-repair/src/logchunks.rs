@@ -30,6 +30,8 @@ use lds_format::logref::{LogBatch, LogPosition, LogRef};
 use lds_format::salvage::Entry;
 use lds_format::version::{ChunkMeta, Version};
 
+use crate::dropped::Dropped;
+
 /// What is wrong with a chunk's log references, by the fsck problem it is (SPEC.md §8.9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LogFault {
@@ -156,7 +158,7 @@ impl<'a> Resolver<'a> {
     /// Turns every log reference among `entries` into a put of the value it names; the
     /// entries whose reference does not resolve are removed and returned, described.
     /// Returns how many became puts.
-    pub(crate) fn resolve_entries(&mut self, entries: &mut Vec<Entry>) -> (usize, Vec<String>) {
+    pub(crate) fn resolve_entries(&mut self, entries: &mut Vec<Entry>) -> (usize, Vec<Dropped>) {
         let mut resolved = 0;
         let mut dropped = Vec::new();
         let mut kept = Vec::with_capacity(entries.len());
@@ -172,9 +174,7 @@ impl<'a> Resolver<'a> {
                     resolved += 1;
                     kept.push(entry);
                 }
-                Err(why) => {
-                    dropped.push(format!("key {} (sequence {}): {why}", display_key(&entry.key), entry.sequence))
-                }
+                Err(why) => dropped.push(Dropped::entry(self.context.instance, &entry, &why)),
             }
         }
         // The kind is part of an entry's order only below its sequence number: still sorted.

@@ -24,7 +24,7 @@ use lds_format::version::Version;
 use lds_volume::{BlockDevice, DeviceError};
 
 use crate::instance::{rebase_plan, NotRebasable, Source};
-use crate::{flip, logchunks, place_chunks, write_all, PlannedWrite, RepairError, RepairOptions, Written};
+use crate::{flip, logchunks, place_chunks, write_all, Placement, PlannedWrite, RepairError, RepairOptions, Written};
 
 /// Why a resize or a device change could not run (nothing was written unless the message says
 /// so).
@@ -388,7 +388,8 @@ fn rebase_once(
     }
     let options = RepairOptions::new(crate::Mode::Yes);
     let encoding = lds_format::pack::ChunkEncoding::of_label(&label_of(device)?);
-    let chunk_writes = place_chunks(&name, read_as, &mut plans, &old_slots, &options, usable, encoding)?;
+    let placement = Placement { name: &name, geometry: read_as, device, keep_readable: false };
+    let chunk_writes = place_chunks(placement, &mut plans, &old_slots, &options, usable, encoding)?;
     // Chunks and value chunks the budget left where they are.
     let left = plans
         .iter()

@@ -16,4 +16,5 @@ pub mod minimize;
 pub mod repair;
 pub mod repeat;
 pub mod resize;
+pub mod salvage_oracle;
 pub mod workload;

@@ -11,7 +11,11 @@
 //!   instance is in its old state or its new one (the switch is one sector), never between.
 //!   One exception, where the version log's chain was already broken (an error the engine
 //!   refuses to open on) and its live region left the new base version no room but over the
-//!   old chain: the crash image may show another such version log error, and R must hold.
+//!   old chain: the crash image may show another such version log error, and R must hold;
+//! - **I10**: the completed repair keeps what salvage of the damaged volume reads, or names
+//!   it dropped (both forms of `salvage_oracle`: against salvage of the repaired volume, and
+//!   against the live values of the workload); and the second repair of each crash image
+//!   keeps what salvage of that crash image reads (its first form).
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -29,6 +33,7 @@ use crate::device::{Event, History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::{recipes, Bounds, Builder};
 use crate::media::{build_volume, faulty_device, targets, MediaFault, Structure, Volume};
+use crate::salvage_oracle::{kept_for_salvage, kept_live, salvage_image, stable};
 use crate::workload::{options, Model, Random};
 
 /// A damaged volume for repair to work on.
@@ -38,6 +43,9 @@ pub struct Damaged {
     pub name: String,
     /// The damaged image.
     pub image: Vec<u8>,
+    /// The keys whose value no crash state of the workload changes, with that value: what
+    /// I10 holds repair to where salvage of the damaged image reads it.
+    pub live: Model,
 }
 
 /// Whether fsck finds something to repair in an image.
@@ -54,6 +62,7 @@ fn inconsistent(image: &[u8]) -> bool {
 pub fn damaged_volumes() -> Result<(Volume, Vec<Damaged>), String> {
     let volume = build_volume()?;
     let targets = targets(&volume, 2)?;
+    let live = stable(volume.models.get(volume.synced..).unwrap_or_default());
     let structures = [
         Structure::PrimaryLabel,
         Structure::BackupLabel,
@@ -79,7 +88,7 @@ pub fn damaged_volumes() -> Result<(Volume, Vec<Damaged>), String> {
             let Some((index, image)) = found else { continue };
             let target = &targets[index];
             let name = format!("{} ({}) at {}: {}", structure.name(), target.label, target.sector, fault.name());
-            cases.push(Damaged { name, image });
+            cases.push(Damaged { name, image, live: live.clone() });
         }
     }
     // Two faults at once: the primary label and a chunk's blocks.
@@ -89,7 +98,7 @@ pub fn damaged_volumes() -> Result<(Volume, Vec<Damaged>), String> {
             let mut image = device.current();
             let sector = targets[label].sector as usize;
             image[sector..sector + volume.geometry.sector() as usize].fill(0);
-            cases.push(Damaged { name: "primary label zeroed and a chunk's blocks flipped".into(), image });
+            cases.push(Damaged { name: "primary label zeroed and a chunk's blocks flipped".into(), image, live });
         }
     }
     Ok((volume, cases))
@@ -105,6 +114,8 @@ pub struct Outcome {
     pub problems: Vec<u16>,
     /// Every key and value, or why the engine cannot read the volume.
     pub reads: Result<Model, String>,
+    /// The entries the repair's report names dropped (docs/reliability.md I10).
+    pub lost: Vec<lds_repair::Lost>,
 }
 
 /// A completed repair recorded on the simulated device.
@@ -187,13 +198,20 @@ fn repair_outcome(device: &dyn BlockDevice, image_after: impl FnOnce() -> Vec<u8
         repair(device, RepairOptions::new(Mode::Yes), &mut |_, _| {}).map_err(|error| format!("repair: {error}"))?;
     let image = image_after();
     let problems = problems_of(&image).map_err(|error| format!("after repair: {error}"))?;
-    Ok(Outcome { exit_code: report.exit_code(), problems, reads: reads_of(image) })
+    let lost = crate::salvage_oracle::lost_ranges(&report);
+    Ok(Outcome { exit_code: report.exit_code(), problems, reads: reads_of(image), lost })
 }
 
-/// Runs `repair -y` on a damaged image through an undo log, recording everything.
+/// Runs `repair -y` on a damaged image through an undo log, recording everything; fails when
+/// the completed repair does not keep what salvage of the damaged image reads (I10).
 pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, String> {
+    let salvaged = salvage_image(&damaged.image)?;
     let recording = Recording::new(damaged.image.clone(), sector_size, "repair");
     let completed = repair_outcome(&recording.undo_device, || recording.device.current())?;
+    kept_for_salvage(&salvaged, &salvage_image(&recording.device.current())?, &completed.lost)?;
+    if let Ok(reads) = &completed.reads {
+        kept_live(&salvaged, &damaged.live, reads, &completed.lost)?;
+    }
     let (undo_file, undo_len_at_write) = recording.undo();
     Ok(RepairRun {
         damaged_problems: problems_of(&damaged.image)?,
@@ -227,6 +245,10 @@ fn check_image(run: &RepairRun, writes_issued: usize, image: &[u8]) -> Result<()
     // R: a second repair finishes the job as the completed repair did.
     let device = SimDevice::new(image.to_vec());
     let again = repair_outcome(&device, || device.current()).map_err(|error| ("R", error))?;
+    // I10: the second repair keeps what salvage of the crash image reads.
+    let salvaged = salvage_image(image).map_err(|error| ("I10", error))?;
+    let after = salvage_image(&device.current()).map_err(|error| ("I10", error))?;
+    kept_for_salvage(&salvaged, &after, &again.lost).map_err(|error| ("I10", error))?;
     if again.problems != run.completed.problems {
         return Err((
             "R",
@@ -439,6 +461,9 @@ pub struct SweepCounts {
     pub keys_exposed: u64,
     /// Exposed keys that still read their value.
     pub exposed_kept: u64,
+    /// Entries salvage of the damaged volumes reads that I10 held the repairs to (both
+    /// forms, docs/reliability.md).
+    pub salvage_entries_held: u64,
     /// Repairs refused with nothing written, and why (too few free slots, no room in the
     /// version log: `lds salvage` is the way out).
     pub refused: Vec<String>,
@@ -561,6 +586,7 @@ pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, Stri
     let all = targets(volume, 16)?;
     let placement = placement(volume)?;
     let last = volume.models.last().cloned().unwrap_or_default();
+    let live = stable(volume.models.get(volume.synced..).unwrap_or_default());
     let sector_size = volume.geometry.sector();
     let mut random = Random(seed | 1);
     let mut counts = SweepCounts::default();
@@ -613,6 +639,8 @@ pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, Stri
         if !inconsistent(&image) {
             counts.nothing_to_fix += 1;
         }
+        // I10: what salvage reads from the damaged image.
+        let salvaged = salvage_image(&image)?;
         let device = SimDevice::new(image).with_sector_size(sector_size);
         let outcome = match repair_outcome(&device, || device.current()) {
             Ok(outcome) => outcome,
@@ -644,6 +672,18 @@ pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, Stri
                 continue;
             }
         };
+        // I10: repair keeps what salvage of the damaged image reads (or names it dropped).
+        let kept = salvage_image(&device.current()).and_then(|after| {
+            let held = kept_for_salvage(&salvaged, &after, &outcome.lost)?;
+            Ok(held + kept_live(&salvaged, &live, &model, &outcome.lost)?)
+        });
+        match kept {
+            Ok(held) => counts.salvage_entries_held += held,
+            Err(error) => {
+                counts.failures.push(format!("{name}: {error}"));
+                continue;
+            }
+        }
         let (ranges, batch_keys) = placement.exposed(&damaged, sector_size);
         for key in &volume.keys {
             let in_damaged_chunk = ranges.iter().any(|(smallest, largest)| smallest <= key && key <= largest);

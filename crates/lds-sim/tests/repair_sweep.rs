@@ -1,6 +1,7 @@
 //! The repair sweep (issue: offline repair): random damage in the metadata and data of an
-//! engine-written volume; after `lds repair -y` fsck is clean and every key whose chunk and
-//! batch were undamaged reads its value.
+//! engine-written volume; after `lds repair -y` fsck is clean, every key whose chunk and
+//! batch were undamaged reads its value, and repair keeps what salvage of the damaged volume
+//! reads or names it dropped (docs/reliability.md I10, both forms).
 
 use lds_sim::media::build_volume;
 use lds_sim::repair::sweep;
@@ -26,6 +27,10 @@ fn after_repair_fsck_is_clean_and_undamaged_keys_read_their_values() {
         counts.keys_exposed,
         counts.exposed_kept
     );
+    eprintln!("I10: {} salvaged entries held to", counts.salvage_entries_held);
+    for failure in counts.failures.iter().take(40) {
+        eprintln!("failure: {failure}");
+    }
     for refused in counts.refused.iter().take(3) {
         eprintln!("refused: {refused}");
     }
@@ -33,4 +38,5 @@ fn after_repair_fsck_is_clean_and_undamaged_keys_read_their_values() {
     assert!(counts.repaired > cases / 2, "{counts:?}");
     assert!(counts.refused.len() as u64 <= cases / 100, "{counts:?}");
     assert!(counts.keys_checked > counts.keys_exposed, "{counts:?}");
+    assert!(counts.salvage_entries_held > counts.keys_checked, "{counts:?}");
 }
