@@ -21,6 +21,7 @@
 
 pub mod damage;
 pub mod fsck_cases;
+pub mod hostile;
 
 use std::path::{Path, PathBuf};
 
