@@ -557,6 +557,7 @@ impl Runner {
                 }
             }
             if self.wanted("repair -y") {
+                let crash_tail = crash_tail || head_leftover(&crafted, &healthy);
                 let salvage = Salvaged { pairs: salvaged.as_ref(), crash_tail };
                 self.repair_and_undo(
                     &crafted,
@@ -835,11 +836,23 @@ impl Drop for Runner {
 /// it (307). Salvage reads the batches past such a tail; recovery rightly does not.
 pub const CRASH_TAIL_CODES: [u64; 3] = [206, 306, 307];
 
+/// True when the case lowers the lsn or SN in the header of the backup log's newest batch:
+/// what stale bytes of an earlier lap, or an unsynced append of an earlier session, leave at
+/// the head (SPEC.md §9.5, §9.6). Recovery rightly ends the log before it, and fsck reports
+/// nothing, as after any wrap.
+pub fn head_leftover(crafted: &Crafted, healthy: &Volume) -> bool {
+    let field = &crafted.field;
+    let lowered = super::read_le(&crafted.value, 0, field.width)
+        < super::read_le(&healthy.files[field.file], field.at, field.width);
+    lowered && (field.path == "blog.wb.header.lsn" || field.path == "blog.wb.header.sn")
+}
+
 /// What salvage read from the crafted volume, and whether fsck saw a crash's tail there.
 pub struct Salvaged<'a> {
     /// The keys and values `salvage --export ndjson` printed (None: it failed).
     pub pairs: Option<&'a Pairs>,
-    /// fsck reported one of [`CRASH_TAIL_CODES`].
+    /// fsck reported one of [`CRASH_TAIL_CODES`], or the case leaves the head as a crash
+    /// does ([`head_leftover`]).
     pub crash_tail: bool,
 }
 
