@@ -14,6 +14,7 @@
 //!   --every N         every Nth case of the selection
 //!   --keep            keep the directories of cases with findings
 //!   --findings FILE   also write the findings there, one per line
+//!   --stats           also print how often each command ended with each exit code
 //! ```
 //! Exit 0 when nothing was found, 1 with findings, 2 on a usage error or a case that could
 //! not be built.
@@ -27,7 +28,7 @@ use lds_fixtures::hostile::{self, runner};
 
 fn usage(message: &str) -> i32 {
     eprintln!("lds-hostile: {message}");
-    eprintln!("usage: lds-hostile list [FILTER] | craft CASE DIR | run [--lds PATH] [--work DIR] [--jobs N] [--timeout S] [--memory BYTES] [--only LABEL] [--every N] [--keep] [--findings FILE] [CASE|FILTER ...]");
+    eprintln!("usage: lds-hostile list [FILTER] | craft CASE DIR | run [--lds PATH] [--work DIR] [--jobs N] [--timeout S] [--memory BYTES] [--only LABEL] [--every N] [--keep] [--findings FILE] [--stats] [CASE|FILTER ...]");
     2
 }
 
@@ -56,6 +57,7 @@ fn select(patterns: &[String]) -> Result<Vec<String>, String> {
 fn run(args: &[String]) -> i32 {
     let mut options = runner::Options::new(PathBuf::from("target/release/lds"));
     let (mut jobs, mut every, mut findings_file, mut patterns) = (1usize, 1usize, None, Vec::new());
+    let mut stats = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let mut value = |name: &str| iter.next().cloned().ok_or(format!("{name} needs a value"));
@@ -72,6 +74,7 @@ fn run(args: &[String]) -> i32 {
                 "--memory" => options.memory_limit = value("--memory")?.parse().map_err(|_| "--memory takes bytes")?,
                 "--only" => options.only_commands.push(value("--only")?),
                 "--keep" => options.keep = true,
+                "--stats" => stats = true,
                 "--findings" => findings_file = Some(PathBuf::from(value("--findings")?)),
                 other if other.starts_with("--") => return Err(format!("unknown option {other}")),
                 other => patterns.push(other.to_string()),
@@ -116,6 +119,15 @@ fn run(args: &[String]) -> i32 {
         let text: String = summary.findings.iter().map(|finding| format!("{finding}\n")).collect();
         if let Err(error) = std::fs::write(&path, text) {
             eprintln!("lds-hostile: {}: {error}", path.display());
+        }
+    }
+    if stats {
+        let mut by_command: std::collections::BTreeMap<&str, Vec<String>> = std::collections::BTreeMap::new();
+        for ((label, exit), count) in &summary.exits {
+            by_command.entry(label.as_str()).or_default().push(format!("{exit}: {count}"));
+        }
+        for (label, exits) in by_command {
+            println!("{label:32} {}", exits.join(", "));
         }
     }
     let cases_with_findings: std::collections::BTreeSet<&str> =

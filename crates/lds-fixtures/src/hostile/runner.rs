@@ -121,6 +121,9 @@ pub struct Summary {
     /// Keys read otherwise than salvage reads them on a volume repair left as it was, where
     /// fsck explains the difference as a crash's unflushed tail (206, 306, 307).
     pub crash_explained: usize,
+    /// How often each command ended with each exit code (`signal N` and `timeout` too): how
+    /// far the cases get (a command that refuses every case at the label reaches little).
+    pub exits: BTreeMap<(String, String), usize>,
     /// Time taken.
     pub elapsed: Duration,
 }
@@ -140,6 +143,9 @@ impl Summary {
         self.unnamed_losses += other.unnamed_losses;
         self.repairs_checked += other.repairs_checked;
         self.crash_explained += other.crash_explained;
+        for (key, count) in other.exits {
+            *self.exits.entry(key).or_default() += count;
+        }
     }
 }
 
@@ -594,6 +600,13 @@ impl Runner {
         let outcome = run_lds(&self.options, dir, scratch, &step.args)?;
         summary.runs += 1;
         summary.commands.insert(step.label.clone());
+        let exit = match (outcome.timed_out, outcome.signal, outcome.code) {
+            (true, _, _) => "timeout".to_string(),
+            (false, Some(signal), _) => format!("signal {signal}"),
+            (false, None, Some(code)) => format!("exit {code}"),
+            (false, None, None) => "unknown".to_string(),
+        };
+        *summary.exits.entry((step.label.clone(), exit)).or_default() += 1;
         if outcome.max_rss_kib > summary.worst_rss_kib {
             summary.worst_rss_kib = outcome.max_rss_kib;
             summary.worst_rss_run = format!("{case} | lds {}", step.args.join(" "));
