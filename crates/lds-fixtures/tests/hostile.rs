@@ -35,6 +35,8 @@ fn every_group_of_fields_of_spec_md_is_reached() {
         "levels:label.primary.generation=max",
         "levels:vlog.bv.chunk[0].sub_chunk[0].slot=past_end",
         "levels:vlog.dv.deleted[0].chunk_id=overlap",
+        "levels:vlog.dv.added[0].sub_chunks=cycle",
+        "levels:vlog.bv.chunks=cycle",
         "levels:blog.wb.entry[0].len_value=past_end",
         "levels:chunk[live].footer.ofs_index=overlap",
         "levels:chunk[live].index[0].ofs_block=overlap",

@@ -120,6 +120,9 @@ pub enum Kind {
     Reserved,
     /// A magic: 0.
     Magic,
+    /// A whole structure re-encoded (a list made to repeat an element, which changes its
+    /// length): the extras only, each the structure's new bytes, checksums computed.
+    Whole,
     /// A digest another structure repeats (a chunk's in chunk metadata, a value chunk's in
     /// its metadata): never a case of its own, rewritten when that structure is resealed.
     Digest {
@@ -229,7 +232,7 @@ impl FieldRef {
                 vec![(Variant::One, one), (Variant::Max, vec![0xff; self.width])]
             }
             Kind::Magic => vec![(Variant::Zero, vec![0; self.width])],
-            Kind::Digest { .. } => Vec::new(),
+            Kind::Whole | Kind::Digest { .. } => Vec::new(),
         };
         all.extend(self.extras.iter().cloned());
         let mut seen = Vec::new();

@@ -831,6 +831,95 @@ fn object_fields(
     fields
 }
 
+/// Lists made to repeat an element (SPEC.md §6.2, §6.1, §6.4), the object re-encoded with
+/// its checksums where it stood: a chunk's sub-chunk list naming its slot twice, a delta
+/// deleting a chunk twice or adding one twice, a base version listing a chunk twice. The
+/// object grows, so it may run over the object after it (overlapping it). A payload that does
+/// not decode, or an object that would run past the area, gives no variant.
+fn repeated_lists(
+    volume: &Volume,
+    place: &ObjectPlace,
+    object_type: ObjectType,
+    p: &str,
+    ctx: &Ctx<'_>,
+) -> Vec<FieldRef> {
+    use lds_format::version::{BaseVersion, DeltaVersion};
+    let bytes = &volume.files[place.file];
+    let at = place.at();
+    let len = read_le(bytes, at + 40, 4) as usize;
+    let Some(payload) = bytes.get(at + HEADER_LEN..at + HEADER_LEN + len) else { return Vec::new() };
+    let mut variants: Vec<(String, Vec<u8>)> = Vec::new();
+    match object_type {
+        ObjectType::DeltaVersion => {
+            let Ok(delta) = DeltaVersion::decode(payload, 0) else { return Vec::new() };
+            if let Some(first) = delta.added.first() {
+                let mut repeated = delta.clone();
+                let mut chunk = first.clone();
+                chunk.sub_chunks.push(chunk.sub_chunks[0]);
+                repeated.added[0] = chunk;
+                variants.push((format!("{p}.added[0].sub_chunks"), repeated.encode()));
+                let mut twice = delta.clone();
+                twice.added.push(first.clone());
+                variants.push((format!("{p}.added"), twice.encode()));
+            }
+            if let Some(first) = delta.deleted.first() {
+                let mut twice = delta.clone();
+                twice.deleted.push(*first);
+                variants.push((format!("{p}.deleted"), twice.encode()));
+            }
+        }
+        ObjectType::BaseVersion => {
+            let Ok(base) = BaseVersion::decode(payload, 0) else { return Vec::new() };
+            if let Some(first) = base.chunks.first() {
+                let mut twice = base.clone();
+                twice.chunks.push(first.clone());
+                variants.push((format!("{p}.chunks"), twice.encode()));
+            }
+        }
+        _ => {}
+    }
+    let header = match lds_format::log::ObjectHeader::parse_raw(&bytes[at..at + HEADER_LEN], place.offset) {
+        Ok(header) => header,
+        Err(_) => return Vec::new(),
+    };
+    let object = lds_format::log::NewObject {
+        object_type,
+        kind: if ctx.space.geometry.log_area(LogKind::Version, 0).0 as usize == place.area_at {
+            LogKind::Version
+        } else {
+            LogKind::Backup
+        },
+        instance: header.instance,
+        sn: header.sn,
+        lsn: header.lsn,
+        log_offset: header.log_offset,
+        volume_uuid: header.volume_uuid,
+    };
+    let old_len = lds_format::codec::align8((HEADER_LEN + len) as u64) as usize;
+    let area_end = place.area_at + place.area_len;
+    variants
+        .into_iter()
+        .filter_map(|(path, payload)| {
+            let mut encoded = lds_format::log::encode_object(&object, &payload);
+            if at + encoded.len() > area_end {
+                return None;
+            }
+            let width = encoded.len().max(old_len);
+            encoded.resize(width, 0);
+            Some(FieldRef {
+                path,
+                file: place.file,
+                at,
+                width,
+                kind: Kind::Whole,
+                extras: vec![(Variant::Cycle, encoded)],
+                also: Vec::new(),
+                seals: Vec::new(),
+            })
+        })
+        .collect()
+}
+
 /// The object of a type with the highest lsn among `places` (the lowest: `last` false).
 fn pick(places: &[ObjectPlace], types: &[ObjectType], wanted: ObjectType, last: bool) -> Option<usize> {
     let matching = (0..places.len()).filter(|&index| types.get(index) == Some(&wanted));
@@ -1182,7 +1271,10 @@ pub fn group(group: Group, volume: &Volume, space: &Space) -> Result<Vec<FieldRe
     let mut fields = Vec::new();
     let version_object = |index: Option<usize>, p: &str| -> Vec<FieldRef> {
         index.map_or_else(Vec::new, |index| {
-            object_fields(volume, &logs.version[index], logs.version_types[index], p, LogKind::Version, &ctx, 0)
+            let (place, object_type) = (&logs.version[index], logs.version_types[index]);
+            let mut fields = object_fields(volume, place, object_type, p, LogKind::Version, &ctx, 0);
+            fields.extend(repeated_lists(volume, place, object_type, p, &ctx));
+            fields
         })
     };
     let backup_object = |index: Option<usize>, p: &str| -> Vec<FieldRef> {
