@@ -203,3 +203,42 @@ fn a_case_name_that_names_nothing_is_refused_with_the_reason() {
         assert!(error.0.contains(says), "{name}: {error}");
     }
 }
+
+#[test]
+fn the_spawner_reports_exit_codes_signals_timeouts_and_memory() {
+    // hostile::runner::serve_spawns, as lds-hostile's spawner process runs it: one request a
+    // line, one answer a line.
+    let dir = std::env::temp_dir().join(format!("lds-hostile-spawner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("{error}"));
+    let request = |script: &str, timeout_ms: u64| {
+        serde_json::json!({
+            "program": "/bin/sh", "dir": dir, "stdout": dir.join("out"), "stderr": dir.join("err"),
+            "args": ["-c", script], "timeout_ms": timeout_ms, "memory_limit": 1u64 << 30,
+        })
+        .to_string()
+    };
+    let input = [
+        request("echo hello; exit 3", 10_000),
+        request("kill -SEGV $$", 10_000),
+        request("sleep 20", 300),
+        "not json".to_string(),
+    ]
+    .join("\n");
+    let mut output = Vec::new();
+    hostile::runner::serve_spawns(std::io::Cursor::new(input), &mut output).unwrap_or_else(|error| panic!("{error}"));
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}")))
+        .collect();
+    let stdout = std::fs::read_to_string(dir.join("out")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    assert_eq!(answers[0]["code"], 3, "{}", answers[0]);
+    assert!(answers[0]["max_rss_kib"].as_u64().is_some_and(|kib| kib > 0), "{}", answers[0]);
+    assert_eq!(answers[1]["signal"], 11, "{}", answers[1]);
+    assert_eq!(answers[2]["timed_out"], true, "{}", answers[2]);
+    assert!(answers[2]["elapsed_us"].as_u64().is_some_and(|us| us < 10_000_000), "{}", answers[2]);
+    assert!(answers[3]["error"].is_string(), "{}", answers[3]);
+    // The last request that ran wrote nothing, the first one's output was replaced.
+    assert_eq!(stdout, "");
+}

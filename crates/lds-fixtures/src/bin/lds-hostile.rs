@@ -56,6 +56,8 @@ fn select(patterns: &[String]) -> Result<Vec<String>, String> {
 
 fn run(args: &[String]) -> i32 {
     let mut options = runner::Options::new(PathBuf::from("target/release/lds"));
+    // Children started by a small process of their own: their peak memory is theirs alone.
+    options.spawner = std::env::current_exe().ok();
     let (mut jobs, mut every, mut findings_file, mut patterns) = (1usize, 1usize, None, Vec::new());
     let mut stats = false;
     let mut iter = args.iter();
@@ -133,7 +135,7 @@ fn run(args: &[String]) -> i32 {
     let cases_with_findings: std::collections::BTreeSet<&str> =
         summary.findings.iter().map(|f| f.case.as_str()).collect();
     println!(
-        "cases {}, commands {}, runs {}, findings {} (in {} cases), errors {}, repairs checked against salvage {}, keys dropped without being named {}, keys a crash's tail explains {}, worst peak memory {} KiB ({}), time {:.1} s",
+        "cases {}, commands {}, runs {}, findings {} (in {} cases), errors {}, repairs checked against salvage {}, keys dropped without being named {}, keys a crash's tail explains {}, worst peak memory {} KiB ({}; lds --version run the same way: {} KiB), time {:.1} s",
         summary.cases,
         summary.commands.len(),
         summary.runs,
@@ -145,6 +147,7 @@ fn run(args: &[String]) -> i32 {
         summary.crash_explained,
         summary.worst_rss_kib,
         summary.worst_rss_run,
+        summary.baseline_rss_kib,
         summary.elapsed.as_secs_f64()
     );
     if !summary.errors.is_empty() {
@@ -194,6 +197,10 @@ fn main() {
             Err(error) => usage(&error.to_string()),
         },
         Some("run") => run(&args[1..]),
+        Some(runner::SPAWNER_ARG) => match runner::serve_spawns(std::io::stdin().lock(), std::io::stdout().lock()) {
+            Ok(()) => 0,
+            Err(error) => usage(&format!("spawner: {error}")),
+        },
         _ => usage("give list, craft or run"),
     };
     std::process::exit(code);

@@ -52,6 +52,9 @@ pub struct Options {
     pub keep: bool,
     /// Only the commands whose label contains one of these (all when empty).
     pub only_commands: Vec<String>,
+    /// A program that serves spawns ([`Spawner`]); without one, children are forked from the
+    /// runner and their peak memory counts the runner's own.
+    pub spawner: Option<PathBuf>,
 }
 
 impl Options {
@@ -64,6 +67,7 @@ impl Options {
             memory_limit: 1 << 30,
             keep: false,
             only_commands: Vec::new(),
+            spawner: None,
         }
     }
 }
@@ -110,7 +114,10 @@ pub struct Summary {
     pub findings: Vec<Finding>,
     /// Cases that could not be built or set up (not findings of the tools).
     pub errors: Vec<String>,
-    /// Peak resident memory of a child, KiB, and that run.
+    /// Peak resident memory of a child, KiB (`ru_maxrss`), and that run. Without a
+    /// [`Spawner`], a child forked from the runner counts the runner's resident pages it
+    /// inherited until its `exec` (Linux keeps the larger peak across `exec`): an upper bound;
+    /// see `baseline_rss_kib`.
     pub worst_rss_kib: u64,
     /// The run of the worst peak.
     pub worst_rss_run: String,
@@ -121,6 +128,9 @@ pub struct Summary {
     /// Keys read otherwise than salvage reads them on a volume repair left as it was, where
     /// fsck explains the difference as a crash's unflushed tail (206, 306, 307).
     pub crash_explained: usize,
+    /// `ru_maxrss` of `lds --version` run the same way at the end: the least a child counts,
+    /// KiB.
+    pub baseline_rss_kib: u64,
     /// How often each command ended with each exit code (`signal N` and `timeout` too): how
     /// far the cases get (a command that refuses every case at the label reaches little).
     pub exits: BTreeMap<(String, String), usize>,
@@ -168,26 +178,46 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// Runs `lds ARGS` in `dir` with the limits of `options`; its output goes through files in
-/// `scratch` (outside `dir`).
-pub fn run_lds(options: &Options, dir: &Path, scratch: &Path, args: &[String]) -> std::io::Result<Outcome> {
-    let stdout_path = scratch.join("stdout");
-    let stderr_path = scratch.join("stderr");
-    let limit = options.memory_limit;
-    let mut command = Command::new(&options.lds);
+/// How a child ended, without its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// Its exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// Killed at the timeout.
+    pub timed_out: bool,
+    /// Peak resident memory, KiB (`ru_maxrss`).
+    pub max_rss_kib: u64,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+/// Runs `program ARGS` in `dir`, its output to `stdout` and `stderr`, with an address-space
+/// limit of `memory_limit` bytes and no core dump (set between fork and exec), killed at
+/// `timeout`.
+pub fn run_child(
+    program: &Path,
+    dir: &Path,
+    (stdout, stderr): (&Path, &Path),
+    args: &[String],
+    timeout: Duration,
+    memory_limit: u64,
+) -> std::io::Result<Status> {
+    let mut command = Command::new(program);
     command
         .args(args)
         .current_dir(dir)
         .env_remove(lds_volume::members::DEVICES_VARIABLE)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
-        .stdout(File::create(&stdout_path)?)
-        .stderr(File::create(&stderr_path)?);
+        .stdout(File::create(stdout)?)
+        .stderr(File::create(stderr)?);
     // SAFETY: between fork and exec the closure only calls setrlimit, which is
     // async-signal-safe, on values computed before the fork.
     unsafe {
         command.pre_exec(move || {
-            let address_space = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            let address_space = libc::rlimit { rlim_cur: memory_limit, rlim_max: memory_limit };
             let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             if libc::setrlimit(libc::RLIMIT_AS, &address_space) != 0
                 || libc::setrlimit(libc::RLIMIT_CORE, &no_core) != 0
@@ -203,7 +233,6 @@ pub fn run_lds(options: &Options, dir: &Path, scratch: &Path, args: &[String]) -
     // The watchdog kills the child at the timeout. The child is only reaped (wait4) once the
     // watchdog is done, so the pid it kills cannot be another process's.
     let (done, wake) = std::sync::mpsc::channel::<()>();
-    let timeout = options.timeout;
     let watchdog = std::thread::spawn(move || {
         if wake.recv_timeout(timeout) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
             // SAFETY: kill of our own child, not yet reaped.
@@ -243,14 +272,140 @@ pub fn run_lds(options: &Options, dir: &Path, scratch: &Path, args: &[String]) -
     } else {
         (None, None)
     };
+    Ok(Status { code, signal, timed_out, max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0), elapsed })
+}
+
+/// A small process that starts the children for a runner, so that their peak memory is
+/// their own: a child forked from the runner would count the runner's resident pages as its
+/// own until its `exec` (Linux keeps the larger peak across `exec`). The spawner is a fresh
+/// `exec` of a program that calls [`serve_spawns`] when given [`SPAWNER_ARG`] (lds-hostile
+/// does); it reads one request per line and answers each with the child's [`Status`].
+pub struct Spawner {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+/// The argument that makes a program serve spawns ([`serve_spawns`]).
+pub const SPAWNER_ARG: &str = "__spawner";
+
+impl Spawner {
+    /// Starts `program SPAWNER_ARG`.
+    pub fn start(program: &Path) -> std::io::Result<Self> {
+        let mut child = Command::new(program).arg(SPAWNER_ARG).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        let missing = || std::io::Error::other("the spawner's pipes are missing");
+        let input = child.stdin.take().ok_or_else(missing)?;
+        let output = std::io::BufReader::new(child.stdout.take().ok_or_else(missing)?);
+        Ok(Self { child, input, output })
+    }
+
+    /// Runs one child through the spawner ([`run_child`]'s arguments).
+    pub fn run(
+        &mut self,
+        program: &Path,
+        dir: &Path,
+        (stdout, stderr): (&Path, &Path),
+        args: &[String],
+        timeout: Duration,
+        memory_limit: u64,
+    ) -> std::io::Result<Status> {
+        use std::io::{BufRead, Write};
+        let request = serde_json::json!({
+            "program": program, "dir": dir, "stdout": stdout, "stderr": stderr, "args": args,
+            "timeout_ms": timeout.as_millis() as u64, "memory_limit": memory_limit,
+        });
+        writeln!(self.input, "{request}")?;
+        self.input.flush()?;
+        let mut line = String::new();
+        if self.output.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("the spawner exited"));
+        }
+        let reply: serde_json::Value = serde_json::from_str(&line).map_err(std::io::Error::other)?;
+        if let Some(error) = reply.get("error").and_then(serde_json::Value::as_str) {
+            return Err(std::io::Error::other(error.to_string()));
+        }
+        let int = |name: &str| reply.get(name).and_then(serde_json::Value::as_i64);
+        Ok(Status {
+            code: int("code").map(|code| code as i32),
+            signal: int("signal").map(|signal| signal as i32),
+            timed_out: reply.get("timed_out").and_then(serde_json::Value::as_bool).unwrap_or(false),
+            max_rss_kib: int("max_rss_kib").unwrap_or(0) as u64,
+            elapsed: Duration::from_micros(int("elapsed_us").unwrap_or(0) as u64),
+        })
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // Its input closed, the spawner's loop ends.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The spawner's loop ([`Spawner`]): one JSON request per line of `input`, one JSON answer per
+/// line of `output`, until `input` ends.
+pub fn serve_spawns(input: impl std::io::BufRead, mut output: impl std::io::Write) -> std::io::Result<()> {
+    for line in input.lines() {
+        let line = line?;
+        let answer = (|| -> Result<serde_json::Value, String> {
+            let request: serde_json::Value = serde_json::from_str(&line).map_err(|error| error.to_string())?;
+            let path = |name: &str| {
+                request.get(name).and_then(serde_json::Value::as_str).map(PathBuf::from).ok_or(format!("no {name}"))
+            };
+            let args: Vec<String> = request
+                .get("args")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("no args")?
+                .iter()
+                .filter_map(|arg| arg.as_str().map(str::to_string))
+                .collect();
+            let number = |name: &str| request.get(name).and_then(serde_json::Value::as_u64).ok_or(format!("no {name}"));
+            let status = run_child(
+                &path("program")?,
+                &path("dir")?,
+                (&path("stdout")?, &path("stderr")?),
+                &args,
+                Duration::from_millis(number("timeout_ms")?),
+                number("memory_limit")?,
+            )
+            .map_err(|error| error.to_string())?;
+            Ok(serde_json::json!({
+                "code": status.code, "signal": status.signal, "timed_out": status.timed_out,
+                "max_rss_kib": status.max_rss_kib, "elapsed_us": status.elapsed.as_micros() as u64,
+            }))
+        })()
+        .unwrap_or_else(|error| serde_json::json!({ "error": error }));
+        writeln!(output, "{answer}")?;
+        output.flush()?;
+    }
+    Ok(())
+}
+
+/// Runs `lds ARGS` in `dir` with the limits of `options` (through `spawner` when there is
+/// one); its output goes through files in `scratch` (outside `dir`).
+pub fn run_lds(
+    options: &Options,
+    spawner: Option<&mut Spawner>,
+    dir: &Path,
+    scratch: &Path,
+    args: &[String],
+) -> std::io::Result<Outcome> {
+    let stdout_path = scratch.join("stdout");
+    let stderr_path = scratch.join("stderr");
+    let files = (stdout_path.as_path(), stderr_path.as_path());
+    let status = match spawner {
+        Some(spawner) => spawner.run(&options.lds, dir, files, args, options.timeout, options.memory_limit)?,
+        None => run_child(&options.lds, dir, files, args, options.timeout, options.memory_limit)?,
+    };
     Ok(Outcome {
-        code,
-        signal,
-        timed_out,
-        max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        code: status.code,
+        signal: status.signal,
+        timed_out: status.timed_out,
+        max_rss_kib: status.max_rss_kib,
         stdout: std::fs::read(&stdout_path)?,
         stderr: std::fs::read(&stderr_path)?,
-        elapsed,
+        elapsed: status.elapsed,
     })
 }
 
@@ -444,6 +599,7 @@ pub struct Runner {
     neighbour: Vec<u8>,
     /// A directory of this runner's own under `options.work`.
     root: PathBuf,
+    spawner: Option<Spawner>,
 }
 
 impl Runner {
@@ -456,7 +612,13 @@ impl Runner {
         };
         let root = options.work.join(format!("lds-hostile-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&root).map_err(|error| CaseError(format!("{}: {error}", root.display())))?;
-        Ok(Self { options, bases: Bases::default(), healthy: Healthy::default(), neighbour, root })
+        let spawner = match &options.spawner {
+            Some(program) => {
+                Some(Spawner::start(program).map_err(|error| CaseError(format!("{}: {error}", program.display())))?)
+            }
+            None => None,
+        };
+        Ok(Self { options, bases: Bases::default(), healthy: Healthy::default(), neighbour, root, spawner })
     }
 
     fn wanted(&self, label: &str) -> bool {
@@ -481,7 +643,7 @@ impl Runner {
                 .iter()
                 .map(|arg| (*arg).to_string())
                 .collect();
-            let outcome = run_lds(&self.options, &dir, &scratch, &args).map_err(io)?;
+            let outcome = run_lds(&self.options, self.spawner.as_mut(), &dir, &scratch, &args).map_err(io)?;
             if outcome.code != Some(0) {
                 return Err(CaseError(format!(
                     "lds scan of healthy base {} failed: {}",
@@ -590,14 +752,14 @@ impl Runner {
     }
 
     fn run_step(
-        &self,
+        &mut self,
         case: &str,
         step: &Step,
         dir: &Path,
         scratch: &Path,
         summary: &mut Summary,
     ) -> std::io::Result<Outcome> {
-        let outcome = run_lds(&self.options, dir, scratch, &step.args)?;
+        let outcome = run_lds(&self.options, self.spawner.as_mut(), dir, scratch, &step.args)?;
         summary.runs += 1;
         summary.commands.insert(step.label.clone());
         let exit = match (outcome.timed_out, outcome.signal, outcome.code) {
@@ -620,7 +782,7 @@ impl Runner {
     /// `repair -y` on a copy, its oracles, then `undo` of its undo file.
     #[allow(clippy::too_many_arguments)]
     fn repair_and_undo(
-        &self,
+        &mut self,
         crafted: &Crafted,
         read_dir: &Path,
         write_dir: &Path,
@@ -693,7 +855,7 @@ impl Runner {
     /// read intact lost without a word (I10).
     #[allow(clippy::too_many_arguments)]
     fn check_repaired(
-        &self,
+        &mut self,
         crafted: &Crafted,
         dir: &Path,
         scratch: &Path,
@@ -801,7 +963,7 @@ impl Runner {
     /// An undo case: `undo -n` in the read directory, `undo` and `undo --force` on copies.
     #[allow(clippy::too_many_arguments)]
     fn undo_case(
-        &self,
+        &mut self,
         crafted: &Crafted,
         read_dir: &Path,
         write_dir: &Path,
@@ -959,6 +1121,14 @@ pub fn run_all(
     let mut total = Summary::default();
     for result in results {
         total.merge(result?);
+    }
+    let dir = options.work.join(format!("lds-hostile-baseline-{}-{}", std::process::id(), unique()));
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let mut spawner = options.spawner.as_deref().and_then(|program| Spawner::start(program).ok());
+        if let Ok(outcome) = run_lds(options, spawner.as_mut(), &dir, &dir, &["--version".to_string()]) {
+            total.baseline_rss_kib = outcome.max_rss_kib;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
     total.elapsed = started.elapsed();
     Ok(total)
