@@ -93,6 +93,11 @@ fn run(args: &[String]) -> i32 {
             options.lds.display()
         ));
     }
+    // Children run in each case's directory: a relative path would name nothing there.
+    match std::fs::canonicalize(&options.lds) {
+        Ok(absolute) => options.lds = absolute,
+        Err(error) => return usage(&format!("{}: {error}", options.lds.display())),
+    }
     let names = match select(&patterns) {
         Ok(names) => names.into_iter().step_by(every.max(1)).collect::<Vec<_>>(),
         Err(message) => return usage(&message),
