@@ -32,4 +32,8 @@ done
 
 step "Kaitai: compile formats/*.ksy to Python, JavaScript and Java; the three readers against lds dump and lds scan"
 bash tools/kaitai/compile.sh
-LDS_BIN="$PWD/target/release/lds" python3 -m pytest -q tools/tests
+# The readers' scratch volumes go to a directory of this run, removed when it ends: pytest's
+# default keeps the last three runs (GiBs of sparse-but-written images) in /tmp.
+basetemp="$(mktemp -d "${TMPDIR:-/tmp}/lds-pytest.XXXXXX")"
+trap 'rm -rf "$basetemp"' EXIT
+LDS_BIN="$PWD/target/release/lds" python3 -m pytest -q --basetemp "$basetemp" tools/tests

@@ -12,12 +12,33 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A directory of the test's own: discovery looks at the files beside a volume, so tests that
-/// share a directory would see each other's volumes.
-fn directory(name: &str) -> PathBuf {
+/// share a directory would see each other's volumes. Removed when the test ends, passed or not.
+struct Directory(PathBuf);
+
+impl std::ops::Deref for Directory {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Directory {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Directory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn directory(name: &str) -> Directory {
     let path = std::env::temp_dir().join(format!("lds-safety-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&path);
     std::fs::create_dir_all(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    path
+    Directory(path)
 }
 
 fn lds(args: &[&str], directory: &Path) -> Output {
