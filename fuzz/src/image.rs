@@ -18,7 +18,7 @@ use lds_engine::{Db, WriteOptions};
 use lds_format::label::Label;
 use lds_sim::device::SimDevice;
 use lds_sim::workload::options;
-use lds_volume::volume::{read_labels, MemoryImage};
+use lds_volume::{read_labels, MemoryImage};
 
 use crate::fixup;
 

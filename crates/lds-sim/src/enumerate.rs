@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
 use crate::device::SimDevice;
 use crate::images::{recipes, Builder};

@@ -16,7 +16,7 @@ use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label};
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
 use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};

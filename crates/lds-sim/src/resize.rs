@@ -17,7 +17,7 @@ use std::sync::Arc;
 use lds_engine::{Db, WriteOptions};
 
 use lds_repair::resize::{plan, resize, resized};
-use lds_volume::device::BlockDevice;
+use lds_volume::{BlockDevice, ReadAt};
 
 use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};

@@ -129,7 +129,7 @@ fn a_torn_backup_log_write_with_later_writes_landed_is_a_crash_state_not_fsck_30
     use lds_check::{check, CheckOptions, Severity};
     use lds_sim::device::{apply, sectors_touched, Event};
     use lds_sim::enumerate::check_crash_image;
-    use lds_volume::volume::MemoryImage;
+    use lds_volume::MemoryImage;
 
     let workload = named("wrap").unwrap_or_else(|| panic!("wrap"));
     let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));

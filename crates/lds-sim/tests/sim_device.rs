@@ -3,7 +3,7 @@
 //! built on them inject what they claim to.
 
 use lds_sim::device::{Fault, SimDevice};
-use lds_volume::device::{BlockDevice, DeviceError};
+use lds_volume::{BlockDevice, DeviceError, ReadAt};
 
 const SECTOR: usize = 512;
 
