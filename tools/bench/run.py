@@ -92,6 +92,43 @@ class Throttle:
                 print(f"could not remove the {name} limit of {self.device}: {error}", file=sys.stderr)
 
 
+class MemoryLimit:
+    """A memory cgroup (cgroup v1) whose limit charges the page cache too: each benchmark
+    process is started inside it, so that an engine whose data is larger than the limit reads
+    from the device, as on a machine whose memory is a tenth of the data. Removed by close()."""
+
+    ROOT = Path("/sys/fs/cgroup/memory")
+
+    def __init__(self, limit_bytes: int, name: str):
+        self.path = self.ROOT / name
+        self.path.mkdir(exist_ok=True)
+        (self.path / "memory.limit_in_bytes").write_text(f"{limit_bytes}\n")
+        try:
+            (self.path / "memory.swappiness").write_text("0\n")
+        except OSError:
+            pass
+        self.limit = limit_bytes
+
+    def enter(self):
+        """For Popen's preexec_fn: moves the child into the group before it runs the engine."""
+        (self.path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    def reset_peak(self):
+        (self.path / "memory.max_usage_in_bytes").write_text("0\n")
+
+    def peak(self) -> int:
+        return int((self.path / "memory.max_usage_in_bytes").read_text())
+
+    def close(self):
+        try:
+            self.path.rmdir()
+        except OSError as error:
+            print(f"could not remove {self.path}: {error}", file=sys.stderr)
+
+
+MEMORY: "MemoryLimit | None" = None
+
+
 def drop_caches():
     subprocess.run(["sync"], check=False)
     try:
@@ -115,7 +152,10 @@ def run_bench(command, engine: str, out: Path, label: str, fields: dict) -> dict
     print(f"== {label}: {' '.join(command)}", flush=True)
     drop_caches()
     started = time.time()
-    result = subprocess.run(command, text=True, capture_output=True)
+    if MEMORY is not None:
+        MEMORY.reset_peak()
+    result = subprocess.run(command, text=True, capture_output=True,
+                            preexec_fn=MEMORY.enter if MEMORY is not None else None)
     if result.returncode != 0:
         print(result.stderr, file=sys.stderr)
         document = {"schema": "lds-bench/1", "engine": engine, "error": result.stderr.strip(), "results": []}
@@ -123,6 +163,9 @@ def run_bench(command, engine: str, out: Path, label: str, fields: dict) -> dict
         document = json.loads(result.stdout)
     document.update(fields)
     document["wall_seconds"] = round(time.time() - started, 1)
+    if MEMORY is not None:
+        document["memory_limit_bytes"] = MEMORY.limit
+        document["memory_peak_bytes"] = MEMORY.peak()
     (out / f"{label}.json").write_text(json.dumps(document, indent=1))
     print(f"   {label}: {document['wall_seconds']} s", flush=True)
     return document
@@ -181,6 +224,9 @@ def main():
     parser.add_argument("--filesystems", default=",".join(FILESYSTEMS))
     parser.add_argument("--throttle", metavar="MBPS,IOPS",
                         help="device-bound run: limit the disk under --workdir (see the module doc)")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="run every benchmark process in a memory cgroup of this size, page cache "
+                             "charged (a run bigger than memory: see MemoryLimit)")
     args = parser.parse_args()
     # A SIGTERM (a killed run) unwinds like an error, so that loop devices are detached,
     # mounts unmounted and throttles lifted on the way out.
@@ -202,6 +248,12 @@ def main():
     }
     (out / "machine.json").write_text(json.dumps(machine, indent=1))
     with ExitStack() as throttle:
+        if args.memory_limit:
+            global MEMORY
+            MEMORY = MemoryLimit(parse_size(args.memory_limit), f"lds-bench-{os.getpid()}")
+            throttle.callback(MEMORY.close)
+            machine["memory_limit_bytes"] = MEMORY.limit
+            (out / "machine.json").write_text(json.dumps(machine, indent=1))
         if args.throttle:
             mbps, iops = (int(part) for part in args.throttle.split(","))
             limit = Throttle(work, mbps, iops)

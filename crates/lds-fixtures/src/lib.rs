@@ -21,6 +21,7 @@
 
 pub mod damage;
 pub mod fsck_cases;
+pub mod hostile;
 pub mod many_objects;
 
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::batch::SEQUENCE_MAX;
 use crate::codec::{Reader, Writer};
 use crate::error::FormatError;
 use crate::label::Geometry;
@@ -181,6 +182,9 @@ impl ChunkMeta {
         if smallest_seq > largest_seq {
             return Err(invalid("smallest_seq", "greater than largest_seq"));
         }
+        if largest_seq > SEQUENCE_MAX {
+            return Err(invalid("largest_seq", "above 2^56 - 1, the largest sequence number (SPEC.md §16)"));
+        }
         if num_entries == 0 {
             return Err(invalid("num_entries", "zero"));
         }
@@ -355,7 +359,7 @@ impl BaseVersion {
                 format!("{num_levels} is not from 1 to 16"),
             ));
         }
-        let last_sequence = reader.u64()?;
+        let last_sequence = decode_last_sequence(&mut reader, "base version")?;
         let label_generation = reader.u64()?;
         let ofs_backup_start = reader.u64()?;
         let lsn_backup_start = reader.u64()?;
@@ -388,6 +392,23 @@ impl BaseVersion {
             chunks,
         })
     }
+}
+
+/// A version's `last_sequence` (SPEC.md §6.1, §6.2): a sequence number, so at most 2^56 - 1
+/// (§16). A larger one would make replay skip every batch of the backup log (their
+/// sequences all lie at or below it) and the version read as if nothing followed it.
+fn decode_last_sequence(reader: &mut Reader<'_>, structure: &'static str) -> Result<u64, FormatError> {
+    let offset = reader.offset();
+    let last_sequence = reader.u64()?;
+    if last_sequence > SEQUENCE_MAX {
+        return Err(FormatError::invalid(
+            structure,
+            "last_sequence",
+            offset,
+            format!("{last_sequence} is above 2^56 - 1, the largest sequence number"),
+        ));
+    }
+    Ok(last_sequence)
 }
 
 /// A chunk a delta version deletes.
@@ -460,7 +481,7 @@ impl DeltaVersion {
     /// Decodes the payload.
     pub fn decode(payload: &[u8], offset: u64) -> Result<Self, FormatError> {
         let mut reader = Reader::new(payload, "delta version", offset);
-        let last_sequence = reader.u64()?;
+        let last_sequence = decode_last_sequence(&mut reader, "delta version")?;
         let ofs_backup_start = reader.u64()?;
         let lsn_backup_start = reader.u64()?;
         let compaction_id = reader.u64()?;
@@ -1394,6 +1415,28 @@ pub(crate) mod tests {
         let mut writer = Writer::new();
         bad.encode(&mut writer);
         assert!(ChunkMeta::decode(&mut Reader::new(writer.as_slice(), "t", 0)).is_err());
+    }
+
+    #[test]
+    fn a_sequence_number_above_2_56_is_refused_in_every_version_object() {
+        // lds-hostile values:vlog.dv.last_sequence=past_end: a delta version whose
+        // last_sequence is 2^56 decoded, and replay then skipped every batch silently.
+        let mut delta = delta();
+        delta.last_sequence = SEQUENCE_MAX;
+        assert!(DeltaVersion::decode(&delta.encode(), 0).is_ok());
+        for last_sequence in [SEQUENCE_MAX + 1, u64::MAX] {
+            delta.last_sequence = last_sequence;
+            let error = DeltaVersion::decode(&delta.encode(), 64).expect_err("last_sequence above 2^56 - 1");
+            assert!(error.to_string().contains("last_sequence"), "{error}");
+            let mut base = base();
+            base.last_sequence = last_sequence;
+            let error = BaseVersion::decode(&base.encode(), 64).expect_err("last_sequence above 2^56 - 1");
+            assert!(error.to_string().contains("last_sequence"), "{error}");
+            let mut journal = journal();
+            journal.outputs[0].largest_seq = last_sequence;
+            let error = CompactionJournal::decode(&journal.encode(), 64).expect_err("largest_seq above 2^56 - 1");
+            assert!(error.to_string().contains("largest_seq"), "{error}");
+        }
     }
 
     #[test]

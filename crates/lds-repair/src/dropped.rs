@@ -64,13 +64,24 @@ impl Lost {
 
     /// Whether the entry (`key`, `sequence`) of `instance` is in the range.
     pub fn covers(&self, instance: u32, key: &[u8], sequence: u64) -> bool {
+        self.covers_key(instance, key) && (self.smallest_seq..=self.largest_seq).contains(&sequence)
+    }
+
+    /// Whether the range drops an entry of `key` of `instance` at `sequence` or a newer one:
+    /// a newer entry of the key dropped means the value the repaired volume lacks is that
+    /// newer one's, whatever older copy of the same bytes salvage also read.
+    pub fn covers_at_or_after(&self, instance: u32, key: &[u8], sequence: u64) -> bool {
+        self.covers_key(instance, key) && self.largest_seq >= sequence
+    }
+
+    fn covers_key(&self, instance: u32, key: &[u8]) -> bool {
         let above = match &self.from {
             KeyFrom::First => true,
             KeyFrom::Key(from) => key >= from.as_slice(),
             KeyFrom::After(after) => key > after.as_slice(),
         };
         let below = self.through.as_ref().is_none_or(|through| key <= through.as_slice());
-        instance == self.instance && above && below && (self.smallest_seq..=self.largest_seq).contains(&sequence)
+        instance == self.instance && above && below
     }
 }
 

@@ -223,6 +223,7 @@ pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, S
         kept_live(&salvaged, &damaged.live, reads, &completed.lost)?;
     }
     let (undo_file, undo_len_at_write) = recording.undo();
+    finished_undo_restores(&recording, &damaged.image)?;
     Ok(RepairRun {
         damaged_problems: problems_of(&damaged.image)?,
         name: damaged.name.clone(),
@@ -382,6 +383,44 @@ impl Recording {
         let lengths = self.lengths.lock().map(|lengths| lengths.clone()).unwrap_or_default();
         (file, lengths)
     }
+}
+
+/// Oracle U on the undo file as a tool that completes leaves it: finished (its final record
+/// written and its state block rewritten) it verifies whole and restores `original` from the
+/// repaired volume. Run after the running file was taken for the crash states, since
+/// finishing rewrites the state block in place.
+fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), String> {
+    if recording.undo().0.is_empty() {
+        // The repair wrote nothing: no undo file, nothing to finish.
+        return Ok(());
+    }
+    let repaired = SimDevice::new(recording.device.current());
+    let regions = lds_volume::read_labels(&repaired)
+        .ok()
+        .and_then(|labels| labels.choose().ok().map(|(_, label)| label.geometry))
+        .map(|geometry| {
+            let mut regions = vec![(0, geometry.sector()), (geometry.ofs_backup_label(), geometry.sector())];
+            for instance in 0..geometry.instance_count {
+                for kind in [lds_format::label::LogKind::Version, lds_format::label::LogKind::Backup] {
+                    regions.push(geometry.log_area(kind, instance));
+                }
+            }
+            regions
+        })
+        .unwrap_or_default();
+    recording.undo_device.finish(&regions).map_err(|error| format!("U: finishing the undo file: {error}"))?;
+    let (finished, _) = recording.undo();
+    let file = UndoFile::parse(&finished, Path::new("undo file"))
+        .map_err(|error| format!("U: the finished undo file does not parse: {error}"))?;
+    if !file.finished {
+        return Err("U: the finished undo file does not say it finished".into());
+    }
+    let uuid = volume_uuid_of(&repaired);
+    undo(&file, &repaired, uuid, false).map_err(|error| format!("U: undo from the finished file refused: {error}"))?;
+    if repaired.current().as_slice() != original {
+        return Err("U: undo from the finished file did not restore the damaged volume".into());
+    }
+    Ok(())
 }
 
 /// Oracle U: the undo file as it stood after `writes_issued` writes restores `original`, and

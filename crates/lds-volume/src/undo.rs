@@ -156,6 +156,16 @@ pub enum UndoError {
         /// Why.
         reason: &'static str,
     },
+    /// The undo file's last batch looks torn by a crash of the tool, but a sector it names
+    /// holds other bytes than the original it records: its write was issued, so the file was
+    /// damaged afterwards and cannot restore that sector.
+    #[error("{}: the undo file's last batch looks torn by a crash, but the sector at offset {offset} no longer holds the original bytes it records: the tool wrote it, so the file was damaged since and cannot restore it; nothing was restored", path.display())]
+    TornBatchWritten {
+        /// The device.
+        path: PathBuf,
+        /// Device offset of the sector.
+        offset: u64,
+    },
     /// The device failed.
     #[error(transparent)]
     Device(#[from] DeviceError),
@@ -821,6 +831,11 @@ pub struct UndoFile {
     /// Bytes at the end of the file of a tool that did not finish that are not a whole batch
     /// (a crash while appending it; the write it describes was never issued).
     pub torn_tail: u64,
+    /// Sectors the torn last batch records the original bytes of (records whose own checksum
+    /// verifies), for sectors no earlier batch saved: since that batch's write was never
+    /// issued, they must still hold those bytes, and `undo` refuses a device where one does not
+    /// (the file was damaged after the tool wrote, not torn by its crash).
+    pub torn_originals: BTreeMap<u64, Vec<u8>>,
     /// What does not verify, in file order; empty for a file that verified. Only
     /// [`UndoFile::parse_salvaging`] returns a file with damage: its records are those whose
     /// own checksum verified, and `undo` applies it only with `force`.
@@ -960,7 +975,7 @@ fn batch_header(bytes: &[u8], at: usize) -> Option<(u32, u64, u64, [u8; 32])> {
     Some((u32_at(header, 4), u64_at(header, 8), u64_at(header, 16), chain))
 }
 
-/// The first offset after `from` where a batch header numbered `above` or more verifies.
+/// The first offset from `from` on where a batch header numbered `above` or more verifies.
 fn next_batch_header(bytes: &[u8], from: usize, above: u64) -> Option<(usize, u64)> {
     // Bounded by the file's length; the magic filters before the checksum.
     (from..bytes.len().saturating_sub(BATCH_HEADER_LEN - 1)).find_map(|at| {
@@ -980,7 +995,24 @@ struct Contents<'a> {
     chain: Option<[u8; 32]>,
     /// Where the batches end (the torn tail starts here).
     end: usize,
+    /// The original bytes the torn last batch records for sectors, where a record of it
+    /// verifies by its own checksum: the write it describes was never issued, so those sectors
+    /// must still hold them (else the file was damaged, not torn).
+    torn_originals: Vec<(u64, Vec<u8>)>,
     damage: Vec<Damage>,
+}
+
+/// The original bytes that the records of a torn batch (`bytes`, at file offset `base`) hold,
+/// where a record verifies by its own checksum.
+fn torn_originals(bytes: &[u8], base: u64, header: &UndoHeader) -> Vec<(u64, Vec<u8>)> {
+    read_records(bytes, base, header, None)
+        .0
+        .into_iter()
+        .filter_map(|(_, record)| match record {
+            Record::Original { offset, bytes } => Some((offset, bytes.to_vec())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Reads the batches after the state block. A batch verifies when its header's checksum and
@@ -1001,7 +1033,9 @@ fn read_batches<'a>(bytes: &'a [u8], header: &UndoHeader, state: State) -> Conte
     while at < bytes.len() {
         let found = batch_header(bytes, at).filter(|&(_, found, _, _)| found == number);
         let Some((count, _, records_len, stored)) = found else {
-            let torn = next_batch_header(bytes, at + 1, number + 1);
+            // From `at` itself: a later batch sitting where this one should (this one lost)
+            // is damage, not a tear.
+            let torn = next_batch_header(bytes, at, number + 1);
             if state == State::Running && torn.is_none() {
                 // The header of the last batch is torn: the tool crashed appending it.
                 break;
@@ -1031,6 +1065,7 @@ fn read_batches<'a>(bytes: &'a [u8], header: &UndoHeader, state: State) -> Conte
         let Some(end) = end else {
             if state == State::Running {
                 // The file ends inside its last batch.
+                contents.torn_originals = torn_originals(&bytes[start.min(bytes.len())..], start as u64, header);
                 break;
             }
             let reason = format!("batch {number} ({records_len} bytes of records) runs past the file's end");
@@ -1043,6 +1078,7 @@ fn read_batches<'a>(bytes: &'a [u8], header: &UndoHeader, state: State) -> Conte
         if verified == Some(false) {
             if state == State::Running && end == bytes.len() {
                 // The last batch, ending at the file's end, with bytes that never landed.
+                contents.torn_originals = torn_originals(&bytes[start..end], start as u64, header);
                 break;
             }
             contents.damage.push(Damage::at(at as u64, format!("batch {number} does not match its digest")));
@@ -1152,6 +1188,7 @@ impl UndoFile {
             batches: contents.batches,
             records,
             torn_tail: (bytes.len() - contents.end) as u64,
+            torn_originals: BTreeMap::new(),
             damage,
         };
         if let State::Finished { batches, records: recorded, digest, .. } = state {
@@ -1171,6 +1208,13 @@ impl UndoFile {
             }
         }
         file.add(contents.records);
+        // Sectors an earlier batch saved were possibly written: only the others must still
+        // hold what the torn batch recorded.
+        for (offset, original) in contents.torn_originals {
+            if !file.originals.contains_key(&offset) {
+                file.torn_originals.entry(offset).or_insert(original);
+            }
+        }
         Ok(file)
     }
 
@@ -1291,6 +1335,7 @@ fn parse_v1(bytes: &[u8], name: &Path) -> Result<UndoFile, UndoError> {
         batches: 0,
         records: records.len() as u64,
         torn_tail: 0,
+        torn_originals: BTreeMap::new(),
         damage,
     };
     file.add(records);
@@ -1367,8 +1412,13 @@ pub fn check_undo(
             // Once restored (by an earlier run, or partly before a crash) the regions hold
             // what they held before the tool: only when no sector is restored yet must they
             // be as the tool left them.
+            // A sector the tool left holding its original bytes (a write of what was there)
+            // says nothing either way, and is not counted.
             let untouched = file.originals.iter().all(|(&offset, original)| {
-                device.read_vec(offset, original.len() as u64).is_ok_and(|current| current != *original)
+                let left_as_original =
+                    file.written.get(&offset).is_some_and(|states| states.contains(&self::digest(original)));
+                left_as_original
+                    || device.read_vec(offset, original.len() as u64).is_ok_and(|current| current != *original)
             });
             if untouched && regions_digest(device, regions)? != *digest {
                 return Err(UndoError::WrittenSince { path, tool: file.header.tool.clone() });
@@ -1376,6 +1426,16 @@ pub fn check_undo(
         }
         if let Some(offset) = file.first_changed_sector(device)? {
             return Err(UndoError::Changed { path, offset });
+        }
+        // The torn batch's write was never issued: the sectors only it names hold their
+        // original bytes still. One that does not shows the write was issued, so the batch
+        // was not torn by the tool's crash but damaged since, and what it saved is lost.
+        for (&offset, original) in &file.torn_originals {
+            if offset + original.len() as u64 <= device.len()
+                && device.read_vec(offset, original.len() as u64)? != *original
+            {
+                return Err(UndoError::TornBatchWritten { path, offset });
+            }
         }
     }
     let mut outcome = UndoOutcome { sectors: 0, bytes: 0, unchanged: 0 };
@@ -1545,6 +1605,68 @@ mod tests {
         let long = UndoHeader { tool: "é".repeat(40), ..header() };
         let decoded = UndoHeader::decode(&long.encode(), Path::new("undo"));
         assert!(matches!(decoded, Ok((ref decoded, None)) if decoded.tool == "é".repeat(36)), "{decoded:?}");
+    }
+
+    #[test]
+    fn a_lost_batch_before_the_last_is_damage_not_a_tear() {
+        let run = run(false);
+        // Batch 2 cut out of a running file: batch 3 now sits where batch 2 should.
+        let (start, end) = (run.batch_start(2), run.batch_start(3));
+        let mut bytes = run.file[..start].to_vec();
+        bytes.extend_from_slice(&run.file[end..]);
+        let refused = UndoFile::parse(&bytes, Path::new("undo"));
+        assert!(matches!(refused, Err(UndoError::Damaged { .. })), "{refused:?}");
+    }
+
+    #[test]
+    fn a_torn_last_batch_whose_write_was_issued_is_refused() {
+        let run = run(false);
+        // The file cut inside its last batch, but the write of that batch issued: it did not
+        // tear in a crash (a write is issued only after its batch is synced).
+        let last = WRITES.len() - 1;
+        let torn = &run.file[..run.files[last].len() - 5];
+        let file = parsed(torn);
+        assert!(file.torn_tail > 0);
+        // Sectors only the torn batch names (the last write's sectors 1536 to 3584).
+        assert_eq!(file.torn_originals.keys().copied().collect::<Vec<_>>(), vec![1536, 2048, 2560, 3072, 3584]);
+        for image in [run.images[last].clone(), {
+            // Only those sectors as the write left them (the others as before it).
+            let mut image = run.before(last);
+            image[1536..4096].copy_from_slice(&run.images[last][1536..4096]);
+            image
+        }] {
+            let device = device_of(&image);
+            let refused = undo(&file, &device, Some(UUID), false);
+            assert!(
+                matches!(refused, Err(UndoError::TornBatchWritten { .. } | UndoError::Changed { .. })),
+                "{refused:?}"
+            );
+            assert_eq!(snapshot(&device), image, "a refused undo wrote");
+        }
+        let mut image = run.before(last);
+        image[1536..4096].copy_from_slice(&run.images[last][1536..4096]);
+        let refused = undo(&file, &device_of(&image), Some(UUID), false);
+        assert!(matches!(refused, Err(UndoError::TornBatchWritten { offset: 1536, .. })), "{refused:?}");
+        // The crash it looks like: the write not issued; then the file restores.
+        let restored = applied(&file, &run.before(last), false);
+        assert!(matches!(restored, Ok(ref bytes) if *bytes == original()), "{:?}", restored.err());
+    }
+
+    #[test]
+    fn a_write_leaving_a_sector_as_it_was_does_not_hide_later_writes() {
+        let memory = Arc::new(device_of(&original()));
+        let sink = MemorySink::default();
+        let device =
+            UndoDevice::new(memory.clone(), UndoLog::with_sink(Box::new(sink.clone()), Path::new("undo"), header()));
+        // The first sector written with what it holds, then another changed.
+        assert!(device.write_at(0, &original()[..512]).is_ok());
+        assert!(device.write_at(1024, &[9u8; 512]).is_ok());
+        assert!(device.finish(&[(0, 2048)]).is_ok());
+        let file = parsed(&contents(&sink));
+        // Written since the tool finished, in the recorded regions.
+        assert!(memory.write_at(1600, b"later").is_ok());
+        let refused = undo(&file, memory.as_ref(), Some(UUID), false);
+        assert!(matches!(refused, Err(UndoError::WrittenSince { .. })), "{refused:?}");
     }
 
     #[test]
