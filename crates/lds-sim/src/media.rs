@@ -30,7 +30,7 @@ use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::recovery::ChainObject;
 use lds_volume::MemoryImage;
 
-use crate::device::{apply, Fault, History, SimDevice};
+use crate::sim_device::{apply, Fault, History, SimDevice};
 use crate::workload::{formatted_image, named, options, run, Model, Op, Workload};
 
 /// What a sector belongs to.

@@ -29,11 +29,11 @@ use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, U
 use lds_volume::MemoryImage;
 use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
-use crate::device::{Event, History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::{recipes, Bounds, Builder};
 use crate::media::{build_volume, faulty_device, targets, MediaFault, Structure, Volume};
 use crate::salvage_oracle::{kept_for_salvage, kept_live, salvage_image, stable};
+use crate::sim_device::{Event, History, SimDevice};
 use crate::workload::{options, Model, Random};
 
 /// A damaged volume for repair to work on.

@@ -27,11 +27,11 @@ use lds_volume::labels::read_device_labels;
 use lds_volume::Members;
 use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
-use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, Verdict};
+use crate::sim_device::{History, SimDevice};
 use crate::workload::{options, Model};
 
 /// One device of a simulated multi-device volume: a window of the simulated device.
