@@ -16,9 +16,9 @@ use lds_check::{check, CheckOptions};
 use lds_cli::dump::{run_on, DumpOptions, DumpWhat};
 use lds_engine::{Db, WriteOptions};
 use lds_format::label::Label;
-use lds_sim::device::SimDevice;
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::options;
-use lds_volume::volume::{read_labels, MemoryImage};
+use lds_volume::{read_labels, MemoryImage};
 
 use crate::fixup;
 

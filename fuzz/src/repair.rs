@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_repair::{repair, Mode, RepairOptions};
-use lds_sim::device::SimDevice;
 use lds_sim::salvage_oracle::{kept_for_salvage, lost_ranges, salvage_image};
+use lds_sim::sim_device::SimDevice;
 use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
 
 use crate::fixup;

@@ -22,7 +22,7 @@ use lds_format::recovery::{physical_walk, recover_version_log};
 use lds_format::sketch::Sketch;
 use lds_format::value::{ValueFormat, ValuePacker};
 use lds_format::version::{CompactionJournal, DeltaVersion};
-use lds_sim::device::SimDevice;
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{apply_op, Op};
 use lds_volume::undo::{MemorySink, UndoHeader, UndoLog};
 use lds_volume::BlockDevice;
@@ -166,7 +166,7 @@ fn journal_image() -> Vec<u8> {
 /// The simulator's journal workload, as durable when a crash interrupted a journaled
 /// compaction that had cleaned inputs already (the engine's own journal records).
 fn engine_journal_crash() -> Vec<u8> {
-    use lds_sim::device::{apply, Event};
+    use lds_sim::sim_device::{apply, Event};
     let workload = lds_sim::workload::named("journal").unwrap_or_else(|| panic!("seed: the journal workload"));
     let image = lds_sim::workload::formatted_image().unwrap_or_else(|error| panic!("seed: {error}"));
     let run = lds_sim::workload::run(&workload, image, true).unwrap_or_else(|error| panic!("seed: {error}"));

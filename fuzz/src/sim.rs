@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock};
 
 use lds_engine::{Db, Error, WriteOptions};
 use lds_format::label::SECTOR_SIZE_MIN;
-use lds_sim::device::{apply, sectors_touched, Event, Fault, SimDevice};
 use lds_sim::enumerate::check_crash_image;
+use lds_sim::sim_device::{apply, sectors_touched, Event, Fault, SimDevice};
 use lds_sim::workload::{apply_op, apply_to_model, formatted_image, layout, options, Model, Op, OpSpan, Run, Workload};
 
 use crate::input::Input;
@@ -340,7 +340,7 @@ pub fn sim(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use lds_sim::device::Fault;
+    use lds_sim::sim_device::Fault;
     use lds_sim::workload::Op;
 
     use super::{drive, parse, SimInput};
@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_log_chunk_seeds_run_triad_log_on_its_volume_and_write_log_chunks() {
-        use lds_sim::device::apply;
+        use lds_sim::sim_device::apply;
         use lds_sim::workload::{formatted_geometry, set_techniques, LOG_TABLES_BACKUP_LOG_LEN};
         let seeds: Vec<_> = crate::seeds::all()
             .into_iter()
@@ -383,7 +383,7 @@ mod tests {
             for write in &run.history.writes {
                 apply(&mut image, write, run.sector_size, None);
             }
-            let device = std::sync::Arc::new(lds_sim::device::SimDevice::new(image));
+            let device = std::sync::Arc::new(lds_sim::sim_device::SimDevice::new(image));
             let options = lds_sim::workload::options(true);
             let (db, _) = lds_engine::Db::open_device_read_only(device, std::path::Path::new("seed"), options)
                 .unwrap_or_else(|error| panic!("{}: {error}", seed.name));

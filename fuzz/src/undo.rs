@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use lds_volume::undo::{undo, UndoFile};
-use lds_volume::{BlockDevice, DeviceError};
+use lds_volume::{BlockDevice, DeviceError, ReadAt};
 
 use crate::fixup;
 
@@ -38,7 +38,7 @@ impl MemoryDevice {
     }
 }
 
-impl BlockDevice for MemoryDevice {
+impl ReadAt for MemoryDevice {
     fn name(&self) -> &Path {
         Path::new("device in memory")
     }
@@ -61,6 +61,9 @@ impl BlockDevice for MemoryDevice {
             }),
         }
     }
+}
+
+impl BlockDevice for MemoryDevice {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         let mut bytes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let range = usize::try_from(offset).ok().and_then(|start| Some(start..start.checked_add(data.len())?));

@@ -10,7 +10,7 @@ use lds_format::batch::EntryKind;
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
 use lds_format::version::{DeletedChunk, DeltaVersion};
-use lds_volume::device::{BlockDevice, Device, OpenMode};
+use lds_volume::{BlockDevice, Device, OpenMode};
 
 /// What recovery of the full log measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -104,7 +104,7 @@ pub fn measure(path: &Path) -> Result<RecoveryResult, String> {
     }
     {
         let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
-        if device.kind() == lds_volume::device::DeviceKind::ImageFile {
+        if device.kind() == lds_volume::DeviceKind::ImageFile {
             device.allocate(image.bytes.len() as u64).map_err(|error| error.to_string())?;
         }
         for (index, piece) in image.bytes.chunks(16 << 20).enumerate() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lds_engine::{Db, Options, WriteOptions};
-use lds_volume::device::{BlockDevice, Device, DeviceError, OpenMode};
+use lds_volume::{BlockDevice, Device, DeviceError, OpenMode, PageCache, ReadAt};
 
 /// The settings every engine gets the same way (SPEC-independent; the paper's defaults).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -134,33 +134,21 @@ impl CountingDevice {
     }
 }
 
-impl BlockDevice for CountingDevice {
+impl ReadAt for CountingDevice {
     fn name(&self) -> &std::path::Path {
-        BlockDevice::name(&self.inner)
+        ReadAt::name(&self.inner)
     }
 
     fn len(&self) -> u64 {
-        BlockDevice::len(&self.inner)
+        ReadAt::len(&self.inner)
     }
 
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
-        BlockDevice::read_at(&self.inner, offset, buffer)
+        ReadAt::read_at(&self.inner, offset, buffer)
     }
+}
 
-    fn read_mapped(
-        &self,
-        offset: u64,
-        len: u64,
-        into: &mut Vec<u8>,
-        access: lds_volume::Access,
-    ) -> Result<(), DeviceError> {
-        BlockDevice::read_mapped(&self.inner, offset, len, into, access)
-    }
-
-    fn drop_cached(&self, offset: u64, len: u64) {
-        BlockDevice::drop_cached(&self.inner, offset, len);
-    }
-
+impl BlockDevice for CountingDevice {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let started = self.now();
         BlockDevice::write_at(&self.inner, offset, bytes)?;
@@ -173,22 +161,9 @@ impl BlockDevice for CountingDevice {
         Ok(())
     }
 
-    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        BlockDevice::write_direct(&self.inner, offset, bytes)?;
-        self.bytes_written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
     fn flush(&self) -> Result<(), DeviceError> {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let result = BlockDevice::flush(&self.inner);
-        self.settle_chunks();
-        result
-    }
-
-    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        let result = BlockDevice::flush_except(&self.inner, offset, len);
         self.settle_chunks();
         result
     }
@@ -199,6 +174,41 @@ impl BlockDevice for CountingDevice {
         if len >= self.chunk_bytes / 2 {
             self.settle_chunks();
         }
+        result
+    }
+
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+/// The device's own page-cache paths, so that the engine measured here runs as on the device
+/// itself, with direct writes and range flushes counted as the plain ones are.
+impl PageCache for CountingDevice {
+    fn read_mapped(
+        &self,
+        offset: u64,
+        len: u64,
+        into: &mut Vec<u8>,
+        access: lds_volume::Access,
+    ) -> Result<(), DeviceError> {
+        PageCache::read_mapped(&self.inner, offset, len, into, access)
+    }
+
+    fn drop_cached(&self, offset: u64, len: u64) {
+        PageCache::drop_cached(&self.inner, offset, len);
+    }
+
+    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        PageCache::write_direct(&self.inner, offset, bytes)?;
+        self.bytes_written.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let result = PageCache::flush_except(&self.inner, offset, len);
+        self.settle_chunks();
         result
     }
 }

@@ -9,7 +9,7 @@ use lds_format::label::{Geometry, Label};
 use lds_format::recovery::VersionLogState;
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
-use lds_volume::volume::read_tolerant_into;
+use lds_volume::block::read_tolerant_into;
 use lds_volume::{AlignedBuffer, DeviceError, ReadAt};
 
 use crate::pass_logrefs::{ChunkLogRefs, LogCheck};

@@ -2,7 +2,7 @@
 
 use lds_format::label::{Label, LabelChoice, LabelChoiceError};
 use lds_format::FormatError;
-use lds_volume::members::member_label_problem;
+use lds_volume::members::{member_label_problem, member_labels};
 use lds_volume::{read_labels, ReadAt};
 
 use crate::problem::{Code, Report};
@@ -76,7 +76,7 @@ pub(crate) fn check_labels(device: &(impl ReadAt + ?Sized), report: &mut Report)
 /// each copy valid, naming the volume, the device and its table entry as the first device's
 /// label has it.
 fn check_member_labels(device: &(impl ReadAt + ?Sized), label: &Label, report: &mut Report) {
-    for member in device.member_labels() {
+    for member in member_labels(device, label) {
         let structure = |copy: &str| format!("{copy} label of device {} ({})", member.index, member.name.display());
         let labels = match member.labels {
             Ok(labels) => labels,

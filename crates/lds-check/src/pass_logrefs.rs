@@ -256,7 +256,7 @@ mod tests {
     use lds_format::label::{plan_layout, Label, LayoutRequest};
     use lds_format::log::{encode_object, NewObject, ObjectType};
     use lds_format::version::{CompactionJournal, DeltaVersion, CHUNK_FLAG_LOG_REFS};
-    use lds_volume::volume::MemoryImage;
+    use lds_volume::MemoryImage;
 
     use super::*;
     use crate::{check, chunk_problems, chunk_problems_with_log, CheckOptions};

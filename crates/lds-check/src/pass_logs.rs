@@ -203,7 +203,7 @@ pub(crate) fn read_reporting(
     structure: &str,
     report: &mut Report,
 ) -> Result<Vec<u8>, CheckError> {
-    let (bytes, unreadable) = lds_volume::volume::read_tolerant(device, offset, len, sector)?;
+    let (bytes, unreadable) = lds_volume::block::read_tolerant(device, offset, len, sector)?;
     report_unreadable(&unreadable, structure, report);
     Ok(bytes)
 }

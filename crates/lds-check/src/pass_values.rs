@@ -11,7 +11,7 @@ use lds_format::batch::EntryKind;
 use lds_format::label::Geometry;
 use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_format::version::{ChunkMeta, Version};
-use lds_volume::volume::read_tolerant;
+use lds_volume::block::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 
 use crate::problem::{Code, Report};

@@ -8,7 +8,7 @@ use lds_bench::limits;
 use lds_bench::measure::BlockStat;
 use lds_bench::run::{self, BenchResult, Benchmark, Workload};
 use lds_bench::store::{EngineSettings, LdsStore, Store};
-use lds_volume::device::{Device, OpenMode};
+use lds_volume::{Device, OpenMode};
 
 use crate::mkfs::MkfsOptions;
 use crate::units::parse_size;
@@ -217,7 +217,7 @@ fn refuse_replacing(path: &Path, force: bool) -> Result<(), String> {
 fn holds_bench_volume(path: &Path) -> bool {
     Device::open(path, OpenMode::ReadOnly)
         .ok()
-        .and_then(|device| lds_volume::volume::read_labels(&device).ok())
+        .and_then(|device| lds_volume::read_labels(&device).ok())
         .is_some_and(|labels| labels.choose().is_ok_and(|(_, label)| label.volume_name == BENCH_VOLUME_NAME))
 }
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lds_sim::devices::{device_cases, enumerate_change, record_change};
+use lds_sim::device_changes::{device_cases, enumerate_change, record_change};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
 use lds_sim::minimize::{minimize_failure, Budget, Progress};
 use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
@@ -279,13 +279,13 @@ fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     };
     let bounds = tool_bounds(options);
     let resize_runs = resizes.iter().map(|case| {
-        let recorded = record_resize(case, lds_sim::device::SECTOR_SIZE_DEFAULT)?;
+        let recorded = record_resize(case, lds_sim::sim_device::SECTOR_SIZE_DEFAULT)?;
         let (counts, first) = first_of(|on_failure| enumerate_resize(&recorded, &bounds, on_failure));
         let summary = format!("{} chunks moved, {} writes", recorded.moves, recorded.history.writes.len());
         Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
     });
     let change_runs = changes.iter().map(|case| {
-        let recorded = record_change(case, lds_sim::device::SECTOR_SIZE_DEFAULT)?;
+        let recorded = record_change(case, lds_sim::sim_device::SECTOR_SIZE_DEFAULT)?;
         let (counts, first) = first_of(|on_failure| enumerate_change(&recorded, &bounds, on_failure));
         let summary = format!("{} writes", recorded.history.writes.len());
         Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })

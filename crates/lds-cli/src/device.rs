@@ -9,10 +9,10 @@ use lds_format::label::Label;
 use lds_repair::devices::{add_device, device_uuid_of, finish_removal, plan_add, plan_remove, DevicePlan, JoinUuids};
 use lds_repair::resize::ResizeError;
 use lds_repair::Written;
-use lds_volume::device::{BlockDevice, Device, DeviceError, DeviceKind, OpenMode};
 use lds_volume::inspect::all_versions;
 use lds_volume::signature::find_signatures;
-use lds_volume::volume::{read_labels, uuid_string, VolumeError};
+use lds_volume::{error::uuid_string, read_labels, VolumeError};
+use lds_volume::{Device, DeviceError, DeviceKind, OpenMode, ReadAt};
 use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
 
@@ -144,9 +144,9 @@ fn volume_label(volume: &VolumeDevice) -> Result<Label, (i32, String)> {
 /// The place of the device at `path` among the volume's devices: the one whose bytes it
 /// names (through links, device nodes and loop devices, docs/safety.md).
 fn index_of(volume: &VolumeDevice, path: &Path) -> Option<usize> {
-    let wanted = lds_volume::safety::identity(path).ok()?;
+    let wanted = lds_volume::identity::identity(path).ok()?;
     volume.devices().iter().position(|device| {
-        lds_volume::safety::identity(device.path()).is_ok_and(|member| member.overlap(&wanted).is_some())
+        lds_volume::identity::identity(device.path()).is_ok_and(|member| member.overlap(&wanted).is_some())
     })
 }
 

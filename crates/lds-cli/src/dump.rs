@@ -18,7 +18,7 @@ use lds_format::recovery::VersionLogError;
 use lds_format::value::{ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_format::version::Version;
 use lds_volume::inspect::{self, Liveness, WalkedObject};
-use lds_volume::volume::{choose_label, ReadAt};
+use lds_volume::{volume::choose_label, ReadAt};
 use serde_json::{json, Map, Value};
 
 use crate::json;

@@ -9,9 +9,9 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use lds_check::{check, CheckOptions, Report, Severity};
-use lds_volume::device::{DeviceError, OpenMode};
-use lds_volume::volume::VolumeError;
 use lds_volume::Members;
+use lds_volume::VolumeError;
+use lds_volume::{DeviceError, OpenMode};
 use serde_json::json;
 
 /// Exit code: an operational error (the check could not run).

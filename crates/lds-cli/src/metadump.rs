@@ -73,7 +73,7 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     // The image is written beside the output as it is made, and renamed over it once whole:
     // a failure leaves no half image (and a file given with --force as it was).
     let partial = partial_path(&args.output);
-    let file = match create_image(&partial, lds_volume::BlockDevice::len(&device)) {
+    let file = match create_image(&partial, lds_volume::ReadAt::len(&device)) {
         Ok(file) => file,
         Err(error) => {
             let _ = writeln!(err, "lds metadump: {}: {error}", partial.display());

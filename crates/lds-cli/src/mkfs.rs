@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use lds_format::image::format_writes;
 use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VOLUME_NAME_LEN};
 use lds_format::recovery::recover_version_log;
-use lds_volume::device::{Device, DeviceKind, OpenMode};
 use lds_volume::volume::Volume;
+use lds_volume::{Device, DeviceKind, OpenMode};
 
 use crate::json;
 use crate::units::format_size;
@@ -287,7 +287,7 @@ fn report(out: &mut dyn Write, options: &MkfsOptions, what: &str, heading: &str,
 }
 
 /// Zeroes the log areas, writes the labels and initial base versions, and flushes.
-fn write_volume(device: &Device, label: &Label) -> Result<(), lds_volume::device::DeviceError> {
+fn write_volume(device: &Device, label: &Label) -> Result<(), lds_volume::DeviceError> {
     const ZERO_CHUNK: usize = 1 << 20;
     let geometry = &label.geometry;
     let zeros = vec![0u8; ZERO_CHUNK];

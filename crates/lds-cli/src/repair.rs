@@ -8,9 +8,9 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_check::Severity;
 use lds_repair::{repair, FixClass, FixState, Mode, RepairOptions, RepairReport};
-use lds_volume::device::{BlockDevice, DeviceError, DeviceKind, OpenMode};
 use lds_volume::undo::{check_undo, undo, volume_uuid_of, UndoDevice, UndoError, UndoFile, UndoHeader, UndoLog};
-use lds_volume::volume::{read_labels, VolumeError};
+use lds_volume::{read_labels, VolumeError};
+use lds_volume::{BlockDevice, DeviceError, DeviceKind, OpenMode};
 use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
 

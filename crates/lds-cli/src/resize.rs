@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lds_repair::resize::{plan, resize, ResizeError, ResizePlan};
-use lds_volume::device::{BlockDevice, Device, DeviceKind, OpenMode};
+use lds_volume::{BlockDevice, Device, DeviceKind, OpenMode};
 use serde_json::json;
 
 use crate::repair::{default_undo_path, finish_undo, undo_log, UndoChoice};

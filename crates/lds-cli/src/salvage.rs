@@ -95,7 +95,7 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     };
     bar.finish_and_clear();
     let read_seconds = started.elapsed().as_secs_f64();
-    let source_len = lds_volume::BlockDevice::len(&device);
+    let source_len = lds_volume::ReadAt::len(&device);
     drop(device);
     let written = match (&args.output, &args.export) {
         (Some(output), _) => write_volume(args, output, source_len, &salvaged),

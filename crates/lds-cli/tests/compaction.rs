@@ -11,7 +11,7 @@ use std::time::Duration;
 use lds_cli::compaction::{run, CompactionCommand, EXIT_ERROR, EXIT_REFUSED};
 use lds_cli::kv::{self, ScanRange, Target, EXIT_OK};
 use lds_engine::{Db, Options};
-use lds_sim::device::{apply, Event};
+use lds_sim::sim_device::{apply, Event};
 use lds_volume::MemoryImage;
 
 struct Image(PathBuf);

@@ -78,8 +78,8 @@ fn value_chunk_slots(image: &[u8]) -> Vec<usize> {
 
 /// The offsets of the slots of the value chunks the recovered version lists.
 fn live_value_chunk_slots(bytes: &[u8]) -> Vec<usize> {
-    let image = lds_volume::volume::MemoryImage(bytes);
-    let labels = lds_volume::volume::read_labels(&image).unwrap_or_else(|error| panic!("{error}"));
+    let image = lds_volume::MemoryImage(bytes);
+    let labels = lds_volume::read_labels(&image).unwrap_or_else(|error| panic!("{error}"));
     let Ok((_, label)) = labels.choose() else { panic!("no label") };
     let geometry = label.geometry;
     let (_, recovery) = lds_volume::inspect::recover(&image, &geometry, 0).unwrap_or_else(|error| panic!("{error}"));

@@ -164,7 +164,7 @@ fn the_metadump_of_each_frozen_volume_with_value_chunks_reads_as_zeros() {
         std::fs::write(&source, bytes).unwrap_or_else(|error| panic!("{error}"));
         let device =
             lds_volume::Device::open(&source, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-        let labels = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
+        let labels = lds_volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
         let instance_count =
             labels.choose().map(|(_, label)| label.geometry.instance_count).unwrap_or_else(|error| panic!("{error:?}"));
         drop(device);

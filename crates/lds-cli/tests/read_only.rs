@@ -13,7 +13,7 @@ use lds_cli::fsck::FsckOptions;
 use lds_cli::kv::{self, ScanRange, Target, EXIT_ERROR, EXIT_OK};
 use lds_cli::mkfs::{run, MkfsOptions};
 use lds_engine::{Db, Options, WriteOptions};
-use lds_sim::device::{Fault, SimDevice};
+use lds_sim::sim_device::{Fault, SimDevice};
 
 struct Volume(PathBuf);
 

@@ -59,7 +59,7 @@ fn written_volume(name: &str) -> (PathBuf, String) {
 fn geometry_of(path: &Path) -> lds_format::label::Geometry {
     let device =
         lds_volume::Device::open(path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
+    let pair = lds_volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
     pair.choose().map(|(_, label)| label.geometry).unwrap_or_else(|error| panic!("{error:?}"))
 }
 

@@ -132,14 +132,14 @@ fn read_all(path: &Path) -> Model {
 fn geometry_of(path: &Path) -> Geometry {
     let device =
         lds_volume::Device::open(path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
+    let pair = lds_volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
     pair.choose().map(|(_, label)| label.geometry).unwrap_or_else(|error| panic!("{error:?}"))
 }
 
 fn has_value_chunks(path: &Path) -> bool {
     let device =
         lds_volume::Device::open(path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
-    let pair = lds_volume::volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
+    let pair = lds_volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));
     pair.choose().map(|(_, label)| label.has_value_chunks()).unwrap_or_else(|error| panic!("{error:?}"))
 }
 

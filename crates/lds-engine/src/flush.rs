@@ -10,17 +10,17 @@ use lds_format::logref::LOG_REF_LEN;
 use lds_format::value::{BuiltValueChunk, ValueChunkMeta};
 use lds_format::version::{DeltaVersion, ValueDelta};
 
+use crate::commit::commit_slots;
+use crate::commit::write_chunks;
+#[cfg(not(feature = "fault-drop-chunk-flush"))]
+use crate::commit::{flush_device, flush_device_and_log};
 use crate::error::Result;
 use crate::memtable::MemTable;
 use crate::retention::Retention;
+use crate::slots::release;
 use crate::state::Shared;
 use crate::table::build::{chunk_format, ChunkPacker};
-use crate::table::write::write_chunks;
 use crate::values::Separator;
-use crate::version::commit::commit_slots;
-#[cfg(not(feature = "fault-drop-chunk-flush"))]
-use crate::version::commit::{flush_device, flush_device_and_log};
-use crate::version::slots::release;
 
 /// Writes a frozen memtable to level-0 chunks and commits them with the new backup start.
 /// With key-value separation, its large values go to new value chunks written with them
@@ -126,7 +126,8 @@ pub(crate) fn flush_frozen(
     if shared.options.level0_overlap_min.is_some() {
         let sketches: Vec<_> =
             built.iter().map(|chunk| (chunk.footer.chunk_id, chunk.footer, chunk.sketch.clone())).collect();
-        crate::compaction::defer::remember(&mut state, &sketches);
+        let version = std::sync::Arc::clone(state.version());
+        crate::compaction::defer::remember(&mut state.level0_sketches, &version, &sketches);
     }
     for id in kept.iter().chain(&dropped) {
         state.pending_values.remove(id);

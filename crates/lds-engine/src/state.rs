@@ -170,7 +170,7 @@ impl WriterState {
     }
 
     /// Writes the gathered appends to the device for a synced write, which flushes them at
-    /// once: whole sectors around the page cache (`BlockDevice::write_direct`), so that the
+    /// once: whole sectors around the page cache (`PageCache::write_direct`), so that the
     /// flush writes back no page. The bytes of the first and last sector outside the appends
     /// are written again as the device holds them (`known`: read `KNOWN_AHEAD` at a time,
     /// since direct writes leave no page of the area in the page cache to read them from),
@@ -345,7 +345,7 @@ pub(crate) struct TreeState {
     pub(crate) space_full: bool,
     /// Recovery found valid backup log objects with lsns at or past the head (unsynced
     /// appends of a crashed session that landed after a gap): the SN is raised before the
-    /// first append (`version::commit::raise_sn`).
+    /// first append (`commit::raise_sn`).
     pub(crate) raise_sn_before_append: bool,
     /// When the last memtable flush committed (`worker::streaming`).
     pub(crate) last_flush: Option<std::time::Instant>,
@@ -361,7 +361,7 @@ pub(crate) struct TreeState {
     pub(crate) pending_values: BTreeMap<u64, lds_format::value::ValueChunkMeta>,
     /// Key sketches of level-0 chunks, by chunk id (SPEC.md §8.7), kept with technique
     /// `triad-disk`: read at open, added by flushes.
-    pub(crate) level0_sketches: BTreeMap<u64, lds_format::sketch::Sketch>,
+    pub(crate) level0_sketches: crate::compaction::defer::Sketches,
 }
 
 /// The online map of slots (SPEC.md §9.4) and the allocation cursor (§10.4), shared by every

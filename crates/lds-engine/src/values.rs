@@ -10,7 +10,7 @@
 //!   batch carries the pointer. Until its memtable is flushed, such a value chunk is
 //!   *pending*: named only by the backup log, its slot marked in use.
 //! - Every commit deletes the value chunks it leaves without live bytes
-//!   (`version::commit`); merges relocate the values of chunks with much garbage
+//!   (`commit`); merges relocate the values of chunks with much garbage
 //!   (`compaction`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,8 +25,8 @@ use lds_format::version::Version;
 use lds_volume::BlockDevice;
 
 use crate::error::{Error, Result};
+use crate::slots::{allocate as allocate_slots, release};
 use crate::state::Shared;
-use crate::version::slots::{allocate as allocate_slots, release};
 
 /// The value chunks of `shared`'s instance.
 pub(crate) fn format(shared: &Shared) -> ValueFormat {
@@ -176,7 +176,7 @@ pub(crate) fn write_direct(shared: &Shared, entries: &[EntryRef<'_>]) -> Result<
     }
     // A failed device write or flush poisons the store (SPEC.md §2.4): what the device holds
     // of earlier unflushed writes is unknown.
-    if let Err(error) = write(shared, &chunks).and_then(|()| crate::version::commit::flush_device(shared)) {
+    if let Err(error) = write(shared, &chunks).and_then(|()| crate::commit::flush_device(shared)) {
         release_allocated();
         let mut state = shared.lock_state();
         return Err(shared.poison(&mut state, error));

@@ -50,7 +50,8 @@ fn next_choice(shared: &Shared, state: &TreeState) -> Choice {
     // The retained region of the backup log leaves too little room (TRIAD-LOG): level 0
     // merges now, waiting for nothing (`crate::logs::pressure`).
     limits.level0_urgent = crate::logs::pressure(shared, state);
-    limits.level0_deferred = !limits.level0_urgent && crate::compaction::defer::level0_deferred(&shared.options, state);
+    limits.level0_deferred = !limits.level0_urgent
+        && crate::compaction::defer::level0_deferred(&shared.options, state.version(), &state.level0_sketches);
     let walks = |level: u8| {
         shared
             .counters
@@ -148,19 +149,19 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
     let mut slot = shared.merger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if slot.is_none() {
         if let Some(plan) = plan {
-            *slot = Some(crate::compaction::start(shared, plan)?);
+            *slot = Some(crate::compact::start(shared, plan)?);
         } else if let Some(journal) = resume {
             let version = Arc::clone(shared.lock_state().version());
             let format = chunk_format(&shared.geometry, shared.instance, &shared.options, shared.encoding);
             let forest = (shared.options.forest_fanout > 0).then_some(shared.options.forest_fanout);
             let mut merger = Merger::resume(&journal, &version, shared.smallest_snapshot(), format, forest)?;
-            crate::compaction::read_log_region(shared, &mut merger, &version)?;
+            crate::compact::read_log_region(shared, &mut merger, &version)?;
             *slot = Some(merger);
             shared.lock_state().merging = true;
         }
     }
     let Some(merger) = slot.as_mut() else { return Ok(None) };
-    match crate::compaction::step(shared, merger) {
+    match crate::compact::step(shared, merger) {
         Ok(false) => return Ok(None),
         Ok(true) => {}
         Err(error) => {
@@ -169,13 +170,13 @@ fn merge_step(shared: &Shared, plan: Option<&Plan>, resume: Option<CompactionJou
             // every input. A journaled one goes on from where it stopped (its record names
             // the outputs it cleaned inputs for).
             if let Some(merger) = slot.take_if(|merger| !merger.journaled()) {
-                crate::compaction::abandon(shared, merger);
+                crate::compact::abandon(shared, merger);
             }
             return Err(error);
         }
     }
     let finished = Finished { manual: merger.manual, source_level: merger.source_level };
-    crate::compaction::keep_log_region_buffer(shared, merger);
+    crate::compact::keep_log_region_buffer(shared, merger);
     *slot = None;
     Ok(Some(finished))
 }
@@ -191,7 +192,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
     // whose delta version would leave too little room waits for the compaction to finish.
     let flush_waits = state.last_journal.is_some() && {
         let estimate = flush_delta_estimate(shared, &state);
-        !crate::version::commit::room_for(shared, &state, &[estimate, state.merge_delta_reserve])
+        !crate::commit::room_for(shared, &state, &[estimate, state.merge_delta_reserve])
     };
     if let Some(frozen) = state.imm.as_ref().filter(|_| !state.space_full && !flush_waits) {
         let table = Arc::clone(&frozen.table);
@@ -228,7 +229,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
     if shared.options.forest_fanout > 0 && choice != Choice::DoNothing {
         let levels = crate::compaction::forest::levels_wanted(shared.options.forest_fanout);
         if state.version().num_levels < levels {
-            if let Err(error) = crate::version::commit::grow_levels(shared, &mut state, levels) {
+            if let Err(error) = crate::commit::grow_levels(shared, &mut state, levels) {
                 shared.poison(&mut state, error);
                 return (state, true);
             }
@@ -248,7 +249,7 @@ pub(crate) fn step<'a>(shared: &'a Shared, mut state: MutexGuard<'a, TreeState>)
     }
     unlock_dropping_freed_pages(shared, state);
     let result = match &choice {
-        Choice::Move(plan) => crate::compaction::trivial_move(shared, plan)
+        Choice::Move(plan) => crate::compact::trivial_move(shared, plan)
             .map(|()| Some(Finished { manual: plan.manual, source_level: plan.source_level })),
         Choice::Merge(plan) => merge_step(shared, Some(plan), None),
         Choice::DoNothing => merge_step(shared, None, resume),

@@ -12,8 +12,8 @@ use lds_format::image::area_context;
 use lds_format::label::{Geometry, LogKind};
 use lds_format::recovery::recover_version_log;
 use lds_format::version::ChunkMeta;
-use lds_volume::volume::{read_labels, MemoryImage, ReadAt};
 use lds_volume::DeviceError;
+use lds_volume::{read_labels, MemoryImage, ReadAt};
 
 /// Three checkers, whatever the cores: chunks finish out of order and the merge must
 /// restore it.
@@ -99,11 +99,9 @@ struct Failing<'a> {
     bad: std::ops::Range<u64>,
 }
 
-impl ReadAt for Failing<'_> {
-    fn len(&self) -> u64 {
-        self.image.len()
-    }
-    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+impl Failing<'_> {
+    /// The error a read of `[offset, offset + len)` gets when it touches the dead range.
+    fn dead(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         if offset < self.bad.end && offset + len > self.bad.start {
             return Err(DeviceError::Read {
                 path: "failing".into(),
@@ -112,6 +110,23 @@ impl ReadAt for Failing<'_> {
                 source: std::io::Error::from_raw_os_error(5),
             });
         }
+        Ok(())
+    }
+}
+
+impl ReadAt for Failing<'_> {
+    fn name(&self) -> &std::path::Path {
+        std::path::Path::new("failing")
+    }
+    fn len(&self) -> u64 {
+        self.image.len()
+    }
+    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        self.dead(offset, buffer.len() as u64)?;
+        self.image.read_at(offset, buffer)
+    }
+    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        self.dead(offset, len)?;
         self.image.read_vec(offset, len)
     }
 }

@@ -10,7 +10,7 @@ use lds_format::image::area_context;
 use lds_format::label::LogKind;
 use lds_format::log::read_object;
 use lds_format::recovery::{recover_backup_log, recover_version_log};
-use lds_volume::volume::{read_labels, MemoryImage, ReadAt};
+use lds_volume::{read_labels, MemoryImage, ReadAt};
 
 /// Everything a reader can observe: each instance's version, the batches recovery replays,
 /// and every referenced chunk's entries.

@@ -50,7 +50,7 @@ fn every_fixture_folder_comes_from_the_generator() {
 fn every_fsck_case_gives_its_code_and_exit_code() {
     for case in lds_fixtures::fsck_cases::all() {
         let name = case.fixture.name;
-        let image = lds_volume::volume::MemoryImage(&case.fixture.image);
+        let image = lds_volume::MemoryImage(&case.fixture.image);
         let report =
             lds_check::check(&image, lds_check::CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
                 .unwrap_or_else(|error| panic!("{name}: {error}"));

@@ -24,8 +24,8 @@
 use lds_check::Code;
 use lds_format::devices::{member_layout, volume_len_for, DeviceEntry, DeviceTable, DEVICES_COUNT_MAX};
 use lds_format::label::{Geometry, Label};
-use lds_volume::members::{read_device_labels, Members};
 use lds_volume::BlockDevice;
+use lds_volume::{labels::read_device_labels, Members};
 
 use crate::resize::{
     label_of, moves_off, rebase_all, refuse_pending, refuse_problems, slots_used, versions, Move, ResizeError,

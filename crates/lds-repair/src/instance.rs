@@ -14,7 +14,7 @@ use lds_format::logref::LogPosition;
 use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
 use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
 use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, Version, CHUNK_FLAG_ODD};
-use lds_volume::volume::read_tolerant;
+use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
 use crate::dropped::{Dropped, KeyFrom, Lost};

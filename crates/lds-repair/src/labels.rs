@@ -6,7 +6,7 @@ use lds_check::Code;
 use lds_format::image::label_sector;
 use lds_format::instance::recover_instance;
 use lds_format::label::{Label, LabelChoiceError, LogKind};
-use lds_volume::volume::read_tolerant;
+use lds_volume::block::read_tolerant;
 use lds_volume::{read_labels, BlockDevice, DeviceError};
 
 use crate::{Fix, FixClass, LabelPlan, PlannedWrite, RepairError, RepairReport};

@@ -388,7 +388,7 @@ pub fn metadump(
     progress: &mut dyn FnMut(u64, u64),
     write: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
 ) -> Result<Metadump, MetadumpError> {
-    let labels = lds_volume::volume::read_labels(device)?;
+    let labels = lds_volume::read_labels(device)?;
     // Two valid labels that conflict are both copied; the primary's layout is read.
     let label = match (labels.choose(), &labels.primary) {
         (Ok((_, label)), _) | (Err(_), Ok(label)) => label,

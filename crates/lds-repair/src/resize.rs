@@ -202,7 +202,7 @@ fn device_name(device: &dyn BlockDevice) -> String {
 }
 
 pub(crate) fn label_of(device: &dyn BlockDevice) -> Result<Label, ResizeError> {
-    let labels = lds_volume::volume::read_labels(device)?;
+    let labels = lds_volume::read_labels(device)?;
     let chosen = labels.choose().map(|(_, label)| label.clone());
     chosen.map_err(|_| ResizeError::Damaged { device: device_name(device), problem: "no usable label".into() })
 }

@@ -24,7 +24,7 @@ use lds_format::codec::compare_keys;
 use lds_format::label::Geometry;
 use lds_format::salvage::{salvage_sub_chunk, salvage_value_chunk, Entry};
 use lds_format::version::ChunkMeta;
-use lds_volume::volume::read_tolerant;
+use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
 /// Bytes read at each end of a slot to tell an empty one (a chunk starts with a block and

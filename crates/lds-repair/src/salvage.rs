@@ -44,7 +44,7 @@ use lds_format::salvage::{
     last_good_version, salvage_sub_chunk, salvage_value_chunk, valid_objects, value_footer_of_meta, value_footer_uuid,
 };
 use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-use lds_volume::volume::read_tolerant;
+use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
 /// The newest entry of a key: sequence, kind (put or delete: a pointer's value is read into a
@@ -544,7 +544,7 @@ fn areas_from_headers(
 pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> Result<Salvaged, SalvageError> {
     let name = device.name().display().to_string();
     let mut salvaged = Salvaged::default();
-    let labels = lds_volume::volume::read_labels(device)?;
+    let labels = lds_volume::read_labels(device)?;
     let label = labels.choose().ok().map(|(_, label)| label.clone());
     let geometry = label.as_ref().map(|label| label.geometry);
     let (uuid, slot_size, ofs_slots) = match geometry {

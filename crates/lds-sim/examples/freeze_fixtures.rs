@@ -27,7 +27,7 @@ use std::sync::Arc;
 use lds_engine::{Db, Options};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label};
-use lds_sim::device::SimDevice;
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{
     apply_op, formatted_geometry, layout, named, random_wrap, Op, Workload, LOG_TABLES_LEVEL0_TRIGGER,
     LOG_TABLES_WRITE_BUFFER,
@@ -380,7 +380,7 @@ fn multi_device(
     remove: Option<usize>,
     workload: &Workload,
 ) -> (Vec<Vec<u8>>, States) {
-    use lds_sim::devices::{apply, member_len, volume_of, Change};
+    use lds_sim::device_changes::{apply, member_len, volume_of, Change};
     let mut request = layout();
     request.volume_len = volume_len;
     let geometry = plan_layout(&request, [0x53; 16]).unwrap_or_else(|error| panic!("{error}"));

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
-use crate::device::SimDevice;
 use crate::images::{recipes, Builder};
+use crate::sim_device::SimDevice;
 use crate::workload::{options, Model, Random, Run};
 
 pub use crate::images::Bounds;

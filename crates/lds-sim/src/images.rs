@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
-use crate::device::{apply, sectors_touched, Event, History, Write};
+use crate::sim_device::{apply, sectors_touched, Event, History, Write};
 use crate::workload::{Random, Run};
 
 /// Limits of the crash states tried at each point.

@@ -16,12 +16,12 @@ use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label};
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
-use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::Bounds;
 use crate::repair::{enumerate_history, Verdict};
+use crate::sim_device::{History, SimDevice};
 use crate::workload::{apply_op, apply_to_model, layout, options, random, Model, Op, OpSpan};
 
 /// Instances of the simulated volume.

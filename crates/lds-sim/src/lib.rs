@@ -6,8 +6,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 
-pub mod device;
-pub mod devices;
+pub mod device_changes;
 pub mod enumerate;
 mod images;
 pub mod instances;
@@ -17,4 +16,5 @@ pub mod repair;
 pub mod repeat;
 pub mod resize;
 pub mod salvage_oracle;
+pub mod sim_device;
 pub mod workload;

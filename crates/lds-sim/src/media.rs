@@ -28,9 +28,9 @@ use lds_engine::Db;
 use lds_format::chunk::{Footer, FOOTER_LEN};
 use lds_format::label::{Geometry, Label, LogKind};
 use lds_format::recovery::ChainObject;
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
-use crate::device::{apply, Fault, History, SimDevice};
+use crate::sim_device::{apply, Fault, History, SimDevice};
 use crate::workload::{formatted_image, named, options, run, Model, Op, Workload};
 
 /// What a sector belongs to.
@@ -295,7 +295,7 @@ pub fn build_volume() -> Result<Volume, String> {
     }
     let synced = workload.ops.iter().rposition(Op::is_sync_point).map_or(0, |index| index + 1);
     let keys: BTreeSet<Vec<u8>> = recorded.models.iter().flat_map(|model| model.keys().cloned()).collect();
-    let (_, label) = lds_volume::volume::read_labels(&MemoryImage(&image))
+    let (_, label) = lds_volume::read_labels(&MemoryImage(&image))
         .map_err(|error| error.to_string())?
         .choose()
         .map(|(choice, label)| (choice, label.clone()))

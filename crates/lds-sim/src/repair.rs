@@ -25,15 +25,15 @@ use std::sync::{Arc, Mutex};
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_repair::{repair, Mode, RepairOptions};
-use lds_volume::device::{BlockDevice, DeviceError};
 use lds_volume::undo::{undo, volume_uuid_of, MemorySink, UndoDevice, UndoFile, UndoHeader, UndoLog};
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
+use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
-use crate::device::{Event, History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::{recipes, Bounds, Builder};
 use crate::media::{build_volume, faulty_device, targets, MediaFault, Structure, Volume};
 use crate::salvage_oracle::{kept_for_salvage, kept_live, salvage_image, stable};
+use crate::sim_device::{Event, History, SimDevice};
 use crate::workload::{options, Model, Random};
 
 /// A damaged volume for repair to work on.
@@ -144,7 +144,7 @@ struct Noting {
     lengths: Arc<Mutex<Vec<usize>>>,
 }
 
-impl BlockDevice for Noting {
+impl ReadAt for Noting {
     fn name(&self) -> &Path {
         self.inner.name()
     }
@@ -154,6 +154,9 @@ impl BlockDevice for Noting {
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         self.inner.read_at(offset, buffer)
     }
+}
+
+impl BlockDevice for Noting {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let len = self.sink.0.lock().map_or(0, |file| file.len());
         self.lengths.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(len);
@@ -165,6 +168,13 @@ impl BlockDevice for Noting {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(offset, len)
     }
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+/// Commits leave the backup log's appends pending as on the simulated device.
+impl PageCache for Noting {
     fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_except(offset, len)
     }
@@ -385,7 +395,7 @@ fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), 
         return Ok(());
     }
     let repaired = SimDevice::new(recording.device.current());
-    let regions = lds_volume::volume::read_labels(&repaired)
+    let regions = lds_volume::read_labels(&repaired)
         .ok()
         .and_then(|labels| labels.choose().ok().map(|(_, label)| label.geometry))
         .map(|geometry| {

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use lds_engine::Db;
 
-use crate::device::SimDevice;
 use crate::enumerate::{check_crash_image, check_shared_image, Bounds, Failure};
 use crate::images::{recipes, Builder, Recipe};
+use crate::sim_device::SimDevice;
 use crate::workload::{drive, options, Op, Random, Run, Workload};
 
 /// Limits of a repeated-crash enumeration.

@@ -17,13 +17,13 @@ use std::sync::Arc;
 use lds_engine::{Db, WriteOptions};
 
 use lds_repair::resize::{plan, resize, resized};
-use lds_volume::device::BlockDevice;
+use lds_volume::{BlockDevice, ReadAt};
 
-use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, problems_of, reads_of, undo_restores, Recording};
+use crate::sim_device::{History, SimDevice};
 use crate::workload::{options, Model};
 
 /// A resize to check: the image before it and the size asked for.

@@ -26,7 +26,7 @@ use lds_format::label::Geometry;
 use lds_repair::salvage::{salvage, Newest};
 use lds_repair::{FixState, Lost, RepairReport};
 
-use crate::device::SimDevice;
+use crate::sim_device::SimDevice;
 use crate::workload::Model;
 
 /// What salvage reads from an image.

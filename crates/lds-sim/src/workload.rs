@@ -9,7 +9,7 @@ use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::image::ImageBuilder;
 use lds_format::label::{plan_layout, Label, LayoutRequest};
 
-use crate::device::{History, SimDevice};
+use crate::sim_device::{History, SimDevice};
 
 /// One engine operation.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -127,9 +127,9 @@ fn a_crash_across_a_backup_log_wrap_opens_seed_9105() {
 #[test]
 fn a_torn_backup_log_write_with_later_writes_landed_is_a_crash_state_not_fsck_303() {
     use lds_check::{check, CheckOptions, Severity};
-    use lds_sim::device::{apply, sectors_touched, Event};
     use lds_sim::enumerate::check_crash_image;
-    use lds_volume::volume::MemoryImage;
+    use lds_sim::sim_device::{apply, sectors_touched, Event};
+    use lds_volume::MemoryImage;
 
     let workload = named("wrap").unwrap_or_else(|| panic!("wrap"));
     let image = formatted_image().unwrap_or_else(|error| panic!("{error}"));

@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use lds_engine::{Db, Error, WriteOptions};
 use lds_format::label::{plan_layout, LogKind};
-use lds_sim::device::{Fault, SimDevice};
+use lds_sim::sim_device::{Fault, SimDevice};
 use lds_sim::workload::{apply_op, apply_to_model, formatted_image, layout, named, options, Model, Op};
-use lds_volume::device::BlockDevice;
+use lds_volume::ReadAt;
 
 const SECTOR_SIZE: u64 = 512;
 

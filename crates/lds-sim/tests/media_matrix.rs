@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::{Db, Error};
-use lds_sim::device::SimDevice;
 use lds_sim::media::{build_volume, faulty_device, run_matrix, targets, MediaFault, Structure, Target, Volume};
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{options, Model};
 
 fn volume() -> Volume {

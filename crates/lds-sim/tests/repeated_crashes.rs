@@ -67,7 +67,7 @@ fn a_crash_while_resuming_a_journaled_compaction_never_goes_back() {
 /// (Write 102 is a batch that commits, which leave the backup log to synced writes' flushes,
 /// did not make durable.)
 fn image_with_a_gap() -> Vec<u8> {
-    use lds_sim::device::{apply, Event};
+    use lds_sim::sim_device::{apply, Event};
     let first = run(&random(5, 80), formatted_image().unwrap_or_else(|error| panic!("{error}")), true)
         .unwrap_or_else(|error| panic!("{error}"));
     let history = &first.history;
@@ -102,7 +102,7 @@ fn a_batch_a_crash_dropped_never_comes_back_after_the_gap_is_refilled() {
 
     use lds_check::{check, CheckOptions, Severity};
     use lds_engine::Db;
-    use lds_sim::device::SimDevice;
+    use lds_sim::sim_device::SimDevice;
     use lds_sim::workload::{apply_op, apply_to_model, options, Model};
 
     let open = |device: &SimDevice| {

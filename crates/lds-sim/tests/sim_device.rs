@@ -2,8 +2,8 @@
 //! reads, writes and the durable image exactly what its documentation says, so that the tests
 //! built on them inject what they claim to.
 
-use lds_sim::device::{Fault, SimDevice};
-use lds_volume::device::{BlockDevice, DeviceError};
+use lds_sim::sim_device::{Fault, SimDevice};
+use lds_volume::{BlockDevice, DeviceError, ReadAt};
 
 const SECTOR: usize = 512;
 

@@ -12,9 +12,9 @@ use lds_engine::{Db, Options, WriteOptions};
 use lds_format::image::ImageBuilder;
 use lds_format::instance::recover_instance;
 use lds_format::label::{Label, LogKind};
-use lds_sim::device::SimDevice;
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{formatted_geometry, formatted_image};
-use lds_volume::volume::MemoryImage;
+use lds_volume::MemoryImage;
 
 const PUTS: u32 = 24;
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use lds_engine::{Db, Stats};
 use lds_format::label::LogKind;
 use lds_format::logref::LogPosition;
-use lds_sim::device::{Event, SimDevice};
+use lds_sim::sim_device::{Event, SimDevice};
 use lds_sim::workload::{
     apply_op, formatted_geometry, formatted_image, options, random, random_journal, random_log, random_wrap,
     set_techniques, Op, Workload,

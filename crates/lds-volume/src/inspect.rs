@@ -16,8 +16,7 @@ use lds_format::recovery::{
 use lds_format::version::ChunkMeta;
 use lds_format::FormatError;
 
-use crate::device::DeviceError;
-use crate::volume::ReadAt;
+use crate::block::{DeviceError, ReadAt};
 
 /// Both log areas of one instance, as read.
 #[derive(Debug, Clone)]

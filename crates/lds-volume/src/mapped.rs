@@ -329,7 +329,8 @@ extern "C" fn on_sigbus(signal: libc::c_int, info: *mut libc::siginfo_t, context
 
 #[cfg(test)]
 mod tests {
-    use crate::device::{Access, BlockDevice, Device, OpenMode};
+    use crate::block::Access;
+    use crate::os_device::{Device, OpenMode};
 
     fn image(name: &str, len: usize) -> (std::path::PathBuf, Vec<u8>) {
         let path = std::env::temp_dir().join(format!("lds-mapped-{}-{name}.img", std::process::id()));

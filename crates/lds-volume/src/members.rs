@@ -17,22 +17,17 @@ use lds_format::devices::{DeviceTable, Extent};
 use lds_format::label::{Label, LabelPair, LABEL_LEN};
 use lds_format::FormatError;
 
-use crate::device::{Access, BlockDevice, Device, DeviceError, OpenMode};
-use crate::safety::{identity, Identity};
-use crate::volume::{ReadAt, VolumeError};
+use crate::block::{Access, BlockDevice, DeviceError, PageCache, ReadAt};
+use crate::error::VolumeError;
+use crate::identity::{identity, Identity};
+use crate::labels::{read_device_labels, read_label_at};
+use crate::os_device::{Device, OpenMode};
 
 /// Environment variable listing more paths to look for a volume's devices in.
 pub const DEVICES_VARIABLE: &str = "LDS_DEVICES";
 
 /// Directory entries read at most when looking for a volume's devices beside the path given.
 const DIRECTORY_ENTRIES_MAX: usize = 10_000;
-
-/// Reads both label copies of one device where they lie on that device (SPEC.md §4.2, §4.3):
-/// the primary at offset 0; the backup in the last sector of the bytes the primary says the
-/// volume uses of this device, or (the primary not valid) found by probing the device's end.
-pub fn read_device_labels(device: &(impl ReadAt + ?Sized)) -> Result<LabelPair, DeviceError> {
-    crate::volume::read_label_pair(device, Label::ofs_backup_label_on_device)
-}
 
 /// The label copies of one device of a volume of several devices, other than the first.
 #[derive(Debug)]
@@ -218,7 +213,14 @@ fn name_of<D: BlockDevice>(device: Option<&D>) -> String {
     device.map(|device| device.name().display().to_string()).unwrap_or_default()
 }
 
-impl<D: BlockDevice> BlockDevice for Members<D> {
+impl<D: BlockDevice> Members<D> {
+    /// The one device of a volume on one device, as the page-cache operations reach it.
+    fn only_device(&self) -> Option<&dyn BlockDevice> {
+        self.layout.is_none().then(|| &self.devices[0] as &dyn BlockDevice)
+    }
+}
+
+impl<D: BlockDevice> ReadAt for Members<D> {
     fn name(&self) -> &Path {
         self.devices[0].name()
     }
@@ -240,21 +242,21 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
-    fn drop_cached(&self, offset: u64, len: u64) {
-        for (device, device_offset, _, piece) in self.pieces(offset, len).unwrap_or_default() {
-            self.devices[device].drop_cached(device_offset, piece as u64);
+    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
+        if self.layout.is_none() {
+            return self.devices[0].read_bulk(offset, buffer);
+        }
+        self.read_at(offset, buffer)
+    }
+    fn member(&self, index: usize) -> Option<&dyn ReadAt> {
+        match &self.layout {
+            Some(_) => self.devices.get(index).map(|device| device as &dyn ReadAt),
+            None => self.devices[0].member(index),
         }
     }
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
-        // One device (no layout) is one piece too.
-        match self.pieces(offset, len).as_deref() {
-            Ok([(device, device_offset, _, _)]) => self.devices[*device].read_mapped(*device_offset, len, into, access),
-            _ => {
-                *into = BlockDevice::read_vec(self, offset, len)?;
-                Ok(())
-            }
-        }
-    }
+}
+
+impl<D: BlockDevice> BlockDevice for Members<D> {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].write_at(offset, bytes);
@@ -272,19 +274,6 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
-    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        // One device: its own; several: through `write_at`, which marks what it wrote.
-        if self.layout.is_none() {
-            return self.devices[0].write_direct(offset, bytes);
-        }
-        self.write_at(offset, bytes)
-    }
-    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
-        if self.layout.is_none() {
-            return self.devices[0].read_bulk(offset, buffer);
-        }
-        self.read_at(offset, buffer)
-    }
     fn flush(&self) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].flush();
@@ -301,13 +290,6 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
-    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
-        // One device: its own. Several: all of them (the range could span devices).
-        if self.layout.is_none() {
-            return self.devices[0].flush_except(offset, len);
-        }
-        self.flush()
-    }
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         if self.layout.is_none() {
             return self.devices[0].flush_range(offset, len);
@@ -320,46 +302,68 @@ impl<D: BlockDevice> BlockDevice for Members<D> {
         }
         Ok(())
     }
-    fn member_labels(&self) -> Vec<MemberLabels> {
-        let Some((label, _)) = &self.layout else { return Vec::new() };
-        let Some(table) = &label.devices else { return Vec::new() };
-        let sector = label.geometry.sector();
-        table
-            .devices
-            .iter()
-            .enumerate()
-            .skip(1)
-            .map(|(index, entry)| {
-                let ofs_backup_label = entry.len_device - sector;
-                let device = &self.devices[index];
-                let labels = crate::volume::read_label_at(device, 0).and_then(|primary| {
-                    Ok(LabelPair { primary, backup: crate::volume::read_label_at(device, ofs_backup_label)? })
-                });
-                MemberLabels { index, name: self.devices[index].name().to_path_buf(), labels, ofs_backup_label }
-            })
-            .collect()
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
     }
-    fn write_member(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        let Some(device) = self.devices.get(index) else {
-            return Err(DeviceError::Write {
-                path: self.name().to_path_buf(),
-                offset,
-                len: bytes.len() as u64,
-                source: std::io::Error::other(format!("the volume has no device {index}")),
-            });
-        };
-        device.write_at(offset, bytes)?;
-        device.flush()
-    }
-    fn volume_labels(&self) -> Option<Result<LabelPair, DeviceError>> {
-        match &self.layout {
-            // The first device's labels where they lie on it: the volume's backup label is
-            // its last sector, but a copy not yet rewritten to the table (an interrupted
-            // `lds device` command) puts it elsewhere in the volume's address space.
-            Some(_) => Some(read_device_labels(&self.devices[0])),
-            None => self.devices[0].volume_labels(),
+}
+
+/// The page-cache operations of the devices: on one device, that device's own; on several, by
+/// the pieces of the range where each device's own can serve (a mapped read within one
+/// device, dropping pages), else the plain operation.
+impl<D: BlockDevice> PageCache for Members<D> {
+    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        // Several devices: through `write_at`, which marks what it wrote.
+        match self.only_device() {
+            Some(device) => device.write_direct(offset, bytes),
+            None => self.write_at(offset, bytes),
         }
     }
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
+        // One device (no layout) is one piece too.
+        match self.pieces(offset, len).as_deref() {
+            Ok([(device, device_offset, _, _)]) => {
+                (&self.devices[*device] as &dyn BlockDevice).read_mapped(*device_offset, len, into, access)
+            }
+            _ => {
+                *into = self.read_vec(offset, len)?;
+                Ok(())
+            }
+        }
+    }
+    fn drop_cached(&self, offset: u64, len: u64) {
+        for (device, device_offset, _, piece) in self.pieces(offset, len).unwrap_or_default() {
+            (&self.devices[device] as &dyn BlockDevice).drop_cached(device_offset, piece as u64);
+        }
+    }
+    fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        // Several devices: all of them (the range could span devices).
+        match self.only_device() {
+            Some(device) => device.flush_except(offset, len),
+            None => self.flush(),
+        }
+    }
+}
+
+/// The label copies of every device but the first of the volume that `volume` presents, when
+/// it presents several (`ReadAt::member`), at the places `label`'s device table gives them
+/// (SPEC.md §4.3); empty for a volume on one device.
+pub fn member_labels(volume: &(impl ReadAt + ?Sized), label: &Label) -> Vec<MemberLabels> {
+    let Some(table) = &label.devices else { return Vec::new() };
+    let sector = label.geometry.sector();
+    // Bounded by the table's entries (at most DEVICES_COUNT_MAX).
+    table
+        .devices
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(index, entry)| {
+            let device = volume.member(index)?;
+            let ofs_backup_label = entry.len_device.saturating_sub(sector);
+            let labels = read_label_at(device, 0)
+                .and_then(|primary| Ok(LabelPair { primary, backup: read_label_at(device, ofs_backup_label)? }));
+            Some(MemberLabels { index, name: device.name().to_path_buf(), labels, ofs_backup_label })
+        })
+        .collect()
 }
 
 /// The volume and device a device's labels name: (volume uuid, device uuid, the label).

@@ -1,6 +1,7 @@
 //! Known on-disk signatures, so that mkfs refuses to format over data (docs/tools.md).
 
-use crate::device::{Device, DeviceError};
+use crate::block::DeviceError;
+use crate::os_device::Device;
 
 /// A signature found on a device.
 #[derive(Debug, Clone, PartialEq, Eq)]

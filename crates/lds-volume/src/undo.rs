@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use lds_format::codec::crc32c;
 use lds_format::label::{SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
 
-use crate::device::{BlockDevice, DeviceError};
+use crate::block::{BlockDevice, DeviceError, PageCache, ReadAt};
 
 /// The first bytes of an undo file.
 pub const UNDO_MAGIC: [u8; 8] = *b"LDSUNDO2";
@@ -723,7 +723,7 @@ impl UndoDevice {
     }
 }
 
-impl BlockDevice for UndoDevice {
+impl ReadAt for UndoDevice {
     fn name(&self) -> &Path {
         self.inner.name()
     }
@@ -733,6 +733,15 @@ impl BlockDevice for UndoDevice {
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         self.inner.read_at(offset, buffer)
     }
+    // The volume's devices are the wrapped volume's. Labels of the other devices only repeat
+    // the first device's table entry by entry; their writes are not in the undo file
+    // (docs/undo-file.md).
+    fn member(&self, index: usize) -> Option<&dyn ReadAt> {
+        self.inner.member(index)
+    }
+}
+
+impl BlockDevice for UndoDevice {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         log.before_write(self.inner.as_ref(), offset, bytes).map_err(|error| DeviceError::Write {
@@ -749,26 +758,23 @@ impl BlockDevice for UndoDevice {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(offset, len)
     }
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+/// Every write goes through `write_at`, which records it first (the defaults); a commit leaves
+/// the backup log's appends to their own flushes as on the wrapped device.
+impl PageCache for UndoDevice {
     fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_except(offset, len)
-    }
-    fn volume_labels(&self) -> Option<Result<lds_format::label::LabelPair, DeviceError>> {
-        self.inner.volume_labels()
-    }
-    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
-        self.inner.member_labels()
-    }
-    // Labels of the other devices only repeat the first device's table entry by entry; their
-    // writes are not in the undo file (docs/undo-file.md).
-    fn write_member(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        self.inner.write_member(index, offset, bytes)
     }
 }
 
 /// The uuid of the volume on `device`: its chosen label's, else a valid copy's (two valid
 /// copies that conflict still name the volume); `None` when no copy is valid.
 pub fn volume_uuid_of(device: &dyn BlockDevice) -> Option<[u8; 16]> {
-    let labels = crate::volume::read_labels(device).ok()?;
+    let labels = crate::labels::read_labels(device).ok()?;
     if let Ok((_, label)) = labels.choose() {
         return Some(label.geometry.volume_uuid);
     }
@@ -1477,7 +1483,7 @@ mod tests {
     /// A device in memory (writes land at once).
     struct Memory(Mutex<Vec<u8>>);
 
-    impl BlockDevice for Memory {
+    impl ReadAt for Memory {
         fn name(&self) -> &Path {
             Path::new("memory")
         }
@@ -1489,6 +1495,9 @@ mod tests {
             buffer.copy_from_slice(&bytes[offset as usize..offset as usize + buffer.len()]);
             Ok(())
         }
+    }
+
+    impl BlockDevice for Memory {
         fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
             let mut bytes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data);

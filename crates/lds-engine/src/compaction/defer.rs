@@ -10,23 +10,26 @@
 use std::collections::BTreeMap;
 
 use lds_format::chunk::{Footer, FOOTER_LEN};
+use lds_format::label::Geometry;
 use lds_format::sketch::{overlap_ratio, Sketch};
 use lds_format::version::{ChunkMeta, Version};
+use lds_volume::BlockDevice;
 
 use crate::options::Options;
-use crate::state::{Shared, TreeState};
+
+/// The sketches of the level-0 chunks, by chunk id (`TreeState::level0_sketches`).
+pub(crate) type Sketches = BTreeMap<u64, Sketch>;
 
 /// True when level 0 should wait: the technique is on, level 0 holds at most
 /// `level0_defer_max` chunks, each has a sketch, and their overlap ratio is below
 /// `level0_overlap_min` (TRIAD's deferCompaction).
-pub(crate) fn level0_deferred(options: &Options, state: &TreeState) -> bool {
+pub(crate) fn level0_deferred(options: &Options, version: &Version, sketches: &Sketches) -> bool {
     let Some(overlap_min) = options.level0_overlap_min else { return false };
-    let level0 = state.version().level(0);
+    let level0 = version.level(0);
     if level0.len() > options.level0_defer_max || level0.len() < 2 {
         return false;
     }
-    let sketches: Option<Vec<&Sketch>> =
-        level0.iter().map(|chunk| state.level0_sketches.get(&chunk.chunk_id)).collect();
+    let sketches: Option<Vec<&Sketch>> = level0.iter().map(|chunk| sketches.get(&chunk.chunk_id)).collect();
     match sketches.and_then(overlap_ratio) {
         Some(ratio) => ratio < overlap_min,
         None => false,
@@ -35,27 +38,26 @@ pub(crate) fn level0_deferred(options: &Options, state: &TreeState) -> bool {
 
 /// The key sketches of the level-0 chunks of `version`, read from their slots (at open). A
 /// chunk whose sketch cannot be read or fails its checks is left out.
-pub(crate) fn read_sketches(shared: &Shared, version: &Version) -> BTreeMap<u64, Sketch> {
+pub(crate) fn read_sketches(device: &dyn BlockDevice, geometry: &Geometry, version: &Version) -> Sketches {
     version
         .level(0)
         .into_iter()
-        .filter_map(|chunk| read_chunk_sketch(shared, chunk).map(|sketch| (chunk.chunk_id, sketch)))
+        .filter_map(|chunk| read_chunk_sketch(device, geometry, chunk).map(|sketch| (chunk.chunk_id, sketch)))
         .collect()
 }
 
-fn read_chunk_sketch(shared: &Shared, chunk: &ChunkMeta) -> Option<Sketch> {
-    let geometry = &shared.geometry;
+fn read_chunk_sketch(device: &dyn BlockDevice, geometry: &Geometry, chunk: &ChunkMeta) -> Option<Sketch> {
     let mut union: Option<Sketch> = None;
     for sub_chunk in &chunk.sub_chunks {
         let slot_offset = geometry.slot_offset(sub_chunk.slot);
         let footer_offset = slot_offset + geometry.slot_size - FOOTER_LEN as u64;
-        let bytes = shared.device.read_vec(footer_offset, FOOTER_LEN as u64).ok()?;
+        let bytes = device.read_vec(footer_offset, FOOTER_LEN as u64).ok()?;
         let footer = Footer::decode(&bytes, footer_offset, geometry.slot_size).ok()?;
         if footer.digest != sub_chunk.digest || footer.len_sketch == 0 {
             return None;
         }
         let sketch_offset = slot_offset + u64::from(footer.ofs_sketch);
-        let bytes = shared.device.read_vec(sketch_offset, u64::from(footer.len_sketch)).ok()?;
+        let bytes = device.read_vec(sketch_offset, u64::from(footer.len_sketch)).ok()?;
         let sketch = Sketch::decode(&bytes, sketch_offset, footer.sketch_crc32c).ok()?;
         match union.as_mut() {
             None => union = Some(sketch),
@@ -69,15 +71,14 @@ fn read_chunk_sketch(shared: &Shared, chunk: &ChunkMeta) -> Option<Sketch> {
     union
 }
 
-/// Keeps the sketches of the chunks a flush just added (`built`: id and encoded sketch) and
-/// forgets those of chunks no longer in level 0.
-pub(crate) fn remember(state: &mut TreeState, added: &[(u64, Footer, Vec<u8>)]) {
+/// Keeps the sketches of the chunks a flush just added (`added`: id and encoded sketch) and
+/// forgets those of chunks no longer in level 0 of `version` (the one the flush committed).
+pub(crate) fn remember(sketches: &mut Sketches, version: &Version, added: &[(u64, Footer, Vec<u8>)]) {
     for (chunk_id, footer, bytes) in added {
         if let Ok(sketch) = Sketch::decode(bytes, 0, footer.sketch_crc32c) {
-            state.level0_sketches.insert(*chunk_id, sketch);
+            sketches.insert(*chunk_id, sketch);
         }
     }
-    let version = std::sync::Arc::clone(state.version());
     let level0: std::collections::BTreeSet<u64> = version.level(0).iter().map(|chunk| chunk.chunk_id).collect();
-    state.level0_sketches.retain(|chunk_id, _| level0.contains(chunk_id));
+    sketches.retain(|chunk_id, _| level0.contains(chunk_id));
 }

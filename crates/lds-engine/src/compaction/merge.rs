@@ -17,7 +17,7 @@
 //!    record's resume key, and never reads an input the record lists as cleaned.
 //!
 //! It reads the device and builds chunks in memory; it allocates, writes and commits nothing
-//! (the caller does, with `table::write` and `version::commit`).
+//! (the caller does, with `commit::write_chunks` and `commit::commit_merge`).
 
 use std::collections::{BTreeSet, VecDeque};
 

@@ -263,7 +263,7 @@ impl Db {
     /// of older versions to finish.
     pub fn slots_in_use(&self) -> u64 {
         let mut state = self.shared.lock_state();
-        crate::version::slots::reclaim(&mut state, &self.shared.slots, &self.shared.cache);
+        crate::slots::reclaim(&mut state, &self.shared.slots, &self.shared.cache);
         drop(state);
         self.shared.lock_slots().slots_in_use
     }
@@ -328,7 +328,7 @@ impl Db {
         state.last_journal = None;
         state.resume = None;
         state.merge_delta_reserve = 0;
-        if let Err(error) = crate::version::commit::commit_slots(&self.shared, &mut state, &delta, outputs) {
+        if let Err(error) = crate::commit::commit_slots(&self.shared, &mut state, &delta, outputs) {
             return Err(self.shared.poison(&mut state, error));
         }
         Ok(Some(journal.compaction_id))

@@ -520,9 +520,10 @@ fn assemble(
     });
     // Level pinning: the pinned levels' tails are read now (SPEC.md §8.2, §8.3).
     let published = Arc::clone(&shared.lock_state().published);
-    crate::version::commit::repin(&shared, &published);
+    crate::commit::repin(&shared, &published);
     if shared.options.level0_overlap_min.is_some() {
-        let sketches = crate::compaction::defer::read_sketches(&shared, &published.version);
+        let sketches =
+            crate::compaction::defer::read_sketches(shared.device.as_ref(), &shared.geometry, &published.version);
         shared.lock_state().level0_sketches = sketches;
     }
     let background = if background {

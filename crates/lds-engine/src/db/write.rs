@@ -219,7 +219,7 @@ impl Db {
             }
             state = shared.lock_state();
         }
-        if let Err(error) = crate::version::commit::raise_sn(shared, &mut state) {
+        if let Err(error) = crate::commit::raise_sn(shared, &mut state) {
             return Err(shared.poison(&mut state, error));
         }
         writer.close_open();
@@ -335,7 +335,7 @@ impl Db {
                 state = crate::worker::run_inline(shared, state);
             }
             Shared::check_poisoned(&state)?;
-            crate::version::slots::reclaim(&mut state, &shared.slots, &shared.cache);
+            crate::slots::reclaim(&mut state, &shared.slots, &shared.cache);
             let start = crate::logs::writer_start(&mut state);
             state.backup_start_update = None;
             writer.backup_log.set_live_start(start.offset, start.lsn);

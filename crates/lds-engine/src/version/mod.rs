@@ -1,7 +1,5 @@
-//! The live version of the tree: its levels, the online map of slots, and committing a
-//! change to it through the version log (SPEC.md §10.2 to §10.4).
+//! The live version of the tree: its levels, and the version readers see (SPEC.md §10.1).
+//! Committing a change to it is `commit`'s; the online map of slots is `slots`'.
 
-pub(crate) mod commit;
 pub(crate) mod levels;
 pub(crate) mod published;
-pub(crate) mod slots;

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use lds_format::codec::crc32c;
 use lds_format::label::Label;
-use lds_volume::device::{BlockDevice, DeviceError};
 use lds_volume::undo::{MemorySink, UndoHeader, UndoLog};
+use lds_volume::{BlockDevice, DeviceError, ReadAt};
 
 use super::{read_le, CaseError, FieldRef, Seal, Variant, Volume};
 
@@ -29,7 +29,7 @@ struct Memory {
     bytes: Mutex<Vec<u8>>,
 }
 
-impl BlockDevice for Memory {
+impl ReadAt for Memory {
     fn name(&self) -> &Path {
         Path::new("memory")
     }
@@ -52,6 +52,9 @@ impl BlockDevice for Memory {
             }),
         }
     }
+}
+
+impl BlockDevice for Memory {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         let mut bytes = self.bytes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let start = offset as usize;

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::Db;
-use lds_sim::device::SimDevice;
 use lds_sim::enumerate::{enumerate, Bounds};
+use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{apply_op, formatted_image, options, run, Op, Workload};
 
 /// A store on a fresh simulated volume after `ops` (reopens skipped), for its counters and

@@ -23,15 +23,15 @@ use lds_engine::{Db, WriteOptions};
 use lds_format::devices::member_ofs_slot_area;
 use lds_format::label::Label;
 use lds_repair::devices::{add_device, finish_removal, remove_device, JoinUuids};
-use lds_volume::device::{BlockDevice, DeviceError};
-use lds_volume::members::read_device_labels;
+use lds_volume::labels::read_device_labels;
 use lds_volume::Members;
+use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
-use crate::device::{History, SimDevice};
 use crate::enumerate::{Counts, Failure};
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, Verdict};
+use crate::sim_device::{History, SimDevice};
 use crate::workload::{options, Model};
 
 /// One device of a simulated multi-device volume: a window of the simulated device.
@@ -57,7 +57,7 @@ impl Window {
     }
 }
 
-impl BlockDevice for Window {
+impl ReadAt for Window {
     fn name(&self) -> &Path {
         &self.name
     }
@@ -73,6 +73,9 @@ impl BlockDevice for Window {
         })?;
         self.inner.read_at(self.base + offset, buffer)
     }
+}
+
+impl BlockDevice for Window {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         self.check(offset, bytes.len() as u64).map_err(|source| DeviceError::Write {
             path: self.name.clone(),
@@ -89,6 +92,13 @@ impl BlockDevice for Window {
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.inner.flush_range(self.base + offset, len)
     }
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+/// A commit's flush leaves the window's part of the excluded range pending.
+impl PageCache for Window {
     fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         let end = offset.saturating_add(len).min(self.len);
         self.inner.flush_range(self.base, offset.min(self.len))?;

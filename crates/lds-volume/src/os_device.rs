@@ -1,10 +1,14 @@
-//! Block devices and pre-allocated image files (SPEC.md §2: what a flush guarantees).
+//! Block devices and pre-allocated image files, as the operating system opens them (SPEC.md
+//! §2: what a flush guarantees): locks, the safety refusals of a writer's open, direct I/O,
+//! mappings of the page cache and range flushes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+
+use crate::block::{Access, AlignedBuffer, BlockDevice, DeviceError, PageCache, ReadAt};
 
 /// What backs a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,97 +17,6 @@ pub enum DeviceKind {
     BlockDevice,
     /// A regular file holding the volume (pre-allocated).
     ImageFile,
-}
-
-/// An I/O failure, naming the device and the offset.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DeviceError {
-    /// Opening failed.
-    #[error("{}: cannot open: {source}", path.display())]
-    Open {
-        /// The path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Another process holds the volume: a writer, or (for a writer) any reader.
-    #[error("{}: in use by another process ({})", path.display(), if *exclusive { "a reader or a writer holds it; writers need it alone" } else { "a writer holds it" })]
-    Locked {
-        /// The path.
-        path: PathBuf,
-        /// The lock wanted was the exclusive (writer's) one.
-        exclusive: bool,
-    },
-    /// The kernel or another program uses the device or file: it is never opened for
-    /// writing then (docs/safety.md).
-    #[error("{}: {by}; refusing to write to it", path.display())]
-    InUse {
-        /// The path.
-        path: PathBuf,
-        /// What uses it ("mounted at /mnt", "attached to /dev/loop3", ...).
-        by: String,
-    },
-    /// The path is neither a block device nor a regular file.
-    #[error("{}: neither a block device nor a regular file", path.display())]
-    NotADevice {
-        /// The path.
-        path: PathBuf,
-    },
-    /// A read failed or came short.
-    #[error("{}: read of {len} bytes at offset {offset} failed: {source}", path.display())]
-    Read {
-        /// The path.
-        path: PathBuf,
-        /// Device offset.
-        offset: u64,
-        /// Bytes requested.
-        len: u64,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A write failed.
-    #[error("{}: write of {len} bytes at offset {offset} failed: {source}", path.display())]
-    Write {
-        /// The path.
-        path: PathBuf,
-        /// Device offset.
-        offset: u64,
-        /// Bytes written.
-        len: u64,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A flush failed: the device state is unknown (SPEC.md §2.4).
-    #[error("{}: flush failed, device state unknown: {source}", path.display())]
-    Flush {
-        /// The path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Space could not be allocated for an image file.
-    #[error("{}: cannot allocate {len} bytes: {source}", path.display())]
-    Allocate {
-        /// The path.
-        path: PathBuf,
-        /// Bytes requested.
-        len: u64,
-        /// The OS error.
-        source: std::io::Error,
-    },
-}
-
-/// How a read through the page cache will be followed, so that a device fetches from the
-/// media what the reader needs: a lookup reads one block and moves on, so its miss should
-/// read that block and not a read-ahead window (under memory pressure the window evicts the
-/// pages other lookups need); an iterator reads on, so read-ahead serves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// A block or two of a lookup.
-    Point,
-    /// A run of blocks that the next reads follow.
-    Run,
 }
 
 /// How to open.
@@ -213,10 +126,10 @@ impl Device {
             return Err(DeviceError::NotADevice { path: path.to_path_buf() });
         };
         let writable = mode == OpenMode::ReadWrite;
-        let identity = crate::safety::identity_of(&metadata).map_err(open_error)?;
+        let identity = crate::identity::identity_of(&metadata).map_err(open_error)?;
         let in_use = |by: String| DeviceError::InUse { path: path.to_path_buf(), by };
         if writable {
-            if let Some(by) = crate::safety::in_use(&identity) {
+            if let Some(by) = crate::identity::in_use(&identity) {
                 return Err(in_use(by));
             }
         }
@@ -231,7 +144,7 @@ impl Device {
             .open(path)
             .map_err(|source| match source.raw_os_error() {
                 Some(libc::EBUSY) => in_use(
-                    crate::safety::in_use(&identity)
+                    crate::identity::in_use(&identity)
                         .unwrap_or_else(|| "opened exclusively by the kernel or another program".into()),
                 ),
                 _ => open_error(source),
@@ -342,14 +255,14 @@ impl Device {
 
     /// Reads `len` bytes at `offset` into a new buffer.
     pub fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        BlockDevice::read_vec(self, offset, len)
+        ReadAt::read_vec(self, offset, len)
     }
 
     /// Reads `len` bytes at `offset` into `into` (its contents replaced, its capacity reused)
     /// through a shared read-only mapping of the device (made at the first call): from the
     /// page cache with a copy and no system call. Falls back to `pread` when the device
     /// cannot be mapped or a mapped page cannot be read, so errors are those of `read_vec`.
-    /// `BlockDevice::read_vec_mapped` returns a new buffer.
+    /// `read_vec_mapped` returns a new buffer.
     pub fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
         use std::os::fd::AsFd;
         let (mapping, random) = match access {
@@ -402,7 +315,7 @@ impl Device {
             return self.write_at(offset, bytes);
         };
         // O_DIRECT wants its buffer aligned to the logical block size too (a page here).
-        let mut aligned = crate::volume::AlignedBuffer::new(bytes.len());
+        let mut aligned = AlignedBuffer::new(bytes.len());
         aligned.copy_from_slice(bytes);
         file.write_all_at(&aligned, offset).map_err(|source| self.write_error(offset, bytes.len(), source))
     }
@@ -419,7 +332,7 @@ impl Device {
             offset % block == 0
                 && buffer.len() as u64 % block == 0
                 && !buffer.is_empty()
-                && buffer.as_ptr().align_offset(crate::volume::AlignedBuffer::ALIGN) == 0
+                && buffer.as_ptr().align_offset(AlignedBuffer::ALIGN) == 0
         };
         match direct.as_ref().filter(|(_, block)| aligned(*block)) {
             Some((file, _)) => match file.read_exact_at(buffer, offset) {
@@ -530,100 +443,16 @@ impl Device {
     pub fn flush(&self) -> Result<(), DeviceError> {
         self.file.sync_data().map_err(|source| DeviceError::Flush { path: self.path.clone(), source })
     }
-}
 
-/// What the engine needs of a device: positioned reads and writes and the two flushes of
-/// SPEC.md §2.5. `Device` is the real one; the crash simulator provides another.
-pub trait BlockDevice: Send + Sync {
-    /// The name errors give the device (its path).
-    fn name(&self) -> &Path;
-    /// Bytes of the device.
-    fn len(&self) -> u64;
-    /// True for a zero-length device.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Reads exactly `buffer.len()` bytes at `offset`.
-    fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError>;
-    /// Writes all of `bytes` at `offset`.
-    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError>;
-    /// Writes all of `bytes` at `offset`, for a write the caller flushes at once: a device
-    /// may write it around its page cache (`Device::write_direct`). The same guarantees as
-    /// `write_at`; this default is `write_at`. Wrappers that count or record writes forward
-    /// it or keep the default.
-    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        self.write_at(offset, bytes)
-    }
-    /// Reads `buffer.len()` bytes at `offset` for one pass over much of the device: a device
-    /// may read it around its page cache (`Device::read_bulk`). The same bytes as `read_at`;
-    /// this default is `read_at`. Wrappers forward it or keep the default.
-    fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
-        self.read_at(offset, buffer)
-    }
-    /// Makes every completed write durable.
-    fn flush(&self) -> Result<(), DeviceError>;
-    /// Makes the completed writes in a range durable.
-    fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError>;
-    /// Makes every completed write outside `[offset, offset + len)` durable; those inside
-    /// may or may not be (the engine's commits leave the backup log's buffered appends to
-    /// its own flushes, SPEC.md §2.5). This default flushes everything. Wrappers forward it.
-    fn flush_except(&self, _offset: u64, _len: u64) -> Result<(), DeviceError> {
-        self.flush()
-    }
-    /// The volume's label copies where they lie, when the volume's address space does not put
-    /// them where this device holds them (`Members`, a volume of several devices, SPEC.md
-    /// §4.3); `None` for a plain device. Wrappers forward it.
-    fn volume_labels(&self) -> Option<Result<lds_format::label::LabelPair, DeviceError>> {
-        None
-    }
-    /// The label copies of every device of a volume of several devices but the first, whose
-    /// labels lie outside the volume's address space (SPEC.md §4.3); empty for one device.
-    /// Wrappers forward it.
-    fn member_labels(&self) -> Vec<crate::members::MemberLabels> {
-        Vec::new()
-    }
-    /// Writes `bytes` at offset `offset` of device `index` of a volume of several devices and
-    /// flushes that device (a label outside the volume's address space, SPEC.md §4.3).
-    /// Wrappers forward it; a plain device has no other device.
-    fn write_member(&self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        Err(DeviceError::Write {
-            path: self.name().to_path_buf(),
-            offset,
-            len: bytes.len() as u64,
-            source: std::io::Error::other(format!("the volume has no device {index} besides this one")),
-        })
-    }
-    /// Reads `len` bytes at `offset` into a new buffer.
-    fn read_vec(&self, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
-        let size = usize::try_from(len).map_err(|_| DeviceError::Read {
-            path: self.name().to_path_buf(),
-            offset,
-            len,
-            source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
-        })?;
-        let mut buffer = vec![0u8; size];
-        self.read_at(offset, &mut buffer)?;
-        Ok(buffer)
-    }
-    /// Reads `len` bytes at `offset` for a lookup or an iterator: like `read_vec`, where a
-    /// device may serve it from a mapping of the page cache (`Device::read_mapped`).
-    fn read_vec_mapped(&self, offset: u64, len: u64, access: Access) -> Result<Vec<u8>, DeviceError> {
+    /// As `read_mapped`, into a new buffer.
+    pub fn read_vec_mapped(&self, offset: u64, len: u64, access: Access) -> Result<Vec<u8>, DeviceError> {
         let mut bytes = Vec::new();
         self.read_mapped(offset, len, &mut bytes, access)?;
         Ok(bytes)
     }
-    /// As `read_vec_mapped`, into `into` (its contents replaced; a device that maps reuses
-    /// its capacity). Wrappers that read what the device holds forward it.
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, _access: Access) -> Result<(), DeviceError> {
-        *into = self.read_vec(offset, len)?;
-        Ok(())
-    }
-    /// A hint that `len` bytes at `offset` hold nothing anyone will read (a freed slot); a
-    /// device may drop them from memory (`Device::drop_cached`). Wrappers forward it.
-    fn drop_cached(&self, _offset: u64, _len: u64) {}
 }
 
-impl BlockDevice for Device {
+impl ReadAt for Device {
     fn name(&self) -> &Path {
         &self.path
     }
@@ -633,26 +462,35 @@ impl BlockDevice for Device {
     fn read_at(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         Device::read_at(self, offset, buffer)
     }
-    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
-        Device::read_mapped(self, offset, len, into, access)
-    }
-    fn drop_cached(&self, offset: u64, len: u64) {
-        Device::drop_cached(self, offset, len);
-    }
-    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        Device::write_at(self, offset, bytes)
-    }
-    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
-        Device::write_direct(self, offset, bytes)
-    }
     fn read_bulk(&self, offset: u64, buffer: &mut [u8]) -> Result<(), DeviceError> {
         Device::read_bulk(self, offset, buffer)
+    }
+}
+
+impl BlockDevice for Device {
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        Device::write_at(self, offset, bytes)
     }
     fn flush(&self) -> Result<(), DeviceError> {
         Device::flush(self)
     }
     fn flush_range(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         Device::flush_range(self, offset, len)
+    }
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+impl PageCache for Device {
+    fn write_direct(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        Device::write_direct(self, offset, bytes)
+    }
+    fn read_mapped(&self, offset: u64, len: u64, into: &mut Vec<u8>, access: Access) -> Result<(), DeviceError> {
+        Device::read_mapped(self, offset, len, into, access)
+    }
+    fn drop_cached(&self, offset: u64, len: u64) {
+        Device::drop_cached(self, offset, len);
     }
     fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         Device::flush_except(self, offset, len)

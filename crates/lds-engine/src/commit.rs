@@ -1,5 +1,6 @@
-//! Committing a change to the tree (SPEC.md §10.2): one delta version appended to the version
-//! log and flushed is the commit point; a base version replaces it when the log needs a trim
+//! Committing a change to the tree (SPEC.md §10.2): its chunks written into newly allocated
+//! slots (steps 1 and 2; the caller flushes them before the version that names them); one
+//! delta version appended to the version log and flushed is the commit point; a base version replaces it when the log needs a trim
 //! (§10.3). Then the new version is published and the deleted chunks' slots wait for their
 //! readers to finish. A journaled compaction also appends its journal records here (§12):
 //! each flushed before the inputs it cleans are reused, and appended again after any base
@@ -7,14 +8,15 @@
 
 use std::sync::{Arc, MutexGuard};
 
+use lds_format::chunk::BuiltSubChunk;
 use lds_format::log::ObjectType;
 use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion, Version};
 use lds_format::writer::AppendError;
 
 use crate::error::{Error, Result};
+use crate::slots::{allocate, reclaim, release, release_after};
 use crate::state::{Release, Shared, TreeState};
 use crate::version::published::{Published, Redirect};
-use crate::version::slots::{reclaim, release_after};
 
 /// Makes every completed write durable but the backup log's buffered appends (SPEC.md §2.5),
 /// which is what a commit needs: its chunks and version log objects. The appends a crash
@@ -322,4 +324,39 @@ pub(crate) fn journal(
     let published = Arc::clone(&state.published);
     repin(shared, &published);
     Ok(())
+}
+
+/// Allocates a slot for each built chunk (from the running compaction's pool first, with
+/// `pool`) and writes it (not yet flushed); returns the metadata of each at its level with
+/// its flags. On failure the slots are released.
+pub(crate) fn write_chunks(
+    shared: &Shared,
+    built: &mut [impl AsMut<BuiltSubChunk>],
+    placement: &[(u8, u8)],
+    pool: bool,
+) -> Result<Vec<ChunkMeta>> {
+    let slots = allocate(&mut shared.lock_state(), &shared.slots, &shared.cache, built.len() as u64, pool)?;
+    let mut metas = Vec::with_capacity(built.len());
+    for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
+        let chunk = chunk.as_mut();
+        let meta = lds_format::pack::place(chunk, slot, level, flags);
+        let offset = shared.geometry.slot_offset(slot);
+        let tail = chunk.tail();
+        let result = shared
+            .device
+            .write_at(offset, &chunk.body)
+            .and_then(|()| shared.device.write_at(offset + shared.geometry.slot_size - tail.len() as u64, &tail));
+        if let Err(error) = result {
+            release(&shared.slots, &slots);
+            return Err(error.into());
+        }
+        // Nothing of the slot's earlier chunk stays cached (admit_tail forgets it too).
+        if level < shared.options.pinned_levels {
+            shared.cache.admit_tail(&shared.geometry, slot, &chunk.footer, &chunk.tail_without_footer);
+        } else {
+            shared.cache.forget_slot(slot);
+        }
+        metas.push(meta);
+    }
+    Ok(metas)
 }

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use lds_volume::device::{BlockDevice, DeviceError};
+use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
 /// One write as the device saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,7 +320,7 @@ fn out_of_range(offset: u64, len: u64) -> DeviceError {
     }
 }
 
-impl BlockDevice for SimDevice {
+impl ReadAt for SimDevice {
     fn name(&self) -> &std::path::Path {
         std::path::Path::new(PATH)
     }
@@ -364,7 +364,9 @@ impl BlockDevice for SimDevice {
         }
         Ok(())
     }
+}
 
+impl BlockDevice for SimDevice {
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), DeviceError> {
         let mut state = self.lock();
         let number = state.writes.len();
@@ -403,6 +405,13 @@ impl BlockDevice for SimDevice {
         self.flush_where(|write| write.offset < offset + len && offset < write.offset + write.bytes.len() as u64)
     }
 
+    fn page_cache(&self) -> Option<&dyn PageCache> {
+        Some(self)
+    }
+}
+
+/// A flush that leaves the excluded range's writes pending, as the page cache does.
+impl PageCache for SimDevice {
     fn flush_except(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         // Only the writes wholly outside the range.
         self.flush_where(|write| !(write.offset < offset + len && offset < write.offset + write.bytes.len() as u64))
