@@ -3,11 +3,15 @@
 //! level rules (disjoint levels, one odd chunk each); with `deep`, each sub-chunk's digest and
 //! every key against its filter; every log reference (`pass_logrefs`).
 
-use lds_format::batch::SEQUENCE_MAX;
-use lds_format::chunk::{decode_index, sub_chunk_digest, visit_block, Filter, Footer, FOOTER_LEN};
-use lds_format::label::{Geometry, Label};
-use lds_format::recovery::VersionLogState;
-use lds_format::version::ChunkMeta;
+use lds_format::algorithms::recovery::VersionLogState;
+use lds_format::chunk::block::visit_block;
+use lds_format::chunk::filter::Filter;
+use lds_format::chunk::footer::{sub_chunk_digest, Footer, FOOTER_LEN};
+use lds_format::chunk::index::decode_index;
+use lds_format::entry::SEQUENCE_MAX;
+use lds_format::geometry::Geometry;
+use lds_format::label::Label;
+use lds_format::version::meta::ChunkMeta;
 use lds_format::FormatError;
 use lds_volume::volume::read_tolerant_into;
 use lds_volume::{AlignedBuffer, DeviceError, ReadAt};
@@ -405,7 +409,7 @@ pub(crate) fn check_chunk(
                 }
             };
             if let Some(last) = decoded.last() {
-                if (last.key, lds_format::chunk::pack_seq_kind(last.sequence, last.kind))
+                if (last.key, lds_format::entry::pack_seq_kind(last.sequence, last.kind))
                     != (entry.last_key.as_slice(), entry.last_seq_kind)
                 {
                     report.add(
@@ -474,9 +478,9 @@ pub(crate) fn check_chunk(
                 slot_offset,
                 format!(
                     "the {} digest of slot {slot} does not match its contents",
-                    match lds_format::chunk::DigestKind::of_flags(footer.flags) {
-                        lds_format::chunk::DigestKind::Blake3 => "blake3",
-                        lds_format::chunk::DigestKind::Xxh3 => "xxh3-128",
+                    match lds_format::digest::DigestKind::of_flags(footer.flags) {
+                        lds_format::digest::DigestKind::Blake3 => "blake3",
+                        lds_format::digest::DigestKind::Xxh3 => "xxh3-128",
                     }
                 ),
             );

@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 use lds_format::error::hex;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::AreaContext;
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{AreaContext, LogPosition};
+use lds_format::logref::{LogBatch, LogRef};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 use lds_format::FormatError;
 
 use crate::problem::{Code, Problem, Report};
@@ -66,8 +67,7 @@ impl<'a> ChunkLogRefs<'a> {
     /// against, if known.
     pub(crate) fn new(geometry: &Geometry, instance: u32, log: Option<LogCheck<'a>>) -> Self {
         Self {
-            area: log
-                .map(|log| (log.backup_area, lds_format::image::area_context(geometry, LogKind::Backup, instance))),
+            area: log.map(|log| (log.backup_area, lds_format::log::area_context(geometry, LogKind::Backup, instance))),
             log_tables: log.map(|log| log.log_tables),
             batches: HashMap::new(),
             count: 0,
@@ -223,7 +223,7 @@ impl<'a> ChunkLogRefs<'a> {
 }
 
 /// True when `version` (or an unfinished compaction's outputs) holds a log chunk.
-pub(crate) fn has_log_chunks(state: &lds_format::recovery::VersionLogState) -> bool {
+pub(crate) fn has_log_chunks(state: &lds_format::algorithms::recovery::VersionLogState) -> bool {
     state.version.chunks.values().any(ChunkMeta::is_log_chunk)
         || state.unfinished_compactions.values().flat_map(|journal| journal.outputs.iter()).any(ChunkMeta::is_log_chunk)
 }
@@ -251,11 +251,13 @@ fn ring_bytes(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use lds_format::algorithms::image::ImageBuilder;
     use lds_format::batch::{BatchEntry, WriteBatchRecord};
-    use lds_format::image::ImageBuilder;
-    use lds_format::label::{plan_layout, Label, LayoutRequest};
+    use lds_format::geometry::{plan_layout, LayoutRequest};
+    use lds_format::label::Label;
     use lds_format::log::{encode_object, NewObject, ObjectType};
-    use lds_format::version::{CompactionJournal, DeltaVersion, CHUNK_FLAG_LOG_REFS};
+    use lds_format::version::meta::CHUNK_FLAG_LOG_REFS;
+    use lds_format::version::payload::{CompactionJournal, DeltaVersion};
     use lds_volume::volume::MemoryImage;
 
     use super::*;
@@ -433,7 +435,7 @@ mod tests {
         let object = lds_format::log::read_object(
             area,
             second.offset,
-            &lds_format::image::area_context(&geometry, LogKind::Backup, 0),
+            &lds_format::log::area_context(&geometry, LogKind::Backup, 0),
         )
         .unwrap_or_else(|error| panic!("{error}"));
         let batch = WriteBatchRecord::decode(object.payload, 0).unwrap_or_else(|error| panic!("{error}"));
@@ -620,7 +622,7 @@ mod tests {
             inputs: vec![LOG_CHUNK_SLOT],
             cleaned: Vec::new(),
             outputs: vec![ChunkMeta {
-                sub_chunks: vec![lds_format::version::SubChunkRef { slot: 9, ..output.sub_chunks[0] }],
+                sub_chunks: vec![lds_format::version::meta::SubChunkRef { slot: 9, ..output.sub_chunks[0] }],
                 ..output
             }],
         };

@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use lds_format::batch::EntryKind;
-use lds_format::label::Geometry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
 use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 use lds_volume::volume::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 

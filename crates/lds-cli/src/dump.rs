@@ -6,15 +6,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lds_format::batch::EntryKind;
-use lds_format::chunk::{unpack_seq_kind, Footer, FOOTER_LEN};
+use lds_format::algorithms::instance::{BackupRecovery, InstanceRecovery};
+use lds_format::algorithms::recovery::VersionLogError;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::entry::{unpack_seq_kind, EntryKind};
 use lds_format::error::hex;
-use lds_format::image::area_context;
-use lds_format::instance::{BackupRecovery, InstanceRecovery};
-use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind, FEATURE_INCOMPAT_VALUE_CHUNKS};
-use lds_format::log::AreaContext;
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::recovery::VersionLogError;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::{Label, LabelChoice, LabelPair, FEATURE_INCOMPAT_VALUE_CHUNKS};
+use lds_format::log::{area_context, AreaContext, LogPosition};
+use lds_format::logref::{LogBatch, LogRef};
 use lds_format::value::{ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_format::version::Version;
 use lds_volume::inspect::{self, Liveness, WalkedObject};
@@ -568,7 +568,7 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
 /// `" (N log chunks)"` when `N` of the chunk metadata records of `chunks` (JSON) have flag
 /// `log_refs` (SPEC.md §6.4), else nothing.
 fn log_chunks_note(chunks: Option<&Value>) -> String {
-    let flag = u64::from(lds_format::version::CHUNK_FLAG_LOG_REFS);
+    let flag = u64::from(lds_format::version::meta::CHUNK_FLAG_LOG_REFS);
     let count = chunks
         .and_then(Value::as_array)
         .map_or(0, |chunks| chunks.iter().filter(|chunk| chunk["flags"].as_u64().unwrap_or(0) & flag != 0).count());
@@ -978,7 +978,7 @@ fn describe_log_ref(value: &[u8]) -> String {
 
 /// `", log chunk (flag log_refs), log start ..."` for a log chunk (SPEC.md §6.4, §8.9), else
 /// nothing.
-fn describe_log_start(meta: &lds_format::version::ChunkMeta) -> String {
+fn describe_log_start(meta: &lds_format::version::meta::ChunkMeta) -> String {
     match (meta.is_log_chunk(), meta.log_start) {
         (true, Some(start)) => format!(
             ", log chunk (flag log_refs): log start at offset {} of the backup log (lsn {})",

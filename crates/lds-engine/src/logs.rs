@@ -20,9 +20,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::image::area_context;
-use lds_format::label::LogKind;
-use lds_format::logref::LogPosition;
+use lds_format::geometry::LogKind;
+use lds_format::log::{area_context, LogPosition};
 
 use crate::error::Result;
 use crate::state::{Frozen, Shared, TreeState};
@@ -56,7 +55,7 @@ pub(crate) fn log_chunk_wanted(shared: &Shared, state: &TreeState, frozen: &Froz
     }
     let Some((smallest, largest)) = frozen.table.key_range() else { return false };
     let version = state.version();
-    let upper: Vec<&lds_format::version::ChunkMeta> = (0..2u8).flat_map(|level| version.level(level)).collect();
+    let upper: Vec<&lds_format::version::meta::ChunkMeta> = (0..2u8).flat_map(|level| version.level(level)).collect();
     upper.is_empty()
         || upper.iter().any(|chunk| {
             chunk.smallest_key.as_slice() <= largest.as_slice() && smallest.as_slice() <= chunk.largest_key.as_slice()

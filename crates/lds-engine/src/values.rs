@@ -16,8 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
-use lds_format::batch::{EntryKind, EntryRef};
-use lds_format::label::Geometry;
+use lds_format::batch::EntryRef;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
 use lds_format::value::{
     read_value, BuiltValueChunk, ValueChunkMeta, ValueFooter, ValueFormat, ValuePacker, ValuePointer, VALUE_FOOTER_LEN,
 };

@@ -1,8 +1,10 @@
-//! Log object framing shared by the version log and the backup log (SPEC.md §5).
+//! Log object framing shared by the version log and the backup log (SPEC.md §5): where an
+//! instance's log areas lie, what an object must match to be valid there, and positions of
+//! objects along the ring.
 
 use crate::codec::{align8, crc32c, Reader, Writer};
 use crate::error::FormatError;
-use crate::label::LogKind;
+use crate::geometry::{Geometry, LogKind};
 
 /// `"LDSO"`, SPEC.md §5.
 pub const OBJECT_MAGIC: [u8; 4] = *b"LDSO";
@@ -254,6 +256,42 @@ impl AreaContext {
     /// The payload length of a WOL or WOR.
     pub fn wrap_payload_len(&self) -> u32 {
         self.sector_size - HEADER_LEN as u32
+    }
+}
+
+/// The area context of an instance's log: where its area lies in `geometry` and what its
+/// objects must name.
+pub fn area_context(geometry: &Geometry, kind: LogKind, instance: u32) -> AreaContext {
+    let (ofs_area, len_area) = geometry.log_area(kind, instance);
+    AreaContext {
+        kind,
+        instance,
+        volume_uuid: geometry.volume_uuid,
+        len_area,
+        sector_size: geometry.sector_size,
+        ofs_area,
+    }
+}
+
+/// A backup log object's place: its offset in the area and its lsn. Ordered by lsn, which
+/// increases along the log across wraps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogPosition {
+    /// Offset in the backup log area.
+    pub offset: u64,
+    /// The object's lsn.
+    pub lsn: u64,
+}
+
+impl Ord for LogPosition {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.lsn.cmp(&other.lsn).then(self.offset.cmp(&other.offset))
+    }
+}
+
+impl PartialOrd for LogPosition {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 

@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::chunk::{DigestKind, DigestState, FOOTER_FLAG_XXH3, FOOTER_LEN};
 use crate::codec::{crc32c, Reader, Writer};
+use crate::digest::{DigestKind, DigestState, FOOTER_FLAG_XXH3};
 use crate::error::FormatError;
 
 /// The magic of a value chunk footer.
 pub const VALUE_MAGIC: [u8; 8] = *b"LDSVALUE";
-/// Bytes of a value chunk footer (the same as a chunk footer's: a reader finds either at the
-/// slot end).
-pub const VALUE_FOOTER_LEN: usize = FOOTER_LEN;
+/// Bytes of a value chunk footer: a chunk footer's (`chunk::footer::FOOTER_LEN`, which checks
+/// that they agree), so that a reader finds either at the slot end (SPEC.md §8.5).
+pub const VALUE_FOOTER_LEN: usize = 160;
 /// Footer bytes the digest covers.
 pub const VALUE_FOOTER_DIGEST_COVERS: usize = 48;
 /// Fixed bytes of a value pointer before its extents.

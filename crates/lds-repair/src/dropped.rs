@@ -3,9 +3,9 @@
 //! by a [`Lost`] range of one of the fixes, so that an oracle can tell a reported drop from a
 //! silent loss.
 
+use lds_format::algorithms::salvage::Entry;
 use lds_format::codec::display_key;
-use lds_format::salvage::Entry;
-use lds_format::version::ChunkMeta;
+use lds_format::version::meta::ChunkMeta;
 
 /// The lower end of a key range.
 #[derive(Debug, Clone, PartialEq, Eq)]

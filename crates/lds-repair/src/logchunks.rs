@@ -21,14 +21,15 @@
 use std::collections::HashMap;
 
 use lds_check::Code;
-use lds_format::batch::EntryKind;
-use lds_format::chunk::SubChunkView;
+use lds_format::algorithms::salvage::Entry;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::display_key;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{read_object_at, AreaContext, HEADER_LEN};
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::salvage::Entry;
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{read_object_at, AreaContext, LogPosition, HEADER_LEN};
+use lds_format::logref::{LogBatch, LogRef};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::dropped::Dropped;
 
@@ -409,19 +410,18 @@ mod tests {
         assert_eq!(ring_distance(at(100, 5), at(300, 4), 1000), 0, "earlier");
     }
 
+    use lds_format::algorithms::pack::{place, ChunkFormat, ChunkPacker};
     use lds_format::batch::{BatchEntry, WriteBatchRecord};
-    use lds_format::image::area_context;
-    use lds_format::log::{encode_object, NewObject, ObjectType};
-    use lds_format::pack::{place, ChunkFormat, ChunkPacker};
-    use lds_format::version::CHUNK_FLAG_LOG_REFS;
+    use lds_format::log::{area_context, encode_object, NewObject, ObjectType};
+    use lds_format::version::meta::CHUNK_FLAG_LOG_REFS;
 
     fn geometry() -> Geometry {
-        let layout = lds_format::label::LayoutRequest {
+        let layout = lds_format::geometry::LayoutRequest {
             volume_len: 16 << 20,
             slot_size: Some(64 << 10),
-            ..lds_format::label::LayoutRequest::default()
+            ..lds_format::geometry::LayoutRequest::default()
         };
-        lds_format::label::plan_layout(&layout, [3; 16]).unwrap_or_else(|error| panic!("{error}"))
+        lds_format::geometry::plan_layout(&layout, [3; 16]).unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// A backup log area holding batch A (lsn 5 at offset 512: "k1" and "k2", sequences 10
@@ -569,7 +569,7 @@ mod tests {
         let geometry = geometry();
         let (_, a, b, end) = area(&geometry);
         let (meta, _) = log_chunk(&geometry, a, b);
-        let base = lds_format::version::BaseVersion {
+        let base = lds_format::version::payload::BaseVersion {
             geometry,
             instance: 0,
             num_levels: 4,
@@ -584,25 +584,29 @@ mod tests {
         let old = Version::from_base(&base).unwrap_or_else(|error| panic!("{error}"));
         let moved = ChunkMeta {
             chunk_id: 9,
-            sub_chunks: vec![lds_format::version::SubChunkRef { slot: 9, ..meta.sub_chunks[0] }],
+            sub_chunks: vec![lds_format::version::meta::SubChunkRef { slot: 9, ..meta.sub_chunks[0] }],
             ..meta.clone()
         };
-        let rebased =
-            Version::from_base(&lds_format::version::BaseVersion { chunks: vec![moved.clone()], ..base.clone() })
-                .unwrap_or_else(|error| panic!("{error}"));
+        let rebased = Version::from_base(&lds_format::version::payload::BaseVersion {
+            chunks: vec![moved.clone()],
+            ..base.clone()
+        })
+        .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(check_rebased(&old, &rebased), Ok(()));
         let later = ChunkMeta { log_start: Some(b), ..moved };
-        let wrong = Version::from_base(&lds_format::version::BaseVersion { chunks: vec![later], ..base.clone() })
-            .unwrap_or_else(|error| panic!("{error}"));
+        let wrong =
+            Version::from_base(&lds_format::version::payload::BaseVersion { chunks: vec![later], ..base.clone() })
+                .unwrap_or_else(|error| panic!("{error}"));
         assert!(check_rebased(&old, &wrong).is_err());
         let len_area = area_context(&geometry, LogKind::Backup, 0).len_area;
         // A rebuild keeps the old chunk as it is, retained before the new backup start.
-        let rebuilt = Version::from_base(&lds_format::version::BaseVersion { lsn_backup_start: 40, ..base.clone() })
-            .unwrap_or_else(|error| panic!("{error}"));
+        let rebuilt =
+            Version::from_base(&lds_format::version::payload::BaseVersion { lsn_backup_start: 40, ..base.clone() })
+                .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(check_kept(Some(&old), &rebuilt, len_area), Ok(()));
         assert!(check_kept(None, &rebuilt, len_area).is_err(), "a log chunk the old version lacks");
         assert!(check_kept(Some(&rebased), &rebuilt, len_area).is_err(), "another chunk id");
-        let behind = Version::from_base(&lds_format::version::BaseVersion { lsn_backup_start: 5, ..base })
+        let behind = Version::from_base(&lds_format::version::payload::BaseVersion { lsn_backup_start: 5, ..base })
             .unwrap_or_else(|error| panic!("{error}"));
         assert!(check_kept(Some(&old), &behind, len_area).is_err(), "a backup start before the log start");
     }

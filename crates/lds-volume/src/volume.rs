@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use lds_format::chunk::FOOTER_LEN;
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, Label, LabelChoice, LabelChoiceError, LabelPair, LogKind, LABEL_LEN};
-use lds_format::log::AreaContext;
+use lds_format::chunk::footer::FOOTER_LEN;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::{Label, LabelChoice, LabelChoiceError, LabelPair, LABEL_LEN};
+use lds_format::log::{area_context, AreaContext};
 use lds_format::FormatError;
 
 use crate::device::{DeviceError, OpenMode};

@@ -9,9 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use lds_format::chunk::{Footer, FOOTER_LEN};
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
 use lds_format::sketch::{overlap_ratio, Sketch};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::options::Options;
 use crate::state::{Shared, TreeState};

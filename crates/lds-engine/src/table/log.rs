@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use lds_format::log::{AreaContext, ObjectHeader, HEADER_LEN};
-use lds_format::logref::{entry_value, read_entries, BatchAt, EntrySpans, LogPosition, LogRef};
+use lds_format::log::{AreaContext, LogPosition, ObjectHeader, HEADER_LEN};
+use lds_format::logref::{entry_value, read_entries, BatchAt, EntrySpans, LogRef};
 use lds_format::version::Version;
 use lds_volume::BlockDevice;
 
@@ -120,7 +120,7 @@ impl LogRegion {
         device: &dyn BlockDevice,
         context: AreaContext,
         version: &Version,
-        inputs: impl Iterator<Item = &'a lds_format::version::ChunkMeta>,
+        inputs: impl Iterator<Item = &'a lds_format::version::meta::ChunkMeta>,
         buffer: Vec<u8>,
     ) -> Result<Option<Self>> {
         let Some(start) = inputs.filter_map(|chunk| chunk.log_start).min() else { return Ok(None) };

@@ -1,8 +1,8 @@
 //! Writing built chunks into newly allocated slots (SPEC.md §10.2 steps 1 and 2). The
 //! caller flushes them before the version that names them.
 
-use lds_format::chunk::BuiltSubChunk;
-use lds_format::version::ChunkMeta;
+use lds_format::chunk::builder::BuiltSubChunk;
+use lds_format::version::meta::ChunkMeta;
 
 use crate::error::Result;
 use crate::state::Shared;
@@ -21,7 +21,7 @@ pub(crate) fn write_chunks(
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
         let chunk = chunk.as_mut();
-        let meta = lds_format::pack::place(chunk, slot, level, flags);
+        let meta = lds_format::algorithms::pack::place(chunk, slot, level, flags);
         let offset = shared.geometry.slot_offset(slot);
         let tail = chunk.tail();
         let result = shared

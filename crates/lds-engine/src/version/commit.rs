@@ -7,9 +7,11 @@
 
 use std::sync::{Arc, MutexGuard};
 
+use lds_format::algorithms::writer::AppendError;
 use lds_format::log::ObjectType;
-use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion, Version};
-use lds_format::writer::AppendError;
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::payload::{CompactionJournal, DeltaVersion};
+use lds_format::version::Version;
 
 use crate::error::{Error, Result};
 use crate::state::{Release, Shared, TreeState};
@@ -23,7 +25,7 @@ use crate::version::slots::{reclaim, release_after};
 /// that makes them obsolete finds them, and most never reach the device.
 pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
     shared.counters.device_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (ofs_area, len_area) = shared.geometry.log_area(lds_format::label::LogKind::Backup, shared.instance);
+    let (ofs_area, len_area) = shared.geometry.log_area(lds_format::geometry::LogKind::Backup, shared.instance);
     Ok(shared.device.flush_except(ofs_area, len_area)?)
 }
 
@@ -282,7 +284,7 @@ pub(crate) fn repin(shared: &Shared, published: &Published) {
     if levels == 0 {
         return;
     }
-    let mut wanted: Vec<lds_format::version::SubChunkRef> = Vec::new();
+    let mut wanted: Vec<lds_format::version::meta::SubChunkRef> = Vec::new();
     for chunks in published.levels.levels.iter().take(levels) {
         wanted.extend(chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()));
     }

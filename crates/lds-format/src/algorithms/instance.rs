@@ -4,14 +4,15 @@
 //! damage, the checker reports every verdict under its problem code, dump and the simulator
 //! read the same result. Every caller that recovers an instance calls [`recover_instance`].
 
-use crate::batch::{decode_entries, synced_lsn, EntryKind};
-use crate::error::FormatError;
-use crate::label::{Geometry, LogKind};
-use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
-use crate::recovery::{
+use crate::algorithms::recovery::{
     read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd, Payload,
     VersionLogError, VersionLogState,
 };
+use crate::batch::{decode_entries, synced_lsn};
+use crate::entry::EntryKind;
+use crate::error::FormatError;
+use crate::geometry::{Geometry, LogKind};
+use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 
 /// The lsns of valid objects standing anywhere in an area past the end of its live chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +147,7 @@ pub enum LogDamage {
     /// `E_VLOG_CHAIN_BROKEN` (fsck 207).
     #[error(
         "the live chain of the version log breaks at offset {offset} ({}); {later} lost to recovery",
-        crate::recovery::describe_end(end)
+        crate::algorithms::recovery::describe_end(end)
     )]
     VersionLogChainBroken {
         /// Area offset.
@@ -159,7 +160,7 @@ pub enum LogDamage {
     /// `E_BLOG_CHAIN_BROKEN` (fsck 303).
     #[error(
         "the live chain of the backup log breaks at offset {offset} ({}); {later} lost to recovery",
-        crate::recovery::describe_end(end)
+        crate::algorithms::recovery::describe_end(end)
     )]
     BackupLogChainBroken {
         /// Area offset.
@@ -306,11 +307,11 @@ pub fn recover_instance(
     version_area: &[u8],
     backup_area: &[u8],
 ) -> Result<InstanceRecovery, VersionLogError> {
-    let version_context = crate::image::area_context(geometry, LogKind::Version, instance);
+    let version_context = crate::log::area_context(geometry, LogKind::Version, instance);
     let version_log = recover_version_log(version_area, &version_context)?;
     let version_end =
         classify_chain_end(version_area, &version_context, &version_log.end, (version_log.head.next_lsn, 0));
-    let backup_context = crate::image::area_context(geometry, LogKind::Backup, instance);
+    let backup_context = crate::log::area_context(geometry, LogKind::Backup, instance);
     let backup = recover_backup(backup_area, &backup_context, &version_log);
     Ok(InstanceRecovery { instance, version_log, version_end, backup })
 }
