@@ -77,7 +77,7 @@ fn check_tree(
     let log =
         tree.backup_area.as_deref().map(|backup_area| LogCheck { backup_area, log_tables: label.has_log_tables() });
     if let Some(log) = &log {
-        let retained = crate::pass_logrefs::retained_bytes(version, log.backup_area.len() as u64);
+        let retained = version.retained_bytes(log.backup_area.len() as u64);
         report.summary.log_retained.push((instance, retained));
     }
     let mut pointers = |chunk: &ChunkMeta, values: ChunkValues, report: &mut Report| -> Result<(), CheckError> {

@@ -16,7 +16,6 @@ use lds_format::geometry::{Geometry, LogKind};
 use lds_format::log::{AreaContext, LogPosition};
 use lds_format::logref::{LogBatch, LogRef};
 use lds_format::version::meta::ChunkMeta;
-use lds_format::version::Version;
 use lds_format::FormatError;
 
 use crate::problem::{Code, Problem, Report};
@@ -226,27 +225,6 @@ impl<'a> ChunkLogRefs<'a> {
 pub(crate) fn has_log_chunks(state: &lds_format::algorithms::recovery::VersionLogState) -> bool {
     state.version.chunks.values().any(ChunkMeta::is_log_chunk)
         || state.unfinished_compactions.values().flat_map(|journal| journal.outputs.iter()).any(ChunkMeta::is_log_chunk)
-}
-
-/// Bytes of the backup log area of `len_area` bytes that `version` retains for its log
-/// chunks (SPEC.md §8.9): from its retention start to its backup start along the ring; 0
-/// without log chunks.
-pub(crate) fn retained_bytes(version: &Version, len_area: u64) -> u64 {
-    let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
-    ring_bytes(version.retention_start(), backup_start, len_area)
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes: 0 when `to` is not later (by
-/// lsn); across the wrap when its offset is not past `from`'s (at the same offset with a later
-/// lsn, the whole ring).
-fn ring_bytes(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        len_area.saturating_sub(from.offset) + to.offset
-    }
 }
 
 #[cfg(test)]
@@ -632,15 +610,5 @@ mod tests {
         let level = level.unwrap_or_else(|| panic!("no 802\n{}", lines(&report)));
         assert_eq!(level.structure, "chunk 9 of instance 0");
         assert!(level.message.contains("a log chunk at level 1"), "{}", level.message);
-    }
-
-    #[test]
-    fn retained_bytes_follow_the_ring() {
-        let at = |offset, lsn| LogPosition { offset, lsn };
-        assert_eq!(ring_bytes(at(100, 5), at(300, 9), 1000), 200);
-        assert_eq!(ring_bytes(at(800, 5), at(100, 9), 1000), 300, "across the wrap");
-        assert_eq!(ring_bytes(at(400, 5), at(400, 9), 1000), 1000, "the whole ring");
-        assert_eq!(ring_bytes(at(100, 5), at(100, 5), 1000), 0, "nothing retained");
-        assert_eq!(ring_bytes(at(300, 9), at(100, 5), 1000), 0, "a start after the backup start");
     }
 }

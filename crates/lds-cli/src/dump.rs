@@ -332,12 +332,10 @@ struct Retention {
 impl Retention {
     /// The retention of `version`, in a backup log area of `len_backup_log` bytes.
     fn of(version: &Version, len_backup_log: u64) -> Self {
-        let start = version.retention_start();
-        let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
         Self {
-            start,
-            backup_start,
-            bytes: ring_distance(start, backup_start, len_backup_log),
+            start: version.retention_start(),
+            backup_start: version.backup_start(),
+            bytes: version.retained_bytes(len_backup_log),
             log_chunks: version.chunks.values().filter(|chunk| chunk.is_log_chunk()).count(),
         }
     }
@@ -370,19 +368,6 @@ impl Retention {
             "retention start {} (lsn {}): {} bytes of the backup log retained for {} log chunks",
             self.start.offset, self.start.lsn, self.bytes, self.log_chunks
         )
-    }
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes (0 when `to` is not later), as the
-/// engine counts the retained bytes of its backup log. Saturating: a damaged version may name
-/// an offset past the area.
-fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        len_area.saturating_sub(from.offset).saturating_add(to.offset)
     }
 }
 

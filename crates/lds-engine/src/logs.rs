@@ -21,11 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use lds_format::geometry::LogKind;
-use lds_format::log::{area_context, LogPosition};
+use lds_format::log::{area_context, ring_distance, LogPosition};
 
 use crate::error::Result;
 use crate::state::{Frozen, Shared, TreeState};
-use crate::table::log::ring_distance;
 use crate::version::published::Published;
 
 /// Room the ring keeps beyond a retained region: the next two memtables' parts (the frozen
@@ -75,7 +74,7 @@ pub(crate) fn record_unique(shared: &Shared, kept: u64, logged: u64) {
 /// and the region they retain leaves the ring less room than the next two memtables need.
 pub(crate) fn pressure(shared: &Shared, state: &TreeState) -> bool {
     let version = state.version();
-    let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
+    let backup_start = version.backup_start();
     if state.retention == backup_start {
         return false;
     }

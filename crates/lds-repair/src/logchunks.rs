@@ -26,7 +26,7 @@ use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::display_key;
 use lds_format::entry::EntryKind;
 use lds_format::geometry::{Geometry, LogKind};
-use lds_format::log::{read_object_at, AreaContext, LogPosition, HEADER_LEN};
+use lds_format::log::{read_object_at, ring_distance, AreaContext, LogPosition, HEADER_LEN};
 use lds_format::logref::{LogBatch, LogRef};
 use lds_format::version::meta::ChunkMeta;
 use lds_format::version::Version;
@@ -182,19 +182,6 @@ impl<'a> Resolver<'a> {
         kept.sort_by(Entry::cmp_internal);
         *entries = kept;
         (resolved, dropped)
-    }
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes: 0 when `to` is not later (by
-/// lsn), the whole ring when it is a lap later at the same offset.
-pub(crate) fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        // Saturating: a hostile offset past the area gives a distance, not a panic.
-        len_area.saturating_sub(from.offset).saturating_add(to.offset)
     }
 }
 
@@ -356,14 +343,16 @@ pub(crate) fn check_writes<'a>(
 /// metadata (its log start), named before the new backup start, less than a lap of the ring
 /// before it. Returns what does not hold.
 pub(crate) fn check_kept(old: Option<&Version>, new: &Version, len_area: u64) -> Result<(), String> {
-    let backup_start = LogPosition { offset: new.ofs_backup_start, lsn: new.lsn_backup_start };
+    let backup_start = new.backup_start();
     for chunk in new.chunks.values().filter(|chunk| chunk.is_log_chunk()) {
         let id = chunk.chunk_id;
         if old.and_then(|old| old.chunks.get(&id)) != Some(chunk) {
             return Err(format!("log chunk {id} is new or changed; repair writes ordinary chunks only"));
         }
         let Some(start) = chunk.log_start else { return Err(format!("log chunk {id} has no log start")) };
-        if start.lsn >= backup_start.lsn || ring_distance(start, backup_start, len_area) > len_area {
+        // A position outside the ring names no object the ring keeps (only damage puts one there).
+        let outside = start.offset >= len_area || backup_start.offset >= len_area;
+        if start.lsn >= backup_start.lsn || outside {
             return Err(format!(
                 "log chunk {id} names lsn {} at offset {}, not retained before the new backup start lsn {} at offset {}",
                 start.lsn, start.offset, backup_start.lsn, backup_start.offset
@@ -399,16 +388,6 @@ pub(crate) fn check_rebased(old: &Version, new: &Version) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ring_distances_follow_the_lsn_and_wrap() {
-        let at = |offset, lsn| LogPosition { offset, lsn };
-        assert_eq!(ring_distance(at(100, 5), at(300, 6), 1000), 200);
-        assert_eq!(ring_distance(at(800, 5), at(200, 9), 1000), 400, "across the wrap");
-        assert_eq!(ring_distance(at(800, 5), at(800, 9), 1000), 1000, "a whole lap");
-        assert_eq!(ring_distance(at(100, 5), at(300, 5), 1000), 0, "not later");
-        assert_eq!(ring_distance(at(100, 5), at(300, 4), 1000), 0, "earlier");
-    }
 
     use lds_format::algorithms::pack::{place, ChunkFormat, ChunkPacker};
     use lds_format::batch::{BatchEntry, WriteBatchRecord};

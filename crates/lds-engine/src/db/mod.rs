@@ -346,8 +346,7 @@ impl Db {
             let state = self.shared.lock_state();
             (Arc::clone(state.version()), state.pending_values.len() as u64, state.retention)
         };
-        let backup_start =
-            lds_format::log::LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
+        let backup_start = version.backup_start();
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             memtable_flushes: get(&counters.memtable_flushes),
@@ -378,7 +377,7 @@ impl Db {
             log_reads: get(&counters.log_reads),
             log_pressure_merges: get(&counters.log_pressure_merges),
             log_waits: get(&counters.log_waits),
-            log_retained_bytes: crate::table::log::ring_distance(
+            log_retained_bytes: lds_format::log::ring_distance(
                 retention,
                 backup_start,
                 self.shared.geometry.len_backup_log,

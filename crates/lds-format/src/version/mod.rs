@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::geometry::Geometry;
-use crate::log::LogPosition;
+use crate::log::{ring_distance, LogPosition};
 use crate::value::ValueChunkMeta;
 use crate::version::meta::ChunkMeta;
 use crate::version::payload::{BaseVersion, CompactPointer, DeletedChunk, DeltaVersion, ValueDelta, ValueSection};
@@ -254,11 +254,23 @@ impl Version {
         }
     }
 
+    /// The backup start point (SPEC.md §6.1): where recovery starts to replay the backup log.
+    pub fn backup_start(&self) -> LogPosition {
+        LogPosition { offset: self.ofs_backup_start, lsn: self.lsn_backup_start }
+    }
+
+    /// Bytes of a backup log area of `len_area` bytes that the version retains for its log
+    /// chunks (SPEC.md §8.9): from its retention start to its backup start along the ring
+    /// ([`ring_distance`]); 0 without log chunks.
+    pub fn retained_bytes(&self, len_area: u64) -> u64 {
+        ring_distance(self.retention_start(), self.backup_start(), len_area)
+    }
+
     /// The retention start (SPEC.md §8.9): the oldest log start of the version's log chunks,
     /// or its backup start when it has none. A writer never overwrites a backup log object
     /// from here on.
     pub fn retention_start(&self) -> LogPosition {
-        let backup_start = LogPosition { offset: self.ofs_backup_start, lsn: self.lsn_backup_start };
+        let backup_start = self.backup_start();
         self.chunks
             .values()
             .filter_map(|chunk| chunk.log_start)

@@ -357,6 +357,9 @@ fn log_chunks_round_trip_stay_in_level_0_and_hold_the_retention_start() {
     assert_eq!(DeltaVersion::decode(&newer.encode(), 0), Ok(newer.clone()));
     version.apply(&newer).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(version.retention_start(), LogPosition { offset: 2048, lsn: 10 });
+    assert_eq!(version.backup_start(), LogPosition { offset: 8192, lsn: 20 });
+    assert_eq!(version.retained_bytes(16384), 8192 - 2048, "from the log start to the backup start");
+    assert_eq!(version.retained_bytes(4096), 4096, "a backup start outside the area: all of it");
     // A merge takes the older log chunk: the retention start moves to the newer one's.
     let merged = DeltaVersion {
         last_sequence: 130,
@@ -372,6 +375,7 @@ fn log_chunks_round_trip_stay_in_level_0_and_hold_the_retention_start() {
     let last = DeltaVersion { added: Vec::new(), ..last };
     version.apply(&last).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(version.retention_start(), LogPosition { offset: 8192, lsn: 20 }, "no log chunk: the backup start");
+    assert_eq!(version.retained_bytes(16384), 0, "no log chunk: nothing retained");
     // A log chunk never leaves level 0: not by a delta, nor in a base version.
     let moved =
         DeltaVersion { added: vec![ChunkMeta { level: 1, ..log_chunk(13, 20, 8192) }], deleted: Vec::new(), ..last };
