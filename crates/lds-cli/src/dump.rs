@@ -1205,24 +1205,8 @@ fn check_value_chunk(
             return Ok(ValueCheck { footer: raw, footer_status: error.to_string(), digest_status });
         }
     };
-    let mut problems = Vec::new();
-    if footer.value_chunk_id != id {
-        problems.push(format!("names value chunk {}, not {id}", footer.value_chunk_id));
-    }
-    if footer.instance != instance {
-        problems.push(format!("names instance {}, not {instance}", footer.instance));
-    }
-    if footer.volume_uuid != geometry.volume_uuid {
-        problems.push(format!("names volume {}", json::uuid(&footer.volume_uuid)));
-    }
-    if let Some(meta) = meta {
-        if footer.len_body != meta.len_body {
-            problems.push(format!("len_body {} but the version says {}", footer.len_body, meta.len_body));
-        }
-        if footer.digest != meta.digest {
-            problems.push("its digest differs from the version's".to_string());
-        }
-    }
+    let problems: Vec<String> =
+        footer.mismatches(&geometry.volume_uuid, instance, id, meta).iter().map(ToString::to_string).collect();
     let footer_status = match problems.is_empty() {
         true => "ok".to_string(),
         false => format!("value chunk footer at offset {ofs_footer}: {}", problems.join("; ")),

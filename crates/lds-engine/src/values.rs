@@ -289,8 +289,7 @@ pub(crate) fn pending_of_replay(
                 device.read_vec(footer_offset, VALUE_FOOTER_LEN as u64).map_err(|error| failed(error.to_string()))?;
             let footer = ValueFooter::decode(&bytes, footer_offset, geometry.slot_size)
                 .map_err(|error| failed(error.to_string()))?;
-            if footer.value_chunk_id != id || footer.instance != instance || footer.volume_uuid != geometry.volume_uuid
-            {
+            if !footer.mismatches(&geometry.volume_uuid, instance, id, None).is_empty() {
                 return Err(failed(format!(
                     "the slot holds value chunk {} of instance {} instead",
                     footer.value_chunk_id, footer.instance
