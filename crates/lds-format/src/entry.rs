@@ -79,6 +79,32 @@ pub fn compare_internal(key_a: &[u8], seq_kind_a: u64, key_b: &[u8], seq_kind_b:
     compare_keys(key_a, key_b).then(seq_kind_b.cmp(&seq_kind_a))
 }
 
+/// An entry that owns its key and value: what salvage and repair keep of a block whose
+/// checksum holds, ordered as in a chunk by [`Entry::cmp_internal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// User key.
+    pub key: Vec<u8>,
+    /// Sequence number.
+    pub sequence: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// Value (empty for a delete).
+    pub value: Vec<u8>,
+}
+
+impl Entry {
+    /// Orders entries as in a chunk: key ascending, newest version first.
+    pub fn cmp_internal(&self, other: &Self) -> std::cmp::Ordering {
+        compare_internal(
+            &self.key,
+            pack_seq_kind(self.sequence, self.kind),
+            &other.key,
+            pack_seq_kind(other.sequence, other.kind),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,8 @@
 //! by a [`Lost`] range of one of the fixes, so that an oracle can tell a reported drop from a
 //! silent loss.
 
-use lds_format::algorithms::salvage::Entry;
 use lds_format::codec::display_key;
+use lds_format::entry::Entry;
 use lds_format::version::meta::ChunkMeta;
 
 /// The lower end of a key range.

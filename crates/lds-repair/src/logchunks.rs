@@ -21,10 +21,9 @@
 use std::collections::HashMap;
 
 use lds_check::Code;
-use lds_format::algorithms::salvage::Entry;
 use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::display_key;
-use lds_format::entry::EntryKind;
+use lds_format::entry::{Entry, EntryKind};
 use lds_format::geometry::{Geometry, LogKind};
 use lds_format::log::{read_object_at, ring_distance, AreaContext, LogPosition, HEADER_LEN};
 use lds_format::logref::{LogBatch, LogRef};

@@ -19,10 +19,11 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use lds_format::algorithms::salvage::{salvage_sub_chunk, salvage_value_chunk, Entry};
+use lds_format::algorithms::salvage::{salvage_sub_chunk, salvage_value_chunk};
 use lds_format::chunk::block::decode_block;
 use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::compare_keys;
+use lds_format::entry::Entry;
 use lds_format::geometry::Geometry;
 use lds_format::version::meta::ChunkMeta;
 use lds_volume::volume::read_tolerant;

@@ -22,38 +22,13 @@ use crate::chunk::block::{entry_header, visit_block_checked, BLOCK_FLAG_COMPACT,
 use crate::chunk::footer::{Footer, FOOTER_LEN};
 use crate::chunk::index::decode_index;
 use crate::codec::crc32c;
-use crate::entry::{compare_internal, pack_seq_kind, unpack_seq_kind, EntryKind};
+use crate::entry::{compare_internal, pack_seq_kind, unpack_seq_kind, Entry};
 use crate::error::FormatError;
 use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
 use crate::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use crate::version::meta::{ChunkMeta, CHUNK_FLAG_LOG_REFS};
 use crate::version::payload::{BaseVersion, CompactionJournal, DeletedChunk, DeltaVersion};
 use crate::version::{ReplayError, Version};
-
-/// One entry read from a block whose checksum holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// User key.
-    pub key: Vec<u8>,
-    /// Sequence number.
-    pub sequence: u64,
-    /// Put or delete.
-    pub kind: EntryKind,
-    /// Value (empty for a delete).
-    pub value: Vec<u8>,
-}
-
-impl Entry {
-    /// Orders entries as in a chunk: key ascending, newest version first.
-    pub fn cmp_internal(&self, other: &Self) -> std::cmp::Ordering {
-        compare_internal(
-            &self.key,
-            pack_seq_kind(self.sequence, self.kind),
-            &other.key,
-            pack_seq_kind(other.sequence, other.kind),
-        )
-    }
-}
 
 /// Bytes of a sub-chunk's body that held no readable block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -673,6 +648,7 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
 mod tests {
     use super::*;
     use crate::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+    use crate::entry::EntryKind;
 
     /// A chunk of 400 entries in blocks of about 512 bytes, with compact entries or fixed ones.
     fn built_slot(compact: bool) -> (Vec<u8>, Vec<Entry>) {
