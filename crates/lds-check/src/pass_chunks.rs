@@ -61,13 +61,7 @@ fn check_tree(
     // chunk's pointers as the chunk is checked.
     let mut value_chunks = None;
     if label.has_value_chunks() {
-        let pending: std::collections::BTreeMap<u64, u64> = tree
-            .replayed_pointers
-            .iter()
-            .flat_map(|pointed| pointed.pointer.extents.iter())
-            .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
-            .map(|extent| (extent.value_chunk_id, extent.slot))
-            .collect();
+        let pending = version.unlisted_value_chunks(tree.replayed_pointers.iter().map(|pointed| &pointed.pointer));
         let mut checked = ValueChunks::check(device, label, instance, version, &pending, options.deep, report)?;
         let structure = format!("backup log of instance {instance}");
         checked.check_pointers(device, &tree.replayed_pointers, &structure, options.deep, report)?;

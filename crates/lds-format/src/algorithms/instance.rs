@@ -13,6 +13,7 @@ use crate::entry::EntryKind;
 use crate::error::FormatError;
 use crate::geometry::{Geometry, LogKind};
 use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
+use crate::value::ValuePointer;
 
 /// The lsns of valid objects standing anywhere in an area past the end of its live chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,29 +272,20 @@ impl InstanceRecovery {
         backup_area: &[u8],
         context: &AreaContext,
     ) -> Result<std::collections::BTreeMap<u64, u64>, FormatError> {
-        let version = &self.version_log.version;
-        let mut pending = std::collections::BTreeMap::new();
+        let mut pointers = Vec::new();
         let mut failed = None;
         self.replay(backup_area, context, |_, kind, _, value| {
             if kind != EntryKind::Pointer || failed.is_some() {
                 return;
             }
-            match crate::value::ValuePointer::decode(value, 0) {
-                Ok(pointer) => {
-                    for extent in pointer
-                        .extents
-                        .iter()
-                        .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
-                    {
-                        pending.entry(extent.value_chunk_id).or_insert(extent.slot);
-                    }
-                }
+            match ValuePointer::decode(value, 0) {
+                Ok(pointer) => pointers.push(pointer),
                 Err(error) => failed = Some(error),
             }
         })?;
         match failed {
             Some(error) => Err(error),
-            None => Ok(pending),
+            None => Ok(self.version_log.version.unlisted_value_chunks(&pointers)),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::geometry::Geometry;
 use crate::log::{ring_distance, LogPosition};
-use crate::value::ValueChunkMeta;
+use crate::value::{ValueChunkMeta, ValuePointer};
 use crate::version::meta::ChunkMeta;
 use crate::version::payload::{BaseVersion, CompactPointer, DeletedChunk, DeltaVersion, ValueDelta, ValueSection};
 
@@ -276,6 +276,22 @@ impl Version {
             .filter_map(|chunk| chunk.log_start)
             .min()
             .map_or(backup_start, |start| start.min(backup_start))
+    }
+
+    /// The value chunks `pointers` name that this version does not list, by id, each at the
+    /// slot of the first extent naming it (SPEC.md §8.6, §9.4): value chunks written directly,
+    /// whose pointers only batches replayed from the backup log hold yet. Their footers must
+    /// name them; a later extent naming another slot for one is damage the footer shows.
+    pub fn unlisted_value_chunks<'a>(
+        &self,
+        pointers: impl IntoIterator<Item = &'a ValuePointer>,
+    ) -> BTreeMap<u64, u64> {
+        let mut unlisted = BTreeMap::new();
+        let extents = pointers.into_iter().flat_map(|pointer| pointer.extents.iter());
+        for extent in extents.filter(|extent| !self.value_chunks.contains_key(&extent.value_chunk_id)) {
+            unlisted.entry(extent.value_chunk_id).or_insert(extent.slot);
+        }
+        unlisted
     }
 
     /// The live bytes of value chunk `id` (SPEC.md §8.6).

@@ -1,11 +1,13 @@
 //! The in-memory version: base versions build it, delta versions change it with every check
 //! of SPEC.md §6.2, and the payloads round-trip.
 
+use std::collections::BTreeMap;
+
 use crate::codec::{Reader, Writer};
 use crate::error::FormatError;
 use crate::geometry::{plan_layout, Geometry, LayoutRequest};
 use crate::log::LogPosition;
-use crate::value::ValueChunkMeta;
+use crate::value::{Extent, ValueChunkMeta, ValuePointer};
 use crate::version::meta::*;
 use crate::version::payload::*;
 use crate::version::*;
@@ -303,6 +305,23 @@ fn valued_base() -> BaseVersion {
         chunks: vec![with_refs(meta(1, 1, b"a", b"f"), &[(3, 400), (4, 50)]), meta(2, 1, b"g", b"k")],
         values: Some(ValueSection { next_value_chunk_id: 5, chunks: vec![value_chunk(3, 5), value_chunk(4, 6)] }),
     }
+}
+
+#[test]
+fn unlisted_value_chunks_are_the_replayed_pointers_new_ids_at_their_first_slot() {
+    let version = Version::from_base(&valued_base()).unwrap_or_else(|error| panic!("{error}"));
+    let extent = |value_chunk_id, slot| Extent { value_chunk_id, slot, offset: 0, len: 10 };
+    let pointer =
+        |extents: Vec<Extent>| ValuePointer { len_value: 10 * extents.len() as u32, value_crc32c: 0, extents };
+    let pointers = [
+        // Value chunk 3 is listed (at slot 5): a pointer's slot for it is no claim.
+        pointer(vec![extent(3, 40), extent(9, 20)]),
+        // A later extent naming another slot for 9 does not move it.
+        pointer(vec![extent(9, 21)]),
+        pointer(vec![extent(11, 30)]),
+    ];
+    assert_eq!(version.unlisted_value_chunks(&pointers), BTreeMap::from([(9, 20), (11, 30)]));
+    assert_eq!(version.unlisted_value_chunks(&[]), BTreeMap::new());
 }
 
 #[test]
