@@ -7,33 +7,38 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use lds_format::batch::{decode_entries, EntryKind, WriteBatchRecord, SEQUENCE_MAX};
-use lds_format::chunk::{
-    compare_internal, decode_block, decode_index, encode_entry, filter_hash, pack_seq_kind, visit_block, Filter,
-    Footer, SubChunkView, BLOCK_FLAG_COMPACT, CHUNK_MAGIC, FOOTER_FLAG_XXH3, FOOTER_LEN,
+use lds_format::algorithms::image::empty_base_version;
+use lds_format::algorithms::recovery::{
+    chain, decode_payload, physical_walk, read_valid_object, recover_backup_log, recover_version_log, ChainObject,
+    LogHead, Payload, VersionLogState,
 };
+use lds_format::algorithms::writer::LogAppender;
+use lds_format::batch::{decode_entries, WriteBatchRecord};
+use lds_format::chunk::block::{decode_block, encode_entry, visit_block, BLOCK_FLAG_COMPACT};
+use lds_format::chunk::filter::{filter_hash, Filter};
+use lds_format::chunk::footer::{Footer, CHUNK_MAGIC, FOOTER_LEN};
+use lds_format::chunk::index::decode_index;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::{align8, align_up, crc32c, Reader, Writer};
-use lds_format::image::empty_base_version;
-use lds_format::label::{
-    plan_layout, Geometry, Label, LabelPair, LayoutRequest, LogKind, GEOMETRY_LEN, LABEL_LEN, SECTOR_SIZE_MAX,
-    SECTOR_SIZE_MIN, SLOT_SIZE_MIN,
+use lds_format::digest::FOOTER_FLAG_XXH3;
+use lds_format::entry::{compare_internal, pack_seq_kind, EntryKind, SEQUENCE_MAX};
+use lds_format::geometry::{
+    plan_layout, Geometry, LayoutRequest, LogKind, GEOMETRY_LEN, SECTOR_SIZE_MAX, SECTOR_SIZE_MIN, SLOT_SIZE_MIN,
 };
+use lds_format::label::{Label, LabelPair, LABEL_LEN};
 use lds_format::log::{
     check_wrap_right, encode_object, read_object, AreaContext, NewObject, ObjectHeader, ObjectType, WrapLeft,
     HEADER_LEN,
 };
 use lds_format::logref::{is_log_ref_shaped, resolve, LogRef, LOG_REF_LEN};
-use lds_format::recovery::{
-    chain, decode_payload, physical_walk, read_valid_object, recover_backup_log, recover_version_log, ChainObject,
-    LogHead, Payload, VersionLogState,
-};
 use lds_format::sketch::{overlap_ratio, Sketch, SKETCH_HEADER_LEN, SKETCH_PRECISION_MAX, SKETCH_PRECISION_MIN};
 use lds_format::value::{
     is_pointer_shaped, pointer_refs, read_value, Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN,
     VALUE_LEN_MAX,
 };
-use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, SubChunkRef, Version};
-use lds_format::writer::LogAppender;
+use lds_format::version::meta::{ChunkMeta, SubChunkRef};
+use lds_format::version::payload::{BaseVersion, CompactionJournal, DeltaVersion};
+use lds_format::version::Version;
 
 use crate::fixup;
 use crate::input::Input;
@@ -99,7 +104,7 @@ fn check_geometry(geometry: &Geometry) {
         "geometry: the backup label is not the last sector"
     );
     for kind in [LogKind::Version, LogKind::Backup] {
-        let context = lds_format::image::area_context(geometry, kind, geometry.instance_count - 1);
+        let context = lds_format::log::area_context(geometry, kind, geometry.instance_count - 1);
         assert!(
             context.payload_len_max() >= u64::from(context.wrap_payload_len()),
             "geometry: a valid geometry's {} cannot hold a wrap object",

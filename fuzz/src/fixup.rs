@@ -6,9 +6,12 @@
 
 use std::ops::Range;
 
-use lds_format::chunk::{decode_index, Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
+use lds_format::chunk::block::BLOCK_TRAILER_LEN;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::chunk::index::decode_index;
 use lds_format::codec::crc32c;
-use lds_format::label::{Label, LogKind, LABEL_LEN, LABEL_MAGIC, SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
+use lds_format::geometry::{LogKind, SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
+use lds_format::label::{Label, LABEL_LEN, LABEL_MAGIC};
 use lds_format::log::{HEADER_LEN, OBJECT_MAGIC};
 use lds_format::value::{EXTENT_LEN, POINTER_FIXED_LEN, VALUE_FOOTER_LEN};
 
@@ -218,10 +221,10 @@ pub(crate) fn undo_file(bytes: &mut [u8]) {
 
 #[cfg(test)]
 mod tests {
-    use lds_format::image::area_context;
-    use lds_format::label::{Label, LogKind};
-    use lds_format::log::read_object;
-    use lds_format::recovery::physical_walk;
+    use lds_format::algorithms::recovery::physical_walk;
+    use lds_format::geometry::LogKind;
+    use lds_format::label::Label;
+    use lds_format::log::{area_context, read_object};
 
     use super::{EXTENT_LEN_AT, POINTER_FIXED_LEN, POINTER_NUM_EXTENTS_AT, VALUE_FOOTER_LEN};
     use crate::seeds;
@@ -288,7 +291,7 @@ mod tests {
     #[test]
     fn a_repaired_value_footer_and_pointer_decode_again() {
         for input in seeds_of("value_footer") {
-            let slot_size = lds_format::label::SLOT_SIZE_MIN << input[0];
+            let slot_size = lds_format::geometry::SLOT_SIZE_MIN << input[0];
             let mut footer = input[1..1 + VALUE_FOOTER_LEN].to_vec();
             let decoded = lds_format::value::ValueFooter::decode(&footer, 0, slot_size);
             let decoded = decoded.unwrap_or_else(|error| panic!("{error}"));
@@ -314,12 +317,13 @@ mod tests {
         let geometry = Label::decode(&image, 0).unwrap_or_else(|error| panic!("{error}")).geometry;
         let start = geometry.slot_offset(0) as usize;
         let mut slot = image[start..start + geometry.slot_size as usize].to_vec();
-        let footer = lds_format::chunk::SubChunkView::open(&slot, 0).unwrap_or_else(|error| panic!("{error}")).footer;
+        let footer =
+            lds_format::chunk::view::SubChunkView::open(&slot, 0).unwrap_or_else(|error| panic!("{error}")).footer;
         slot[footer.len_body as usize / 2] ^= 1;
         slot[footer.ofs_filter as usize + 8] ^= 0x10;
-        assert!(lds_format::chunk::SubChunkView::open(&slot, 0).is_err(), "a flipped filter bit goes unnoticed");
+        assert!(lds_format::chunk::view::SubChunkView::open(&slot, 0).is_err(), "a flipped filter bit goes unnoticed");
         super::slot(&mut slot);
-        let view = lds_format::chunk::SubChunkView::open(&slot, 0);
+        let view = lds_format::chunk::view::SubChunkView::open(&slot, 0);
         let view = view.unwrap_or_else(|error| panic!("the repaired tail does not open: {error}"));
         view.verify_digest(0).unwrap_or_else(|error| panic!("the repaired digest does not verify: {error}"));
     }

@@ -11,17 +11,23 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::{Db, Options};
-use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::chunk::{decode_index, filter_hash, DigestKind, Footer, SubChunkView, FOOTER_LEN};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::algorithms::recovery::{physical_walk, recover_version_log};
+use lds_format::batch::BatchEntry;
+use lds_format::chunk::filter::filter_hash;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::chunk::index::decode_index;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::Writer;
-use lds_format::image::{area_context, ImageBuilder};
-use lds_format::label::{Geometry, Label, LogKind, LABEL_LEN, SLOT_SIZE_MIN};
-use lds_format::log::{encode_object, read_object, NewObject, ObjectType};
+use lds_format::digest::DigestKind;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{Geometry, LogKind, SLOT_SIZE_MIN};
+use lds_format::label::{Label, LABEL_LEN};
+use lds_format::log::{area_context, encode_object, read_object, NewObject, ObjectType};
 use lds_format::logref::LogRef;
-use lds_format::recovery::{physical_walk, recover_version_log};
 use lds_format::sketch::Sketch;
 use lds_format::value::{ValueFormat, ValuePacker};
-use lds_format::version::{CompactionJournal, DeltaVersion};
+use lds_format::version::payload::{CompactionJournal, DeltaVersion};
 use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{apply_op, Op};
 use lds_volume::undo::{MemorySink, UndoHeader, UndoLog};
@@ -134,7 +140,7 @@ fn engine_image(instance_count: u32, instance: u32, ops: &[Op], crash: bool) -> 
 /// A chunk, a journaled compaction of it that has one output persisted and its input
 /// cleaned, and a batch after them, written by the format crate's image builder.
 fn journal_image() -> Vec<u8> {
-    let expect = |result: Result<(), lds_format::writer::AppendError>| {
+    let expect = |result: Result<(), lds_format::algorithms::writer::AppendError>| {
         result.unwrap_or_else(|error| panic!("seed: journal image: {error}"));
     };
     let mut image = ImageBuilder::format(Label::new(tiny_geometry(1), "fuzz"));
@@ -669,8 +675,8 @@ pub fn all() -> Vec<Seed> {
 
 /// The geometry mkfs plans for a 100 GiB volume (the paper's sizes).
 fn paper_geometry() -> Geometry {
-    let request = lds_format::label::LayoutRequest { volume_len: 100 << 30, ..Default::default() };
-    lds_format::label::plan_layout(&request, VOLUME_UUID).unwrap_or_else(|error| panic!("seed: layout: {error}"))
+    let request = lds_format::geometry::LayoutRequest { volume_len: 100 << 30, ..Default::default() };
+    lds_format::geometry::plan_layout(&request, VOLUME_UUID).unwrap_or_else(|error| panic!("seed: layout: {error}"))
 }
 
 /// The seeds' file names per target, for the replay and regeneration tests.
@@ -703,7 +709,7 @@ pub fn write(root: &Path, seeds: &[Seed]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use lds_format::codec::crc32c;
-    use lds_format::image::area_context;
+    use lds_format::log::area_context;
     use lds_format::logref::{resolve, LogRef, LOG_REF_LEN};
 
     fn seeds_of(target: &str) -> Vec<super::Seed> {
@@ -721,7 +727,7 @@ mod tests {
             assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
         }
         for seed in seeds_of("value_footer") {
-            let slot_size = lds_format::label::SLOT_SIZE_MIN << seed.bytes[0];
+            let slot_size = lds_format::geometry::SLOT_SIZE_MIN << seed.bytes[0];
             let decoded = lds_format::value::ValueFooter::decode(&seed.bytes[1..], 0, slot_size);
             assert!(decoded.is_ok(), "{}: {decoded:?}", seed.name);
         }
@@ -734,7 +740,7 @@ mod tests {
         let geometry = super::tiny_geometry(1);
         let context = lds_format::log::AreaContext {
             ofs_area: 0,
-            ..area_context(&geometry, lds_format::label::LogKind::Backup, 0)
+            ..area_context(&geometry, lds_format::geometry::LogKind::Backup, 0)
         };
         let references = seeds_of("log_ref");
         assert_eq!(references.len(), 6);

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use lds_engine::{Db, Error, WriteOptions};
-use lds_format::label::SECTOR_SIZE_MIN;
+use lds_format::geometry::SECTOR_SIZE_MIN;
 use lds_sim::enumerate::check_crash_image;
 use lds_sim::sim_device::{apply, sectors_touched, Event, Fault, SimDevice};
 use lds_sim::workload::{apply_op, apply_to_model, formatted_image, layout, options, Model, Op, OpSpan, Run, Workload};

@@ -6,10 +6,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use lds_engine::{Db, Options};
-use lds_format::batch::EntryKind;
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
-use lds_format::version::{DeletedChunk, DeltaVersion};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{plan_layout, LayoutRequest, LogKind};
+use lds_format::label::Label;
+use lds_format::version::payload::{DeletedChunk, DeltaVersion};
 use lds_volume::{BlockDevice, Device, OpenMode};
 
 /// What recovery of the full log measured.

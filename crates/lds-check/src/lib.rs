@@ -31,8 +31,8 @@ mod pass_slots;
 mod pass_values;
 pub mod problem;
 
-use lds_format::instance::InstanceRecovery;
-use lds_format::label::Geometry;
+use lds_format::algorithms::instance::InstanceRecovery;
+use lds_format::geometry::Geometry;
 use lds_volume::{DeviceError, ReadAt};
 
 pub use pass_logrefs::LogCheck;
@@ -95,7 +95,7 @@ pub fn chunk_problems(
     images: &[Vec<u8>],
     geometry: &Geometry,
     instance: u32,
-    chunk: &lds_format::version::ChunkMeta,
+    chunk: &lds_format::version::meta::ChunkMeta,
     last_sequence: u64,
     options: CheckOptions,
 ) -> Vec<Problem> {
@@ -121,7 +121,7 @@ pub fn chunk_problems_with_log(
     images: &[Vec<u8>],
     geometry: &Geometry,
     instance: u32,
-    chunk: &lds_format::version::ChunkMeta,
+    chunk: &lds_format::version::meta::ChunkMeta,
     last_sequence: u64,
     options: CheckOptions,
     log: LogCheck<'_>,

@@ -3,11 +3,15 @@
 //! level rules (disjoint levels, one odd chunk each); with `deep`, each sub-chunk's digest and
 //! every key against its filter; every log reference (`pass_logrefs`).
 
-use lds_format::batch::SEQUENCE_MAX;
-use lds_format::chunk::{decode_index, sub_chunk_digest, visit_block, Filter, Footer, FOOTER_LEN};
-use lds_format::label::{Geometry, Label};
-use lds_format::recovery::VersionLogState;
-use lds_format::version::ChunkMeta;
+use lds_format::algorithms::recovery::VersionLogState;
+use lds_format::chunk::block::visit_block;
+use lds_format::chunk::filter::Filter;
+use lds_format::chunk::footer::{sub_chunk_digest, Footer, FOOTER_LEN};
+use lds_format::chunk::index::decode_index;
+use lds_format::entry::SEQUENCE_MAX;
+use lds_format::geometry::Geometry;
+use lds_format::label::Label;
+use lds_format::version::meta::ChunkMeta;
 use lds_format::FormatError;
 use lds_volume::block::read_tolerant_into;
 use lds_volume::{AlignedBuffer, DeviceError, ReadAt};
@@ -57,13 +61,7 @@ fn check_tree(
     // chunk's pointers as the chunk is checked.
     let mut value_chunks = None;
     if label.has_value_chunks() {
-        let pending: std::collections::BTreeMap<u64, u64> = tree
-            .replayed_pointers
-            .iter()
-            .flat_map(|pointed| pointed.pointer.extents.iter())
-            .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
-            .map(|extent| (extent.value_chunk_id, extent.slot))
-            .collect();
+        let pending = version.unlisted_value_chunks(tree.replayed_pointers.iter().map(|pointed| &pointed.pointer));
         let mut checked = ValueChunks::check(device, label, instance, version, &pending, options.deep, report)?;
         let structure = format!("backup log of instance {instance}");
         checked.check_pointers(device, &tree.replayed_pointers, &structure, options.deep, report)?;
@@ -73,7 +71,7 @@ fn check_tree(
     let log =
         tree.backup_area.as_deref().map(|backup_area| LogCheck { backup_area, log_tables: label.has_log_tables() });
     if let Some(log) = &log {
-        let retained = crate::pass_logrefs::retained_bytes(version, log.backup_area.len() as u64);
+        let retained = version.retained_bytes(log.backup_area.len() as u64);
         report.summary.log_retained.push((instance, retained));
     }
     let mut pointers = |chunk: &ChunkMeta, values: ChunkValues, report: &mut Report| -> Result<(), CheckError> {
@@ -405,7 +403,7 @@ pub(crate) fn check_chunk(
                 }
             };
             if let Some(last) = decoded.last() {
-                if (last.key, lds_format::chunk::pack_seq_kind(last.sequence, last.kind))
+                if (last.key, lds_format::entry::pack_seq_kind(last.sequence, last.kind))
                     != (entry.last_key.as_slice(), entry.last_seq_kind)
                 {
                     report.add(
@@ -474,9 +472,9 @@ pub(crate) fn check_chunk(
                 slot_offset,
                 format!(
                     "the {} digest of slot {slot} does not match its contents",
-                    match lds_format::chunk::DigestKind::of_flags(footer.flags) {
-                        lds_format::chunk::DigestKind::Blake3 => "blake3",
-                        lds_format::chunk::DigestKind::Xxh3 => "xxh3-128",
+                    match lds_format::digest::DigestKind::of_flags(footer.flags) {
+                        lds_format::digest::DigestKind::Blake3 => "blake3",
+                        lds_format::digest::DigestKind::Xxh3 => "xxh3-128",
                     }
                 ),
             );

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, LogKind};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::area_context;
 
 use crate::problem::{Code, Report};
 use crate::Tree;
@@ -17,8 +17,9 @@ pub(crate) fn check_journals(geometry: &Geometry, trees: &[Tree], report: &mut R
         let journals: Vec<_> = state.unfinished_compactions.values().collect();
         for (index, first) in journals.iter().enumerate() {
             for second in &journals[index + 1..] {
-                let levels =
-                    |journal: &lds_format::version::CompactionJournal| journal.source_level..=journal.target_level;
+                let levels = |journal: &lds_format::version::payload::CompactionJournal| {
+                    journal.source_level..=journal.target_level
+                };
                 if levels(first).contains(&second.source_level) || levels(second).contains(&first.source_level) {
                     report.add(
                         Code::JournalLevelsShared,

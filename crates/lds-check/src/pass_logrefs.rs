@@ -10,12 +10,12 @@
 
 use std::collections::HashMap;
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 use lds_format::error::hex;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::AreaContext;
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{AreaContext, LogPosition};
+use lds_format::logref::{LogBatch, LogRef};
+use lds_format::version::meta::ChunkMeta;
 use lds_format::FormatError;
 
 use crate::problem::{Code, Problem, Report};
@@ -66,8 +66,7 @@ impl<'a> ChunkLogRefs<'a> {
     /// against, if known.
     pub(crate) fn new(geometry: &Geometry, instance: u32, log: Option<LogCheck<'a>>) -> Self {
         Self {
-            area: log
-                .map(|log| (log.backup_area, lds_format::image::area_context(geometry, LogKind::Backup, instance))),
+            area: log.map(|log| (log.backup_area, lds_format::log::area_context(geometry, LogKind::Backup, instance))),
             log_tables: log.map(|log| log.log_tables),
             batches: HashMap::new(),
             count: 0,
@@ -223,39 +222,20 @@ impl<'a> ChunkLogRefs<'a> {
 }
 
 /// True when `version` (or an unfinished compaction's outputs) holds a log chunk.
-pub(crate) fn has_log_chunks(state: &lds_format::recovery::VersionLogState) -> bool {
+pub(crate) fn has_log_chunks(state: &lds_format::algorithms::recovery::VersionLogState) -> bool {
     state.version.chunks.values().any(ChunkMeta::is_log_chunk)
         || state.unfinished_compactions.values().flat_map(|journal| journal.outputs.iter()).any(ChunkMeta::is_log_chunk)
 }
 
-/// Bytes of the backup log area of `len_area` bytes that `version` retains for its log
-/// chunks (SPEC.md §8.9): from its retention start to its backup start along the ring; 0
-/// without log chunks.
-pub(crate) fn retained_bytes(version: &Version, len_area: u64) -> u64 {
-    let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
-    ring_bytes(version.retention_start(), backup_start, len_area)
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes: 0 when `to` is not later (by
-/// lsn); across the wrap when its offset is not past `from`'s (at the same offset with a later
-/// lsn, the whole ring).
-fn ring_bytes(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        len_area.saturating_sub(from.offset) + to.offset
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use lds_format::algorithms::image::ImageBuilder;
     use lds_format::batch::{BatchEntry, WriteBatchRecord};
-    use lds_format::image::ImageBuilder;
-    use lds_format::label::{plan_layout, Label, LayoutRequest};
+    use lds_format::geometry::{plan_layout, LayoutRequest};
+    use lds_format::label::Label;
     use lds_format::log::{encode_object, NewObject, ObjectType};
-    use lds_format::version::{CompactionJournal, DeltaVersion, CHUNK_FLAG_LOG_REFS};
+    use lds_format::version::meta::CHUNK_FLAG_LOG_REFS;
+    use lds_format::version::payload::{CompactionJournal, DeltaVersion};
     use lds_volume::MemoryImage;
 
     use super::*;
@@ -433,7 +413,7 @@ mod tests {
         let object = lds_format::log::read_object(
             area,
             second.offset,
-            &lds_format::image::area_context(&geometry, LogKind::Backup, 0),
+            &lds_format::log::area_context(&geometry, LogKind::Backup, 0),
         )
         .unwrap_or_else(|error| panic!("{error}"));
         let batch = WriteBatchRecord::decode(object.payload, 0).unwrap_or_else(|error| panic!("{error}"));
@@ -620,7 +600,7 @@ mod tests {
             inputs: vec![LOG_CHUNK_SLOT],
             cleaned: Vec::new(),
             outputs: vec![ChunkMeta {
-                sub_chunks: vec![lds_format::version::SubChunkRef { slot: 9, ..output.sub_chunks[0] }],
+                sub_chunks: vec![lds_format::version::meta::SubChunkRef { slot: 9, ..output.sub_chunks[0] }],
                 ..output
             }],
         };
@@ -630,15 +610,5 @@ mod tests {
         let level = level.unwrap_or_else(|| panic!("no 802\n{}", lines(&report)));
         assert_eq!(level.structure, "chunk 9 of instance 0");
         assert!(level.message.contains("a log chunk at level 1"), "{}", level.message);
-    }
-
-    #[test]
-    fn retained_bytes_follow_the_ring() {
-        let at = |offset, lsn| LogPosition { offset, lsn };
-        assert_eq!(ring_bytes(at(100, 5), at(300, 9), 1000), 200);
-        assert_eq!(ring_bytes(at(800, 5), at(100, 9), 1000), 300, "across the wrap");
-        assert_eq!(ring_bytes(at(400, 5), at(400, 9), 1000), 1000, "the whole ring");
-        assert_eq!(ring_bytes(at(100, 5), at(100, 5), 1000), 0, "nothing retained");
-        assert_eq!(ring_bytes(at(300, 9), at(100, 5), 1000), 0, "a start after the backup start");
     }
 }

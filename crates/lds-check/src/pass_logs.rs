@@ -1,11 +1,13 @@
 //! Passes 2 and 3: each instance's version log and backup log, recovered once by the format
 //! crate's `recover_instance` (SPEC.md §9.2, §9.3), and how each live chain ends (§9.6).
 
-use lds_format::image::area_context;
-use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery, LaterObjects};
-use lds_format::label::{Geometry, Label, LogKind};
-use lds_format::log::AreaContext;
-use lds_format::recovery::{ChainEnd, PhysicalWalk, VersionLogError};
+use lds_format::algorithms::instance::{
+    recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery, LaterObjects,
+};
+use lds_format::algorithms::recovery::{ChainEnd, PhysicalWalk, VersionLogError};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::Label;
+use lds_format::log::{area_context, AreaContext};
 use lds_format::version::ReplayError;
 use lds_volume::ReadAt;
 
@@ -131,7 +133,7 @@ pub(crate) fn check_backup_log(geometry: &Geometry, recovery: &InstanceRecovery,
         ),
         BackupRecovery::Sequence(error) => {
             let offset = match error {
-                lds_format::recovery::BackupLogError::SequenceNotIncreasing { offset, .. } => *offset,
+                lds_format::algorithms::recovery::BackupLogError::SequenceNotIncreasing { offset, .. } => *offset,
             };
             report.add(Code::BackupLogSequence, structure, context.ofs_area + offset, error.to_string());
         }
@@ -232,7 +234,7 @@ fn replayed_pointers(
     backup_area: &[u8],
     report: &mut Report,
 ) -> Vec<crate::pass_values::Pointed> {
-    let context = lds_format::image::area_context(geometry, LogKind::Backup, instance);
+    let context = lds_format::log::area_context(geometry, LogKind::Backup, instance);
     let (ofs_area, _) = geometry.log_area(LogKind::Backup, instance);
     let structure = format!("backup log of instance {instance}");
     let mut values = crate::pass_values::ChunkValues::default();

@@ -1,10 +1,10 @@
 //! Pass 5: the online map over every instance (SPEC.md §9.4: a slot referenced twice is an
 //! error), and free slots that still hold chunks of this volume.
 
-use lds_format::chunk::{Footer, FOOTER_LEN};
-use lds_format::label::Geometry;
-use lds_format::recovery::online_map as build_online_map;
-use lds_format::version::ChunkMeta;
+use lds_format::algorithms::recovery::online_map as build_online_map;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::geometry::Geometry;
+use lds_format::version::meta::ChunkMeta;
 use lds_volume::{DeviceError, ReadAt};
 
 use crate::problem::{Code, Report};

@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use lds_format::batch::EntryKind;
-use lds_format::label::Geometry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
 use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 use lds_volume::block::read_tolerant;
 use lds_volume::{DeviceError, ReadAt};
 
@@ -309,25 +310,9 @@ fn check_value_chunk(
         Ok(footer) => footer,
         Err(error) => return Ok(Err((Code::ValueFooterInvalid, footer_offset, error.to_string()))),
     };
-    let mut differs = Vec::new();
-    if footer.volume_uuid != geometry.volume_uuid {
-        differs.push("it belongs to another volume".to_string());
-    }
-    if footer.instance != instance {
-        differs.push(format!("instance {}, not {instance}", footer.instance));
-    }
-    if footer.value_chunk_id != id {
-        differs.push(format!("value chunk id {}, not {id}", footer.value_chunk_id));
-    }
-    if let Some(meta) = meta {
-        if footer.len_body != meta.len_body {
-            differs.push(format!("{} bytes of values, the version says {}", footer.len_body, meta.len_body));
-        }
-        if footer.digest != meta.digest {
-            differs.push("another digest than the version's".into());
-        }
-    }
+    let differs = footer.mismatches(&geometry.volume_uuid, instance, id, meta);
     if !differs.is_empty() {
+        let differs: Vec<String> = differs.iter().map(ToString::to_string).collect();
         return Ok(Err((
             Code::ValueFooterInvalid,
             footer_offset,

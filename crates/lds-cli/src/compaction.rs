@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lds_engine::{Db, Error, Options};
 use lds_format::error::hex;
-use lds_format::version::CompactionJournal;
+use lds_format::version::payload::CompactionJournal;
 use lds_volume::DeviceError;
 use serde_json::json;
 

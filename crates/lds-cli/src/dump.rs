@@ -6,15 +6,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lds_format::batch::EntryKind;
-use lds_format::chunk::{unpack_seq_kind, Footer, FOOTER_LEN};
+use lds_format::algorithms::instance::{BackupRecovery, InstanceRecovery};
+use lds_format::algorithms::recovery::VersionLogError;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::entry::{unpack_seq_kind, EntryKind};
 use lds_format::error::hex;
-use lds_format::image::area_context;
-use lds_format::instance::{BackupRecovery, InstanceRecovery};
-use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind, FEATURE_INCOMPAT_VALUE_CHUNKS};
-use lds_format::log::AreaContext;
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::recovery::VersionLogError;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::{Label, LabelChoice, LabelPair, FEATURE_INCOMPAT_VALUE_CHUNKS};
+use lds_format::log::{area_context, AreaContext, LogPosition};
+use lds_format::logref::{LogBatch, LogRef};
 use lds_format::value::{ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_format::version::Version;
 use lds_volume::inspect::{self, Liveness, WalkedObject};
@@ -332,12 +332,10 @@ struct Retention {
 impl Retention {
     /// The retention of `version`, in a backup log area of `len_backup_log` bytes.
     fn of(version: &Version, len_backup_log: u64) -> Self {
-        let start = version.retention_start();
-        let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
         Self {
-            start,
-            backup_start,
-            bytes: ring_distance(start, backup_start, len_backup_log),
+            start: version.retention_start(),
+            backup_start: version.backup_start(),
+            bytes: version.retained_bytes(len_backup_log),
             log_chunks: version.chunks.values().filter(|chunk| chunk.is_log_chunk()).count(),
         }
     }
@@ -370,19 +368,6 @@ impl Retention {
             "retention start {} (lsn {}): {} bytes of the backup log retained for {} log chunks",
             self.start.offset, self.start.lsn, self.bytes, self.log_chunks
         )
-    }
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes (0 when `to` is not later), as the
-/// engine counts the retained bytes of its backup log. Saturating: a damaged version may name
-/// an offset past the area.
-fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        len_area.saturating_sub(from.offset).saturating_add(to.offset)
     }
 }
 
@@ -568,7 +553,7 @@ fn summarize_payload(object_type: &str, payload: &Value) -> String {
 /// `" (N log chunks)"` when `N` of the chunk metadata records of `chunks` (JSON) have flag
 /// `log_refs` (SPEC.md §6.4), else nothing.
 fn log_chunks_note(chunks: Option<&Value>) -> String {
-    let flag = u64::from(lds_format::version::CHUNK_FLAG_LOG_REFS);
+    let flag = u64::from(lds_format::version::meta::CHUNK_FLAG_LOG_REFS);
     let count = chunks
         .and_then(Value::as_array)
         .map_or(0, |chunks| chunks.iter().filter(|chunk| chunk["flags"].as_u64().unwrap_or(0) & flag != 0).count());
@@ -978,7 +963,7 @@ fn describe_log_ref(value: &[u8]) -> String {
 
 /// `", log chunk (flag log_refs), log start ..."` for a log chunk (SPEC.md §6.4, §8.9), else
 /// nothing.
-fn describe_log_start(meta: &lds_format::version::ChunkMeta) -> String {
+fn describe_log_start(meta: &lds_format::version::meta::ChunkMeta) -> String {
     match (meta.is_log_chunk(), meta.log_start) {
         (true, Some(start)) => format!(
             ", log chunk (flag log_refs): log start at offset {} of the backup log (lsn {})",
@@ -1220,24 +1205,8 @@ fn check_value_chunk(
             return Ok(ValueCheck { footer: raw, footer_status: error.to_string(), digest_status });
         }
     };
-    let mut problems = Vec::new();
-    if footer.value_chunk_id != id {
-        problems.push(format!("names value chunk {}, not {id}", footer.value_chunk_id));
-    }
-    if footer.instance != instance {
-        problems.push(format!("names instance {}, not {instance}", footer.instance));
-    }
-    if footer.volume_uuid != geometry.volume_uuid {
-        problems.push(format!("names volume {}", json::uuid(&footer.volume_uuid)));
-    }
-    if let Some(meta) = meta {
-        if footer.len_body != meta.len_body {
-            problems.push(format!("len_body {} but the version says {}", footer.len_body, meta.len_body));
-        }
-        if footer.digest != meta.digest {
-            problems.push("its digest differs from the version's".to_string());
-        }
-    }
+    let problems: Vec<String> =
+        footer.mismatches(&geometry.volume_uuid, instance, id, meta).iter().map(ToString::to_string).collect();
     let footer_status = match problems.is_empty() {
         true => "ok".to_string(),
         false => format!("value chunk footer at offset {ofs_footer}: {}", problems.join("; ")),

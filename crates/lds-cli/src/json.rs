@@ -1,16 +1,18 @@
 //! JSON of the format's structures, schema `lds-dump/1` (docs/dump-json.md). Field names are
 //! SPEC.md's.
 
-use lds_format::batch::{decode_entries, EntryKind};
-use lds_format::chunk::Footer;
+use lds_format::batch::decode_entries;
+use lds_format::chunk::footer::Footer;
+use lds_format::entry::EntryKind;
 use lds_format::error::hex;
-use lds_format::label::{Geometry, Label};
-use lds_format::log::{ObjectHeader, ObjectType, WrapLeft};
-use lds_format::logref::{LogPosition, LogRef};
+use lds_format::geometry::Geometry;
+use lds_format::label::Label;
+use lds_format::log::{LogPosition, ObjectHeader, ObjectType, WrapLeft};
+use lds_format::logref::LogRef;
 use lds_format::value::{ValueChunkMeta, ValuePointer, VALUE_FOOTER_LEN, VALUE_MAGIC};
-use lds_format::version::{
-    BaseVersion, ChunkMeta, CompactPointer, CompactionJournal, DeltaVersion, ValueDelta, ValueSection,
-    CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS,
+use lds_format::version::meta::{ChunkMeta, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS};
+use lds_format::version::payload::{
+    BaseVersion, CompactPointer, CompactionJournal, DeltaVersion, ValueDelta, ValueSection,
 };
 use serde_json::{json, Map, Value};
 

@@ -4,9 +4,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use lds_format::image::format_writes;
-use lds_format::label::{plan_layout, Geometry, Label, LayoutRequest, LogKind, VOLUME_NAME_LEN};
-use lds_format::recovery::recover_version_log;
+use lds_format::algorithms::image::format_writes;
+use lds_format::algorithms::recovery::recover_version_log;
+use lds_format::geometry::{plan_layout, Geometry, LayoutRequest, LogKind};
+use lds_format::label::{Label, VOLUME_NAME_LEN};
 use lds_volume::volume::Volume;
 use lds_volume::{Device, DeviceKind, OpenMode};
 

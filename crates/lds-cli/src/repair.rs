@@ -194,7 +194,7 @@ pub fn metadata_regions(device: &dyn BlockDevice) -> Vec<(u64, u64)> {
     let geometry = label.geometry;
     let mut regions = vec![(0, geometry.sector()), (geometry.ofs_backup_label(), geometry.sector())];
     for instance in 0..geometry.instance_count {
-        for kind in [lds_format::label::LogKind::Version, lds_format::label::LogKind::Backup] {
+        for kind in [lds_format::geometry::LogKind::Version, lds_format::geometry::LogKind::Backup] {
             regions.push(geometry.log_area(kind, instance));
         }
     }

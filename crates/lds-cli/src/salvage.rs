@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 use lds_format::error::hex;
 use lds_repair::salvage::{salvage, Salvaged};
 use lds_volume::OpenMode;

@@ -15,7 +15,7 @@ use lds_cli::dump::{run, DumpOptions, DumpWhat};
 use lds_cli::mkfs::MkfsOptions;
 use lds_engine::{Db, Options, WriteOptions};
 use lds_format::logref::LogRef;
-use lds_format::version::ChunkMeta;
+use lds_format::version::meta::ChunkMeta;
 use serde_json::Value;
 
 /// What the engine says of the volume it wrote: its chunks and its retained bytes.

@@ -9,12 +9,13 @@
 
 use std::path::{Path, PathBuf};
 
-use lds_format::label::{Label, LogKind, LABEL_LEN};
-use lds_format::log::{ObjectHeader, ObjectType, HEADER_LEN};
-use lds_format::logref::LogPosition;
-use lds_format::recovery::{recover_version_log, VersionLogState};
-use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS};
-use lds_format::writer::LogAppender;
+use lds_format::algorithms::recovery::{recover_version_log, VersionLogState};
+use lds_format::algorithms::writer::LogAppender;
+use lds_format::geometry::LogKind;
+use lds_format::label::{Label, LABEL_LEN};
+use lds_format::log::{LogPosition, ObjectHeader, ObjectType, HEADER_LEN};
+use lds_format::version::meta::{ChunkMeta, CHUNK_FLAG_LOG_REFS};
+use lds_format::version::payload::{DeletedChunk, DeltaVersion};
 
 mod volumes;
 
@@ -95,7 +96,7 @@ fn fsck(path: &Path) -> (i32, serde_json::Value) {
 fn recovered(bytes: &[u8]) -> (Label, VersionLogState) {
     let label = Label::decode(&bytes[..LABEL_LEN], 0).unwrap_or_else(|error| panic!("{error}"));
     let (offset, len) = label.geometry.log_area(LogKind::Version, 0);
-    let context = lds_format::image::area_context(&label.geometry, LogKind::Version, 0);
+    let context = lds_format::log::area_context(&label.geometry, LogKind::Version, 0);
     let state = recover_version_log(&bytes[offset as usize..(offset + len) as usize], &context)
         .unwrap_or_else(|error| panic!("{error}"));
     (label, state)
@@ -112,7 +113,7 @@ fn log_chunk(state: &VersionLogState) -> ChunkMeta {
 /// `replacement` (the engine's own encoders; the delta keeps the backup start).
 fn replace_chunk_meta(bytes: &mut [u8], chunk: &ChunkMeta, replacement: ChunkMeta) {
     let (label, state) = recovered(bytes);
-    let context = lds_format::image::area_context(&label.geometry, LogKind::Version, 0);
+    let context = lds_format::log::area_context(&label.geometry, LogKind::Version, 0);
     let mut appender = LogAppender::new(context, state.head, state.base_offset, state.base_lsn);
     let delta = DeltaVersion {
         deleted: vec![DeletedChunk { chunk_id: chunk.chunk_id, level: chunk.level }],

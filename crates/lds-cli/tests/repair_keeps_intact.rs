@@ -14,11 +14,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::batch::BatchEntry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{plan_layout, LayoutRequest};
+use lds_format::label::Label;
 use lds_format::log::ObjectType;
-use lds_format::version::DeltaVersion;
+use lds_format::version::payload::DeltaVersion;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -150,7 +152,7 @@ fn volume(damage: Damage) -> Crafted {
         // A byte inside the first block (its checksum fails; the footer still checks).
         Damage::AndABlockFlipped => image.bytes[slot0 + 100] ^= 0x10,
         Damage::AndItsFooterLost => {
-            let footer = slot0 + SLOT as usize - lds_format::chunk::FOOTER_LEN;
+            let footer = slot0 + SLOT as usize - lds_format::chunk::footer::FOOTER_LEN;
             image.bytes[footer..slot0 + SLOT as usize].fill(0);
         }
         Damage::SlotBeyondTheSlotArea | Damage::IdOfALiveChunk => {}

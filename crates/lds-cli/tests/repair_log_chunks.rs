@@ -18,12 +18,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
-use lds_format::batch::EntryKind;
-use lds_format::chunk::SubChunkView;
-use lds_format::image::area_context;
-use lds_format::label::{Label, LogKind};
-use lds_format::logref::{LogPosition, LogRef};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::chunk::view::SubChunkView;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::LogKind;
+use lds_format::label::Label;
+use lds_format::log::{area_context, LogPosition};
+use lds_format::logref::LogRef;
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use volumes::{fsck_codes, scratch, Files};
 
@@ -129,8 +131,9 @@ fn version_of(path: &Path) -> Version {
         let (offset, len) = geometry.log_area(kind, 0);
         &image[offset as usize..(offset + len) as usize]
     };
-    let recovery = lds_format::instance::recover_instance(&geometry, 0, area(LogKind::Version), area(LogKind::Backup))
-        .unwrap_or_else(|error| panic!("{error:?}"));
+    let recovery =
+        lds_format::algorithms::instance::recover_instance(&geometry, 0, area(LogKind::Version), area(LogKind::Backup))
+            .unwrap_or_else(|error| panic!("{error:?}"));
     recovery.version_log.version
 }
 
@@ -438,9 +441,9 @@ fn a_repair_from_a_lost_version_reads_every_log_chunk_into_ordinary_chunks() {
     let geometry = label_of(&image).geometry;
     let context = area_context(&geometry, LogKind::Version, 0);
     let area = &image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
-    let mut deltas: Vec<(u64, u64)> = lds_format::salvage::valid_objects(area, &context)
+    let mut deltas: Vec<(u64, u64)> = lds_format::algorithms::salvage::valid_objects(area, &context)
         .into_iter()
-        .filter(|object| matches!(object.payload, lds_format::recovery::Payload::Delta(_)))
+        .filter(|object| matches!(object.payload, lds_format::algorithms::recovery::Payload::Delta(_)))
         .map(|object| (object.header.lsn, object.offset))
         .collect();
     deltas.sort_unstable();

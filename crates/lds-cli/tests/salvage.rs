@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use lds_cli::kv::{self, ScanRange, Target};
 use lds_cli::mkfs::MkfsOptions;
 use lds_cli::salvage::SalvageArgs;
-use lds_format::label::LogKind;
+use lds_format::geometry::LogKind;
 
 fn scratch(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("lds-salvage-test-{}-{name}.img", std::process::id()));
@@ -56,7 +56,7 @@ fn written_volume(name: &str) -> (PathBuf, String) {
     (path, expected)
 }
 
-fn geometry_of(path: &Path) -> lds_format::label::Geometry {
+fn geometry_of(path: &Path) -> lds_format::geometry::Geometry {
     let device =
         lds_volume::Device::open(path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
     let pair = lds_volume::read_labels(&device).unwrap_or_else(|error| panic!("{error}"));

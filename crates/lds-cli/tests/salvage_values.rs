@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use lds_cli::salvage::SalvageArgs;
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
-use lds_format::label::{Geometry, LogKind};
+use lds_format::geometry::{Geometry, LogKind};
 use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -171,10 +171,11 @@ fn value_chunks(path: &Path) -> Vec<(u64, ValueFooter)> {
 /// The ids of the value chunks the volume's version lists.
 fn listed_value_chunks(path: &Path) -> BTreeSet<u64> {
     let geometry = geometry_of(path);
-    let context = lds_format::image::area_context(&geometry, LogKind::Version, 0);
+    let context = lds_format::log::area_context(&geometry, LogKind::Version, 0);
     let image = std::fs::read(path).unwrap_or_default();
     let area = &image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
-    let good = lds_format::salvage::last_good_version(area, &context).unwrap_or_else(|| panic!("no version"));
+    let good =
+        lds_format::algorithms::salvage::last_good_version(area, &context).unwrap_or_else(|| panic!("no version"));
     good.version.value_chunks.keys().copied().collect()
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use lds_cli::dump::{DumpOptions, DumpWhat};
 use lds_engine::{Db, Options, WriteOptions};
-use lds_format::chunk::{Footer, FOOTER_LEN};
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
 
 const SLOT_SIZE: u64 = 256 << 10;
 

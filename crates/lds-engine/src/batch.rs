@@ -1,6 +1,7 @@
 //! Write batches: the atomic unit of `Db::write`, one backup log object (SPEC.md §7).
 
-use lds_format::batch::{BatchEntry, EntryKind};
+use lds_format::batch::BatchEntry;
+use lds_format::entry::EntryKind;
 
 /// An atomic group of puts and deletes.
 #[derive(Debug, Clone, Default)]

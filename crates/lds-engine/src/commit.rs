@@ -8,10 +8,12 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use lds_format::chunk::BuiltSubChunk;
+use lds_format::algorithms::writer::AppendError;
+use lds_format::chunk::builder::BuiltSubChunk;
 use lds_format::log::ObjectType;
-use lds_format::version::{ChunkMeta, CompactionJournal, DeltaVersion, Version};
-use lds_format::writer::AppendError;
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::payload::{CompactionJournal, DeltaVersion};
+use lds_format::version::Version;
 
 use crate::error::{Error, Result};
 use crate::slots::{allocate, reclaim, release, release_after};
@@ -25,7 +27,7 @@ use crate::version::published::{Published, Redirect};
 /// that makes them obsolete finds them, and most never reach the device.
 pub(crate) fn flush_device(shared: &Shared) -> Result<()> {
     shared.counters.device_flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (ofs_area, len_area) = shared.geometry.log_area(lds_format::label::LogKind::Backup, shared.instance);
+    let (ofs_area, len_area) = shared.geometry.log_area(lds_format::geometry::LogKind::Backup, shared.instance);
     Ok(shared.device.flush_except(ofs_area, len_area)?)
 }
 
@@ -284,7 +286,7 @@ pub(crate) fn repin(shared: &Shared, published: &Published) {
     if levels == 0 {
         return;
     }
-    let mut wanted: Vec<lds_format::version::SubChunkRef> = Vec::new();
+    let mut wanted: Vec<lds_format::version::meta::SubChunkRef> = Vec::new();
     for chunks in published.levels.levels.iter().take(levels) {
         wanted.extend(chunks.iter().flat_map(|chunk| chunk.sub_chunks.iter().copied()));
     }
@@ -339,7 +341,7 @@ pub(crate) fn write_chunks(
     let mut metas = Vec::with_capacity(built.len());
     for ((chunk, &slot), &(level, flags)) in built.iter_mut().zip(&slots).zip(placement) {
         let chunk = chunk.as_mut();
-        let meta = lds_format::pack::place(chunk, slot, level, flags);
+        let meta = lds_format::algorithms::pack::place(chunk, slot, level, flags);
         let offset = shared.geometry.slot_offset(slot);
         let tail = chunk.tail();
         let result = shared

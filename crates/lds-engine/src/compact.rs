@@ -12,7 +12,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion, CHUNK_FLAG_ODD};
+use lds_format::version::meta::{ChunkMeta, CHUNK_FLAG_ODD};
+use lds_format::version::payload::{DeletedChunk, DeltaVersion};
 
 use crate::commit::{commit, commit_merge, flush_device, journal, room_for, trim, write_chunks};
 use crate::compaction::merge::{delta_estimate, MergeContext, Merger, Relocation};
@@ -53,7 +54,7 @@ fn commit_move(shared: &Shared, plan: &Plan) -> Result<()> {
         .collect();
     let (_, largest) = pick::key_range(&plan.victims);
     let pointer = (plan.source_level > 0 && plan.target_level > plan.source_level && !plan.forest)
-        .then_some(lds_format::version::CompactPointer { level: plan.source_level, key: largest });
+        .then_some(lds_format::version::payload::CompactPointer { level: plan.source_level, key: largest });
     let mut state = shared.lock_state();
     let version = Arc::clone(state.version());
     let delta = DeltaVersion {
@@ -146,7 +147,7 @@ pub(crate) fn read_log_region(
     version: &lds_format::version::Version,
 ) -> Result<()> {
     let context =
-        lds_format::image::area_context(&shared.geometry, lds_format::label::LogKind::Backup, shared.instance);
+        lds_format::log::area_context(&shared.geometry, lds_format::geometry::LogKind::Backup, shared.instance);
     let buffer =
         std::mem::take(&mut *shared.log_region_buffer.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     merger.log_region =
@@ -188,7 +189,8 @@ fn step_tiered(shared: &Shared, merger: &mut Merger) -> Result<bool> {
     }
     let slots: Vec<u64> = merger.tiered_written.iter().map(|(slot, _)| *slot).collect();
     let mut chunks: Vec<_> = std::mem::take(&mut merger.tiered_written).into_iter().map(|(_, chunk)| chunk).collect();
-    let added: Vec<ChunkMeta> = lds_format::pack::place_group(&mut chunks, &slots, 0, 0).into_iter().collect();
+    let added: Vec<ChunkMeta> =
+        lds_format::algorithms::pack::place_group(&mut chunks, &slots, 0, 0).into_iter().collect();
     if chunks.len() > 1 {
         let slot_size = shared.geometry.slot_size;
         for (chunk, &slot) in chunks.iter().zip(&slots) {
@@ -263,7 +265,7 @@ fn commit_final(
         added,
         values: shared
             .value_chunks
-            .then(|| lds_format::version::ValueDelta { added: value_added, ..Default::default() }),
+            .then(|| lds_format::version::payload::ValueDelta { added: value_added, ..Default::default() }),
     };
     commit_merge(shared, &mut state, &delta, &merger.inputs)?;
     shared.counters.forest_moved_chunks.fetch_add(merger.moved.len() as u64, Ordering::Relaxed);

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use lds_format::instance::LogDamage;
-use lds_format::recovery::VersionLogError;
+use lds_format::algorithms::instance::LogDamage;
+use lds_format::algorithms::recovery::VersionLogError;
 use lds_format::FormatError;
 use lds_volume::{DeviceError, VolumeError};
 

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 use lds_format::logref::LOG_REF_LEN;
 use lds_format::value::{BuiltValueChunk, ValueChunkMeta};
-use lds_format::version::{DeltaVersion, ValueDelta};
+use lds_format::version::payload::{DeltaVersion, ValueDelta};
 
 use crate::commit::commit_slots;
 use crate::commit::write_chunks;

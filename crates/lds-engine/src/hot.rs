@@ -16,7 +16,7 @@
 //! snapshot is live (a snapshot older than the new sequence numbers would miss them), and
 //! neither is a value pointer (its value chunk would have to stay pending, SPEC.md §8.6).
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 
 use crate::memtable::MemTable;
 

@@ -20,13 +20,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::image::area_context;
-use lds_format::label::LogKind;
-use lds_format::logref::LogPosition;
+use lds_format::geometry::LogKind;
+use lds_format::log::{area_context, ring_distance, LogPosition};
 
 use crate::error::Result;
 use crate::state::{Frozen, Shared, TreeState};
-use crate::table::log::ring_distance;
 use crate::version::published::Published;
 
 /// Room the ring keeps beyond a retained region: the next two memtables' parts (the frozen
@@ -56,7 +54,7 @@ pub(crate) fn log_chunk_wanted(shared: &Shared, state: &TreeState, frozen: &Froz
     }
     let Some((smallest, largest)) = frozen.table.key_range() else { return false };
     let version = state.version();
-    let upper: Vec<&lds_format::version::ChunkMeta> = (0..2u8).flat_map(|level| version.level(level)).collect();
+    let upper: Vec<&lds_format::version::meta::ChunkMeta> = (0..2u8).flat_map(|level| version.level(level)).collect();
     upper.is_empty()
         || upper.iter().any(|chunk| {
             chunk.smallest_key.as_slice() <= largest.as_slice() && smallest.as_slice() <= chunk.largest_key.as_slice()
@@ -76,7 +74,7 @@ pub(crate) fn record_unique(shared: &Shared, kept: u64, logged: u64) {
 /// and the region they retain leaves the ring less room than the next two memtables need.
 pub(crate) fn pressure(shared: &Shared, state: &TreeState) -> bool {
     let version = state.version();
-    let backup_start = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
+    let backup_start = version.backup_start();
     if state.retention == backup_start {
         return false;
     }

@@ -8,7 +8,7 @@ mod list;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 
 /// A position in internal-key order: a user key and a sequence number (newest first within
 /// a key, SPEC.md §8.1).
@@ -105,7 +105,7 @@ impl KeyFilter {
     }
 
     fn bits(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> {
-        let hash = lds_format::chunk::filter_hash(key);
+        let hash = lds_format::chunk::filter::filter_hash(key);
         let (first, step) = (hash, (hash >> 32) | 1);
         let bits = self.words.len() as u64 * 64;
         (0..Self::PROBES).map(move |probe| {
@@ -133,7 +133,7 @@ pub(crate) struct BatchPosition {
     /// Its entries.
     pub(crate) num_entries: u32,
     /// The object.
-    pub(crate) position: lds_format::logref::LogPosition,
+    pub(crate) position: lds_format::log::LogPosition,
 }
 
 /// Per-entry bytes of the memtable over its key and value, on average (`list`): a
@@ -144,7 +144,8 @@ const ENTRY_OVERHEAD_BYTES: usize = list::mean_entry_bytes(0, 0);
 /// its header at its longest (fixed or compact), key and value and, were it alone in its
 /// block, the block's trailer and index entry (which repeats the key).
 fn chunk_bytes_max(key: &[u8], value: &[u8]) -> usize {
-    use lds_format::chunk::{BLOCK_TRAILER_LEN, COMPACT_ENTRY_HEADER_MAX_LEN, ENTRY_FIXED_LEN, INDEX_ENTRY_FIXED_LEN};
+    use lds_format::chunk::block::{BLOCK_TRAILER_LEN, COMPACT_ENTRY_HEADER_MAX_LEN, ENTRY_FIXED_LEN};
+    use lds_format::chunk::index::INDEX_ENTRY_FIXED_LEN;
     ENTRY_FIXED_LEN.max(COMPACT_ENTRY_HEADER_MAX_LEN)
         + BLOCK_TRAILER_LEN
         + INDEX_ENTRY_FIXED_LEN
@@ -168,12 +169,7 @@ impl MemTable {
 
     /// Records the backup log object holding the entries from `first_sequence` on (their
     /// inserts follow, under the same writer lock); nothing unless it tracks batches.
-    pub(crate) fn record_batch(
-        &self,
-        first_sequence: u64,
-        num_entries: usize,
-        position: lds_format::logref::LogPosition,
-    ) {
+    pub(crate) fn record_batch(&self, first_sequence: u64, num_entries: usize, position: lds_format::log::LogPosition) {
         if let Some(batches) = &self.batches {
             let mut batches = batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let num_entries = u32::try_from(num_entries).unwrap_or(u32::MAX);

@@ -2,7 +2,7 @@
 //! one that every snapshot sees is dropped; a tombstone that every snapshot sees is dropped
 //! where no deeper level can hold an older version of its key.
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 
 /// Decides, entry by entry in internal-key order, what a merge keeps.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ pub(crate) struct KeyRanges {
 
 impl KeyRanges {
     /// The key ranges of `chunks`.
-    pub(crate) fn of<'a>(chunks: impl Iterator<Item = &'a lds_format::version::ChunkMeta>) -> Self {
+    pub(crate) fn of<'a>(chunks: impl Iterator<Item = &'a lds_format::version::meta::ChunkMeta>) -> Self {
         Self::new(chunks.map(|chunk| (chunk.smallest_key.clone(), chunk.largest_key.clone())).collect())
     }
 

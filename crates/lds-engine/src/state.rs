@@ -15,10 +15,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use lds_format::algorithms::writer::LogAppender;
 use lds_format::batch::{encode_entry, EntryRef, BATCH_ENTRY_FIXED_LEN};
-use lds_format::label::Geometry;
-use lds_format::version::{CompactionJournal, Version};
-use lds_format::writer::LogAppender;
+use lds_format::geometry::Geometry;
+use lds_format::version::payload::CompactionJournal;
+use lds_format::version::Version;
 use lds_volume::{BlockDevice, DeviceError};
 
 use crate::compaction::merge::Merger;
@@ -56,7 +57,7 @@ pub(crate) struct Counters {
     /// positioned a cursor there and the lookups that consulted it and went deeper
     /// (`read::get`). Past a budget the level merges early
     /// (`Limits::read_triggered`).
-    pub(crate) level_walks: [AtomicU64; lds_format::version::LEVELS_COUNT_MAX as usize],
+    pub(crate) level_walks: [AtomicU64; lds_format::version::meta::LEVELS_COUNT_MAX as usize],
     pub(crate) read_triggered_merges: AtomicU64,
     /// Times an unjournaled merge stopped between outputs for a frozen memtable to flush.
     pub(crate) merge_yields: AtomicU64,
@@ -271,10 +272,10 @@ impl WriterState {
     }
 
     /// Where the open batch object lies.
-    pub(crate) fn open_position(&self) -> Option<lds_format::logref::LogPosition> {
+    pub(crate) fn open_position(&self) -> Option<lds_format::log::LogPosition> {
         self.open
             .as_ref()
-            .map(|open| lds_format::logref::LogPosition { offset: open.object.log_offset, lsn: open.object.lsn })
+            .map(|open| lds_format::log::LogPosition { offset: open.object.log_offset, lsn: open.object.lsn })
     }
 
     /// Marks the write batch object just gathered (`object`, its encoded bytes the last of
@@ -333,10 +334,10 @@ pub(crate) struct TreeState {
     pub(crate) backup_start_update: Option<(u64, u64)>,
     /// The current version's retention start (SPEC.md §8.9): its backup start, or the oldest
     /// backup log object one of its log chunks names.
-    pub(crate) retention: lds_format::logref::LogPosition,
+    pub(crate) retention: lds_format::log::LogPosition,
     /// Replaced versions that named log chunks a merge has taken since, with the retention
     /// start each needed: the writer keeps those objects while a reader still holds one.
-    pub(crate) log_holds: Vec<(std::sync::Weak<Published>, lds_format::logref::LogPosition)>,
+    pub(crate) log_holds: Vec<(std::sync::Weak<Published>, lds_format::log::LogPosition)>,
     /// Live snapshots: sequence number and how many hold it.
     pub(crate) snapshots: BTreeMap<u64, usize>,
     /// Set by a failed write or flush: no more writes (SPEC.md §2.4). The first failure.
@@ -385,7 +386,7 @@ pub(crate) struct Shared {
     pub(crate) geometry: Geometry,
     /// The digest and entry encoding of new chunks (the label's features `fast_digest` and
     /// `compact_entries`, SPEC.md §8.2, §8.3).
-    pub(crate) encoding: lds_format::pack::ChunkEncoding,
+    pub(crate) encoding: lds_format::algorithms::pack::ChunkEncoding,
     pub(crate) instance: u32,
     pub(crate) options: Options,
     pub(crate) path: PathBuf,

@@ -16,8 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
-use lds_format::batch::{EntryKind, EntryRef};
-use lds_format::label::Geometry;
+use lds_format::batch::EntryRef;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
 use lds_format::value::{
     read_value, BuiltValueChunk, ValueChunkMeta, ValueFooter, ValueFormat, ValuePacker, ValuePointer, VALUE_FOOTER_LEN,
 };
@@ -271,35 +272,27 @@ pub(crate) fn pending_of_replay(
     pointers: &[Vec<u8>],
 ) -> std::result::Result<BTreeMap<u64, ValueChunkMeta>, (u64, u64, String)> {
     let mut pending = BTreeMap::new();
-    for bytes in pointers {
-        let Ok(pointer) = ValuePointer::decode(bytes, 0) else { continue };
-        for extent in &pointer.extents {
-            let id = extent.value_chunk_id;
-            if version.value_chunks.contains_key(&id) || pending.contains_key(&id) {
-                continue;
-            }
-            let slot = extent.slot;
-            let failed = |reason: String| (id, slot, reason);
-            if slot >= geometry.num_slots {
-                return Err(failed("past the slots".into()));
-            }
-            let footer_offset = geometry.slot_offset(slot) + geometry.slot_size - VALUE_FOOTER_LEN as u64;
-            let bytes =
-                device.read_vec(footer_offset, VALUE_FOOTER_LEN as u64).map_err(|error| failed(error.to_string()))?;
-            let footer = ValueFooter::decode(&bytes, footer_offset, geometry.slot_size)
-                .map_err(|error| failed(error.to_string()))?;
-            if footer.value_chunk_id != id || footer.instance != instance || footer.volume_uuid != geometry.volume_uuid
-            {
-                return Err(failed(format!(
-                    "the slot holds value chunk {} of instance {} instead",
-                    footer.value_chunk_id, footer.instance
-                )));
-            }
-            if version.slot_owner.contains_key(&slot) {
-                return Err(failed("the version uses the slot for something else".into()));
-            }
-            pending.insert(id, ValueChunkMeta::of_footer(&footer, slot));
+    let decoded: Vec<ValuePointer> = pointers.iter().filter_map(|bytes| ValuePointer::decode(bytes, 0).ok()).collect();
+    for (id, slot) in version.unlisted_value_chunks(&decoded) {
+        let failed = |reason: String| (id, slot, reason);
+        if slot >= geometry.num_slots {
+            return Err(failed("past the slots".into()));
         }
+        let footer_offset = geometry.slot_offset(slot) + geometry.slot_size - VALUE_FOOTER_LEN as u64;
+        let bytes =
+            device.read_vec(footer_offset, VALUE_FOOTER_LEN as u64).map_err(|error| failed(error.to_string()))?;
+        let footer = ValueFooter::decode(&bytes, footer_offset, geometry.slot_size)
+            .map_err(|error| failed(error.to_string()))?;
+        if !footer.mismatches(&geometry.volume_uuid, instance, id, None).is_empty() {
+            return Err(failed(format!(
+                "the slot holds value chunk {} of instance {} instead",
+                footer.value_chunk_id, footer.instance
+            )));
+        }
+        if version.slot_owner.contains_key(&slot) {
+            return Err(failed("the version uses the slot for something else".into()));
+        }
+        pending.insert(id, ValueChunkMeta::of_footer(&footer, slot));
     }
     Ok(pending)
 }

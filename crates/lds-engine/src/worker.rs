@@ -5,7 +5,7 @@
 use std::sync::{Arc, MutexGuard};
 use std::thread::JoinHandle;
 
-use lds_format::version::CompactionJournal;
+use lds_format::version::payload::CompactionJournal;
 
 use crate::compaction::merge::Merger;
 use crate::compaction::pick::{choose, Choice, Limits, Plan};

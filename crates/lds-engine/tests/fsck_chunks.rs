@@ -8,10 +8,10 @@ mod common;
 
 use lds_check::{check, chunk_problems, CheckOptions, Code};
 use lds_engine::{Db, Options, WriteOptions};
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::recovery::recover_version_log;
-use lds_format::version::ChunkMeta;
+use lds_format::algorithms::recovery::recover_version_log;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::area_context;
+use lds_format::version::meta::ChunkMeta;
 use lds_volume::DeviceError;
 use lds_volume::{read_labels, MemoryImage, ReadAt};
 

@@ -4,12 +4,11 @@
 //! panics.
 
 use lds_check::{check, CheckOptions};
+use lds_format::algorithms::recovery::{recover_backup_log, recover_version_log};
 use lds_format::batch::decode_entries;
-use lds_format::chunk::SubChunkView;
-use lds_format::image::area_context;
-use lds_format::label::LogKind;
-use lds_format::log::read_object;
-use lds_format::recovery::{recover_backup_log, recover_version_log};
+use lds_format::chunk::view::SubChunkView;
+use lds_format::geometry::LogKind;
+use lds_format::log::{area_context, read_object};
 use lds_volume::{read_labels, MemoryImage, ReadAt};
 
 /// Everything a reader can observe: each instance's version, the batches recovery replays,

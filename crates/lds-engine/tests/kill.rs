@@ -44,13 +44,13 @@ mod common;
 
 /// Larger sectors and slots than the other tests: the kill test writes more.
 fn image(path: &Path) {
-    let request = lds_format::label::LayoutRequest {
+    let request = lds_format::geometry::LayoutRequest {
         volume_len: 32 << 20,
         sector_size: Some(4096),
         slot_size: Some(256 << 10),
         len_version_log: Some(256 << 10),
         len_backup_log: Some(128 << 10),
-        ..lds_format::label::LayoutRequest::default()
+        ..lds_format::geometry::LayoutRequest::default()
     };
     common::format_image(path, &request);
 }

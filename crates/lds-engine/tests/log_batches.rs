@@ -11,7 +11,7 @@ mod common;
 
 use common::{assert_matches_model, small_layout, Image};
 
-fn layout() -> lds_format::label::LayoutRequest {
+fn layout() -> lds_format::geometry::LayoutRequest {
     small_layout(32 << 20, 256 << 10, 1 << 20)
 }
 

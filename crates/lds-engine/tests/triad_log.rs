@@ -24,7 +24,7 @@ fn eight() -> Options {
 }
 
 fn image(name: &str, len_backup_log: u64) -> Image {
-    let layout = lds_format::label::LayoutRequest {
+    let layout = lds_format::geometry::LayoutRequest {
         slot_size: Some(256 << 10),
         ..small_layout(64 << 20, 256 << 10, len_backup_log)
     };

@@ -25,8 +25,8 @@ fn options() -> Options {
     plain_options().with_techniques("triad-mem").unwrap_or_else(|error| panic!("{error}"))
 }
 
-fn layout() -> lds_format::label::LayoutRequest {
-    lds_format::label::LayoutRequest { slot_size: Some(1 << 20), ..small_layout(128 << 20, 512 << 10, 2 << 20) }
+fn layout() -> lds_format::geometry::LayoutRequest {
+    lds_format::geometry::LayoutRequest { slot_size: Some(1 << 20), ..small_layout(128 << 20, 512 << 10, 2 << 20) }
 }
 
 /// 3,000 cold keys written once and five hot keys (sorting first) written 60 times each.

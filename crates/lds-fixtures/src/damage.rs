@@ -19,8 +19,9 @@
 
 use std::ops::Range;
 
-use lds_format::chunk::FOOTER_LEN;
-use lds_format::label::{Geometry, LogKind, LABEL_LEN};
+use lds_format::chunk::footer::FOOTER_LEN;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::LABEL_LEN;
 use lds_format::log::{ObjectHeader, HEADER_LEN};
 use lds_format::value::VALUE_FOOTER_LEN;
 
@@ -577,9 +578,11 @@ pub fn swap(bytes: &mut [u8], first: &Place, second: &Place) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::batch::{BatchEntry, EntryKind, WriteBatchRecord};
-    use lds_format::chunk::{pack_seq_kind, Footer, SubChunkView};
+    use lds_format::batch::{BatchEntry, WriteBatchRecord};
+    use lds_format::chunk::footer::Footer;
+    use lds_format::chunk::view::SubChunkView;
     use lds_format::codec::crc32c;
+    use lds_format::entry::{pack_seq_kind, EntryKind};
     use lds_format::log::{encode_object, NewObject, ObjectType};
 
     #[test]
@@ -624,10 +627,10 @@ mod tests {
         assert_eq!(total(&CHUNK_FOOTER), FOOTER_LEN);
         assert_eq!(total(&WRITE_BATCH), lds_format::batch::BATCH_HEADER_LEN);
         assert_eq!(total(&BATCH_ENTRY), lds_format::batch::BATCH_ENTRY_FIXED_LEN);
-        assert_eq!(total(&BLOCK_ENTRY), lds_format::chunk::ENTRY_FIXED_LEN);
-        assert_eq!(total(&BLOCK_TRAILER), lds_format::chunk::BLOCK_TRAILER_LEN);
-        assert_eq!(total(&INDEX_ENTRY), lds_format::chunk::INDEX_ENTRY_FIXED_LEN);
-        assert_eq!(total(&FILTER), lds_format::chunk::FILTER_HEADER_LEN);
+        assert_eq!(total(&BLOCK_ENTRY), lds_format::chunk::block::ENTRY_FIXED_LEN);
+        assert_eq!(total(&BLOCK_TRAILER), lds_format::chunk::block::BLOCK_TRAILER_LEN);
+        assert_eq!(total(&INDEX_ENTRY), lds_format::chunk::index::INDEX_ENTRY_FIXED_LEN);
+        assert_eq!(total(&FILTER), lds_format::chunk::filter::FILTER_HEADER_LEN);
         assert_eq!(total(&KEY_SKETCH), lds_format::sketch::SKETCH_HEADER_LEN);
         assert_eq!(total(&VALUE_FOOTER), VALUE_FOOTER_LEN);
     }
@@ -801,7 +804,7 @@ mod tests {
             assert_eq!(&bytes[entry.field("key").range()], expected.key);
             assert_eq!(&bytes[entry.field("value").range()], expected.value);
         }
-        let trailer = block_place.last(lds_format::chunk::BLOCK_TRAILER_LEN, &BLOCK_TRAILER);
+        let trailer = block_place.last(lds_format::chunk::block::BLOCK_TRAILER_LEN, &BLOCK_TRAILER);
         let crc = u64::from(crc32c(&bytes[block_place.offset..trailer.field("crc32c").offset]));
         assert_eq!(trailer.field("crc32c").read(bytes), crc);
         assert_eq!(trailer.field("num_entries").read(bytes), entries.len() as u64);

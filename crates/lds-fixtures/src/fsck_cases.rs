@@ -6,16 +6,17 @@
 //! other checks reseal the checksums around them.
 
 use lds_check::Code;
-use lds_format::batch::{BatchEntry, EntryKind, WriteBatchRecord};
-use lds_format::chunk::{Footer, BLOCK_TRAILER_LEN, FOOTER_LEN};
+use lds_format::algorithms::image::{label_sector as encode_label_sector, ImageBuilder};
+use lds_format::algorithms::recovery::{recover_version_log, ChainObject, VersionLogState};
+use lds_format::batch::{BatchEntry, WriteBatchRecord};
+use lds_format::chunk::block::BLOCK_TRAILER_LEN;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
 use lds_format::codec::crc32c;
-use lds_format::image::{area_context, label_sector as encode_label_sector, ImageBuilder};
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
-use lds_format::recovery::{recover_version_log, ChainObject, VersionLogState};
-use lds_format::version::{
-    ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD,
-};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{area_context, encode_object, NewObject, ObjectHeader, ObjectType, WrapLeft, HEADER_LEN};
+use lds_format::version::meta::{ChunkMeta, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD};
+use lds_format::version::payload::{CompactionJournal, DeletedChunk, DeltaVersion};
 
 use crate::damage::{
     block, block_index, chunk_footer, filter, flip, key_sketch, label, label_sector, log_area, log_object, swap,

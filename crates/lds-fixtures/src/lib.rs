@@ -28,16 +28,18 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
-use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions, DigestKind};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
-use lds_format::logref::{LogPosition, LogRef};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::batch::BatchEntry;
+use lds_format::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+use lds_format::digest::DigestKind;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{plan_layout, LayoutRequest};
+use lds_format::label::Label;
+use lds_format::log::LogPosition;
+use lds_format::logref::LogRef;
 use lds_format::value::{BuiltValueChunk, ValueChunkMeta, ValueFormat, ValuePacker, ValuePointer};
-use lds_format::version::{
-    ChunkMeta, CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, SubChunkRef, ValueDelta,
-    CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD, CHUNK_FLAG_VALUE_REFS,
-};
+use lds_format::version::meta::{ChunkMeta, SubChunkRef, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_ODD, CHUNK_FLAG_VALUE_REFS};
+use lds_format::version::payload::{CompactPointer, CompactionJournal, DeletedChunk, DeltaVersion, ValueDelta};
 
 /// One fixture: folder name, one-line description, raw image bytes.
 pub struct Fixture {

@@ -13,10 +13,11 @@
 //! a writer opening the volume can trim; the log is past half the area, which a writer only
 //! SHOULD avoid.
 
-use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::image::ImageBuilder;
-use lds_format::label::LayoutRequest;
-use lds_format::version::DeltaVersion;
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::batch::BatchEntry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::LayoutRequest;
+use lds_format::version::payload::DeltaVersion;
 
 use crate::{added, entries, expect, new_label, puts};
 
@@ -112,9 +113,9 @@ pub fn many_objects(request: ManyObjects) -> ManyObjectsImage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::image::area_context;
-    use lds_format::label::LogKind;
-    use lds_format::recovery::recover_version_log;
+    use lds_format::algorithms::recovery::recover_version_log;
+    use lds_format::geometry::LogKind;
+    use lds_format::log::area_context;
 
     #[test]
     fn the_log_recovers_with_every_object_live() {

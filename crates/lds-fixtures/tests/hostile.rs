@@ -106,12 +106,12 @@ fn the_format_crate_reads_past_the_recomputed_checksums() {
     // A delta version: header and payload checksums hold, and it decodes with the new id.
     let crafted = hostile::craft("levels:vlog.dv.compaction_id=1").unwrap_or_else(|error| panic!("{error}"));
     let space = Space::of(&crafted.volume).unwrap_or_else(|error| panic!("{error}"));
-    let context = lds_format::image::area_context(&space.geometry, lds_format::label::LogKind::Version, 0);
+    let context = lds_format::log::area_context(&space.geometry, lds_format::geometry::LogKind::Version, 0);
     let area = &crafted.volume.files[0][context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
     let Some(hostile::Seal::Object { at, .. }) = crafted.field.seals.first().cloned() else { panic!("no object seal") };
     let offset = at as u64 - context.ofs_area;
     let raw = lds_format::log::read_object(area, offset, &context).unwrap_or_else(|error| panic!("{error}"));
-    let delta = lds_format::version::DeltaVersion::decode(raw.payload, at as u64 + 64)
+    let delta = lds_format::version::payload::DeltaVersion::decode(raw.payload, at as u64 + 64)
         .unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(delta.compaction_id, 1);
 
@@ -132,7 +132,7 @@ fn the_format_crate_reads_past_the_recomputed_checksums() {
         };
         let (file, base) = space.slot_at(slot).unwrap_or_else(|| panic!("{name}: slot {slot}"));
         let slot_bytes = &crafted.volume.files[file][base..base + space.geometry.slot_size as usize];
-        let view = lds_format::chunk::SubChunkView::open(slot_bytes, base as u64)
+        let view = lds_format::chunk::view::SubChunkView::open(slot_bytes, base as u64)
             .unwrap_or_else(|error| panic!("{name}: {error}"));
         view.verify_digest(base as u64).unwrap_or_else(|error| panic!("{name}: {error}"));
         view.entries(base as u64).unwrap_or_else(|error| panic!("{name}: {error}"));
@@ -141,11 +141,11 @@ fn the_format_crate_reads_past_the_recomputed_checksums() {
             let (ofs, len) = g.log_area(kind, 0);
             &crafted.volume.files[0][ofs as usize..(ofs + len) as usize]
         };
-        let recovered = lds_format::instance::recover_instance(
+        let recovered = lds_format::algorithms::instance::recover_instance(
             g,
             0,
-            area(lds_format::label::LogKind::Version),
-            area(lds_format::label::LogKind::Backup),
+            area(lds_format::geometry::LogKind::Version),
+            area(lds_format::geometry::LogKind::Backup),
         )
         .unwrap_or_else(|error| panic!("{name}: {error}"));
         let meta = recovered

@@ -1,70 +1,13 @@
 //! The write batch payload of the backup log (SPEC.md §7).
 
 use crate::codec::{Reader, Writer};
+use crate::entry::{EntryKind, SEQUENCE_MAX};
 use crate::error::FormatError;
 
-/// Largest sequence number (SPEC.md §16: 56 bits).
-pub const SEQUENCE_MAX: u64 = (1 << 56) - 1;
 /// Fixed bytes of a batch before its entries.
 pub const BATCH_HEADER_LEN: usize = 16;
 /// Fixed bytes of an entry before its key and value.
 pub const BATCH_ENTRY_FIXED_LEN: usize = 7;
-
-/// Whether an entry sets or deletes a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EntryKind {
-    /// A tombstone.
-    Delete,
-    /// A value.
-    Put,
-    /// A value in value chunks: the entry's value is a value pointer (SPEC.md §8.6, format
-    /// 1.4, feature `value_chunks`).
-    Pointer,
-    /// A put whose value stays in the backup log: the entry's value is a log reference
-    /// (SPEC.md §8.9, format 1.6, feature `log_tables`). Only in blocks of log chunks, never
-    /// in a write batch.
-    LogRef,
-}
-
-impl EntryKind {
-    /// The on-disk code: 1 put, 0 delete, 2 pointer, 3 log reference.
-    pub fn code(self) -> u8 {
-        match self {
-            Self::Delete => 0,
-            Self::Put => 1,
-            Self::Pointer => 2,
-            Self::LogRef => 3,
-        }
-    }
-
-    /// The kind for a code.
-    pub fn from_code(code: u8) -> Option<Self> {
-        match code {
-            0 => Some(Self::Delete),
-            1 => Some(Self::Put),
-            2 => Some(Self::Pointer),
-            3 => Some(Self::LogRef),
-            _ => None,
-        }
-    }
-
-    /// `put`, `delete`, `pointer` or `log_ref`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Delete => "delete",
-            Self::Put => "put",
-            Self::Pointer => "pointer",
-            Self::LogRef => "log_ref",
-        }
-    }
-
-    /// True for a put, a pointer or a log reference: the key has a value (inline, in value
-    /// chunks or in the backup log).
-    pub fn has_value(self) -> bool {
-        self != Self::Delete
-    }
-}
-
 /// One entry of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchEntry {

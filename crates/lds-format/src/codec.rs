@@ -222,6 +222,11 @@ impl Writer {
     }
 }
 
+/// A count as the u32 a structure stores it in (every list a writer encodes is far shorter).
+pub(crate) fn count_u32(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
 /// `x` rounded up to a multiple of 8 (SPEC.md §1).
 pub fn align8(x: u64) -> u64 {
     x.div_ceil(8) * 8

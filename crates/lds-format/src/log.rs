@@ -1,8 +1,10 @@
-//! Log object framing shared by the version log and the backup log (SPEC.md §5).
+//! Log object framing shared by the version log and the backup log (SPEC.md §5): where an
+//! instance's log areas lie, what an object must match to be valid there, and positions of
+//! objects along the ring.
 
 use crate::codec::{align8, crc32c, Reader, Writer};
 use crate::error::FormatError;
-use crate::label::LogKind;
+use crate::geometry::{Geometry, LogKind};
 
 /// `"LDSO"`, SPEC.md §5.
 pub const OBJECT_MAGIC: [u8; 4] = *b"LDSO";
@@ -257,6 +259,63 @@ impl AreaContext {
     }
 }
 
+/// The area context of an instance's log: where its area lies in `geometry` and what its
+/// objects must name.
+pub fn area_context(geometry: &Geometry, kind: LogKind, instance: u32) -> AreaContext {
+    let (ofs_area, len_area) = geometry.log_area(kind, instance);
+    AreaContext {
+        kind,
+        instance,
+        volume_uuid: geometry.volume_uuid,
+        len_area,
+        sector_size: geometry.sector_size,
+        ofs_area,
+    }
+}
+
+/// A backup log object's place: its offset in the area and its lsn. Ordered by lsn, which
+/// increases along the log across wraps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LogPosition {
+    /// Offset in the backup log area.
+    pub offset: u64,
+    /// The object's lsn.
+    pub lsn: u64,
+}
+
+impl Ord for LogPosition {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.lsn.cmp(&other.lsn).then(self.offset.cmp(&other.offset))
+    }
+}
+
+impl PartialOrd for LogPosition {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Bytes from `from` to `to` along a log area of `len_area` bytes, the ring its objects wrap
+/// around: the backup log's retained region when `from` is a version's retention start and
+/// `to` its backup start (SPEC.md §8.9).
+/// - The whole ring when either offset lies outside it (`len_area` or more): only damage puts
+///   one there, and a writer that cannot tell where the retained objects lie must keep them
+///   all (§8.9, §10.1).
+/// - 0 when `to` is not later than `from` (by lsn): nothing lies between them.
+/// - Otherwise from `from`'s offset on to `to`'s, across the wrap when `to`'s is not past
+///   `from`'s (a whole lap when both offsets are equal).
+pub fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
+    if from.offset >= len_area || to.offset >= len_area {
+        len_area
+    } else if to.lsn <= from.lsn {
+        0
+    } else if to.offset > from.offset {
+        to.offset - from.offset
+    } else {
+        len_area - from.offset + to.offset
+    }
+}
+
 /// A valid object: header plus its payload bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct RawObject<'a> {
@@ -481,6 +540,24 @@ pub fn check_wrap_right(payload: &[u8], offset: u64) -> Result<(), FormatError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_distances_follow_the_lsn_and_the_wrap() {
+        let at = |offset, lsn| LogPosition { offset, lsn };
+        assert_eq!(ring_distance(at(100, 5), at(300, 9), 1000), 200);
+        assert_eq!(ring_distance(at(800, 5), at(100, 9), 1000), 300, "across the wrap");
+        assert_eq!(ring_distance(at(800, 5), at(200, 9), 1000), 400, "across the wrap");
+        assert_eq!(ring_distance(at(400, 5), at(400, 9), 1000), 1000, "a whole lap");
+        assert_eq!(ring_distance(at(100, 5), at(100, 5), 1000), 0, "the same place");
+        assert_eq!(ring_distance(at(100, 5), at(300, 5), 1000), 0, "not later");
+        assert_eq!(ring_distance(at(300, 9), at(100, 5), 1000), 0, "earlier");
+        // Outside the ring (damage): all of it, whichever end and whatever the lsns.
+        assert_eq!(ring_distance(at(1200, 5), at(100, 9), 1000), 1000, "the start past the area");
+        assert_eq!(ring_distance(at(100, 5), at(1200, 9), 1000), 1000, "the end past the area");
+        assert_eq!(ring_distance(at(100, 5), at(1000, 9), 1000), 1000, "the end at the area's end");
+        assert_eq!(ring_distance(at(1200, 9), at(100, 5), 1000), 1000, "outside and not later");
+        assert_eq!(ring_distance(at(u64::MAX, 1), at(u64::MAX - 8, 2), u64::MAX), u64::MAX, "no overflow");
+    }
 
     fn context() -> AreaContext {
         AreaContext {

@@ -2,10 +2,11 @@
 //! may leave a put's value in the backup log, where its write batch already holds it, and
 //! write a 24-byte reference to it instead (TRIAD-LOG).
 
-use crate::batch::{decode_entries, EntryKind};
+use crate::batch::decode_entries;
 use crate::codec::{Reader, Writer};
+use crate::entry::EntryKind;
 use crate::error::FormatError;
-use crate::log::{read_object_at, AreaContext, ObjectType};
+use crate::log::{read_object_at, AreaContext, LogPosition, ObjectType, HEADER_LEN};
 
 /// Bytes of a log reference (the value of a kind-3 entry).
 pub const LOG_REF_LEN: usize = 24;
@@ -67,29 +68,6 @@ pub fn is_log_ref_shaped(value: &[u8]) -> bool {
     LogRef::decode(value, 0).is_ok()
 }
 
-/// A backup log object's place: its offset in the area and its lsn. Ordered by lsn, which
-/// increases along the log across wraps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LogPosition {
-    /// Offset in the backup log area.
-    pub offset: u64,
-    /// The object's lsn.
-    pub lsn: u64,
-}
-
-impl Ord for LogPosition {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.lsn.cmp(&other.lsn).then(self.offset.cmp(&other.offset))
-    }
-}
-
-impl PartialOrd for LogPosition {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// A write batch read from the backup log for its references: the object's lsn and first
 /// sequence number, and where each entry's key and value lie in the object's bytes, so that a
 /// reader following many references into one batch checks and decodes it once.
 #[derive(Debug, Clone)]
@@ -160,7 +138,7 @@ pub fn read_entries(
     }
     let base = object.as_ptr() as usize;
     let position = |part: &[u8]| ((part.as_ptr() as usize - base) as u32, part.len() as u32);
-    let first_sequence = decode_entries(raw.payload, at + crate::log::HEADER_LEN as u64, |kind, key, value| {
+    let first_sequence = decode_entries(raw.payload, at + HEADER_LEN as u64, |kind, key, value| {
         entries.push((kind, position(key), position(value)));
     })?;
     Ok(BatchAt { offset, lsn: raw.header.lsn, first_sequence })
@@ -240,7 +218,7 @@ pub fn resolve<'a>(
 mod tests {
     use super::*;
     use crate::batch::{BatchEntry, WriteBatchRecord};
-    use crate::label::LogKind;
+    use crate::geometry::LogKind;
     use crate::log::{encode_object, NewObject};
 
     fn context() -> AreaContext {

@@ -36,7 +36,7 @@ impl Sketch {
         self.precision
     }
 
-    /// Adds a key by its filter hash (`chunk::filter_hash`).
+    /// Adds a key by its filter hash (`chunk::filter::filter_hash`).
     pub fn add_hash(&mut self, hash: u64) {
         let precision = u32::from(self.precision);
         let register = (hash >> (64 - precision)) as usize;
@@ -152,7 +152,7 @@ pub fn overlap_ratio<'a>(sketches: impl IntoIterator<Item = &'a Sketch>) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::filter_hash;
+    use crate::chunk::filter::filter_hash;
 
     fn sketch_of(keys: impl Iterator<Item = u64>) -> Sketch {
         let mut sketch = Sketch::new(SKETCH_PRECISION);

@@ -4,15 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use crate::chunk::{DigestKind, DigestState, FOOTER_FLAG_XXH3, FOOTER_LEN};
 use crate::codec::{crc32c, Reader, Writer};
+use crate::digest::{DigestKind, DigestState, FOOTER_FLAG_XXH3};
 use crate::error::FormatError;
 
 /// The magic of a value chunk footer.
 pub const VALUE_MAGIC: [u8; 8] = *b"LDSVALUE";
-/// Bytes of a value chunk footer (the same as a chunk footer's: a reader finds either at the
-/// slot end).
-pub const VALUE_FOOTER_LEN: usize = FOOTER_LEN;
+/// Bytes of a value chunk footer: a chunk footer's (`chunk::footer::FOOTER_LEN`, which checks
+/// that they agree), so that a reader finds either at the slot end (SPEC.md §8.5).
+pub const VALUE_FOOTER_LEN: usize = 160;
 /// Footer bytes the digest covers.
 pub const VALUE_FOOTER_DIGEST_COVERS: usize = 48;
 /// Fixed bytes of a value pointer before its extents.
@@ -267,6 +267,38 @@ impl ValueFooter {
         state.finish()
     }
 
+    /// What of this footer disagrees with value chunk `id` of `instance` on the volume
+    /// `volume_uuid` (SPEC.md §8.6: a footer names its volume, instance and id), and, where a
+    /// version lists the value chunk, with its metadata `meta` (length and digest). Empty when
+    /// everything agrees; otherwise in this order: volume, instance, id, length, digest.
+    pub fn mismatches(
+        &self,
+        volume_uuid: &[u8; 16],
+        instance: u32,
+        id: u64,
+        meta: Option<&ValueChunkMeta>,
+    ) -> Vec<ValueFooterMismatch> {
+        let mut found = Vec::new();
+        if self.volume_uuid != *volume_uuid {
+            found.push(ValueFooterMismatch::Volume { found: self.volume_uuid });
+        }
+        if self.instance != instance {
+            found.push(ValueFooterMismatch::Instance { found: self.instance, expected: instance });
+        }
+        if self.value_chunk_id != id {
+            found.push(ValueFooterMismatch::Id { found: self.value_chunk_id, expected: id });
+        }
+        if let Some(meta) = meta {
+            if self.len_body != meta.len_body {
+                found.push(ValueFooterMismatch::LenBody { found: self.len_body, expected: meta.len_body });
+            }
+            if self.digest != meta.digest {
+                found.push(ValueFooterMismatch::Digest);
+            }
+        }
+        found
+    }
+
     /// Checks the digest over `body` (the slot's first `len_body` bytes), read at `offset`.
     pub fn verify_digest(&self, body: &[u8], offset: u64) -> Result<(), FormatError> {
         if body.len() != self.len_body as usize || self.digest_of(body) != self.digest {
@@ -274,6 +306,45 @@ impl ValueFooter {
         }
         Ok(())
     }
+}
+
+/// A way a value chunk footer disagrees with what names it ([`ValueFooter::mismatches`]); its
+/// text is what fsck reports after "the footer in slot N says".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ValueFooterMismatch {
+    /// The footer names another volume.
+    #[error("it belongs to another volume")]
+    Volume {
+        /// The volume it names.
+        found: [u8; 16],
+    },
+    /// The footer names another instance.
+    #[error("instance {found}, not {expected}")]
+    Instance {
+        /// The instance it names.
+        found: u32,
+        /// The instance whose value chunk it should be.
+        expected: u32,
+    },
+    /// The footer names another value chunk.
+    #[error("value chunk id {found}, not {expected}")]
+    Id {
+        /// The id it names.
+        found: u64,
+        /// The id that named the slot.
+        expected: u64,
+    },
+    /// The footer's `len_body` is not the version's.
+    #[error("{found} bytes of values, the version says {expected}")]
+    LenBody {
+        /// The footer's.
+        found: u32,
+        /// The version's.
+        expected: u32,
+    },
+    /// The footer's digest is not the version's.
+    #[error("another digest than the version's")]
+    Digest,
 }
 
 /// A value chunk of a version (SPEC.md §6.5).
@@ -465,6 +536,42 @@ pub fn read_value<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_footer_names_its_volume_instance_and_id_and_agrees_with_the_version() {
+        let footer = ValueFooter {
+            flags: 0,
+            instance: 2,
+            value_chunk_id: 9,
+            len_body: 100,
+            slot_size: 64 << 10,
+            volume_uuid: [7; 16],
+            digest: [1; 32],
+        };
+        let meta = ValueChunkMeta::of_footer(&footer, 40);
+        assert_eq!(footer.mismatches(&[7; 16], 2, 9, Some(&meta)), Vec::new());
+        assert_eq!(footer.mismatches(&[7; 16], 2, 9, None), Vec::new());
+        let other = ValueChunkMeta { len_body: 50, digest: [2; 32], ..meta };
+        let found = footer.mismatches(&[8; 16], 3, 10, Some(&other));
+        assert_eq!(
+            found,
+            vec![
+                ValueFooterMismatch::Volume { found: [7; 16] },
+                ValueFooterMismatch::Instance { found: 2, expected: 3 },
+                ValueFooterMismatch::Id { found: 9, expected: 10 },
+                ValueFooterMismatch::LenBody { found: 100, expected: 50 },
+                ValueFooterMismatch::Digest,
+            ]
+        );
+        let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text.join("; "),
+            "it belongs to another volume; instance 2, not 3; value chunk id 9, not 10; \
+             100 bytes of values, the version says 50; another digest than the version's"
+        );
+        // Without the version's metadata, only the identity is checked.
+        assert_eq!(footer.mismatches(&[7; 16], 2, 10, None), vec![ValueFooterMismatch::Id { found: 9, expected: 10 }]);
+    }
 
     fn format() -> ValueFormat {
         ValueFormat { slot_size: 64 << 10, instance: 2, volume_uuid: [7; 16], digest: DigestKind::Xxh3 }

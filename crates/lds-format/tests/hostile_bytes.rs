@@ -6,15 +6,22 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lds_format::batch::{BatchEntry, EntryKind, WriteBatchRecord};
-use lds_format::chunk::{decode_block, ChunkBuilder, ChunkIdentity, ChunkOptions, Filter, Footer, SubChunkView};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::algorithms::recovery::{physical_walk, recover_backup_log, recover_version_log};
+use lds_format::batch::{BatchEntry, WriteBatchRecord};
+use lds_format::chunk::block::decode_block;
+use lds_format::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+use lds_format::chunk::filter::Filter;
+use lds_format::chunk::footer::Footer;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::Reader;
-use lds_format::image::{area_context, ImageBuilder};
-use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
-use lds_format::log::{read_object, ObjectHeader, WrapLeft};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{plan_layout, LayoutRequest, LogKind};
+use lds_format::label::Label;
+use lds_format::log::{area_context, read_object, ObjectHeader, WrapLeft};
 use lds_format::logref::{LogBatch, LogRef};
-use lds_format::recovery::{physical_walk, recover_backup_log, recover_version_log};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::payload::{BaseVersion, CompactionJournal, DeltaVersion};
 
 struct Counting;
 
@@ -131,7 +138,7 @@ fn decoders_survive_hostile_bytes() {
         slot_size: geometry.slot_size,
         block_size: 512,
         bloom_bits_per_key: 10,
-        digest: lds_format::chunk::DigestKind::Blake3,
+        digest: lds_format::digest::DigestKind::Blake3,
         sketch_precision: 0,
         compact_entries: false,
     };
@@ -196,7 +203,7 @@ fn decoders_survive_hostile_bytes() {
             "batch" => drop(WriteBatchRecord::decode(&bytes, 0)),
             "wrap_left" => drop(WrapLeft::decode(&bytes, 0)),
             "footer" => drop(Footer::decode(&bytes, 0, geometry.slot_size)),
-            "index" => drop(lds_format::chunk::decode_index(&bytes, 0, &valid_footer)),
+            "index" => drop(lds_format::chunk::index::decode_index(&bytes, 0, &valid_footer)),
             "filter" => drop(Filter::decode(&bytes, 0, &valid_footer)),
             "log_ref" => drop(LogRef::decode(&bytes, 0)),
             _ => drop(decode_block(&bytes, 0)),

@@ -2,12 +2,17 @@
 //! version is live, where the log continues after a wrap) and the backup-log replay rules,
 //! case by case in the manner of TigerBeetle's recovery_cases test.
 
-use lds_format::batch::{BatchEntry, EntryKind};
-use lds_format::image::{area_context, ImageBuilder};
-use lds_format::label::{plan_layout, Label, LayoutRequest, LogKind};
-use lds_format::log::ObjectType;
-use lds_format::recovery::{recover_backup_log, recover_version_log, ChainEnd, ChainObject, VersionLogError};
-use lds_format::version::{ChunkMeta, DeletedChunk, DeltaVersion};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::algorithms::recovery::{
+    recover_backup_log, recover_version_log, ChainEnd, ChainObject, VersionLogError,
+};
+use lds_format::batch::BatchEntry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{plan_layout, LayoutRequest, LogKind};
+use lds_format::label::Label;
+use lds_format::log::{area_context, ObjectType};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::payload::{DeletedChunk, DeltaVersion};
 
 fn label() -> Label {
     let request = LayoutRequest {
@@ -47,13 +52,13 @@ fn churn_and_trim(image: &mut ImageBuilder, round: u64) {
     }
 }
 
-fn recover(image: &ImageBuilder) -> Result<lds_format::recovery::VersionLogState, VersionLogError> {
+fn recover(image: &ImageBuilder) -> Result<lds_format::algorithms::recovery::VersionLogState, VersionLogError> {
     let context = area_context(&image.label.geometry, LogKind::Version, 0);
     recover_version_log(image.area(LogKind::Version, 0), &context)
 }
 
 /// The sequence S of SPEC.md §9.2 that `state` was recovered from, walked again.
-fn sequence(image: &ImageBuilder, state: &lds_format::recovery::VersionLogState) -> Vec<ChainObject> {
+fn sequence(image: &ImageBuilder, state: &lds_format::algorithms::recovery::VersionLogState) -> Vec<ChainObject> {
     let context = area_context(&image.label.geometry, LogKind::Version, 0);
     state.sequence(image.area(LogKind::Version, 0), &context).collect()
 }
@@ -120,7 +125,7 @@ fn wrapped_log_with_live_base_on_the_right_reads_both_portions() {
         if !image.instances[0].version_log.fits(&[2000, 600]) {
             image.trim(0).expect("trim");
         }
-        let left = lds_format::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
+        let left = lds_format::algorithms::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
         let starts_with_wol = left.objects.first().map(|object| object.object_type) == Some(ObjectType::WrapLeft);
         let left_has_base = left.objects.iter().any(|object| object.object_type == ObjectType::BaseVersion);
         if starts_with_wol && !left_has_base && left.objects.len() > 2 {
@@ -151,7 +156,7 @@ fn base_in_the_left_portion_makes_the_right_portion_obsolete() {
         let state = recover(&image).expect("recovers at every step");
         assert_eq!(state.version, image.instances[0].version, "round {round}");
         let context = area_context(&image.label.geometry, LogKind::Version, 0);
-        let left = lds_format::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
+        let left = lds_format::algorithms::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
         let starts_with_wol = left.objects.first().map(|object| object.object_type) == Some(ObjectType::WrapLeft);
         if starts_with_wol && state.base_index > 0 && sequence(&image, &state)[0].object_type == ObjectType::WrapLeft {
             done = true;
@@ -168,7 +173,7 @@ fn crash_between_wor_and_wol_continues_with_a_wol() {
         let before = image.clone();
         churn_and_trim(&mut image, 0);
         let context = area_context(&image.label.geometry, LogKind::Version, 0);
-        let left = lds_format::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
+        let left = lds_format::algorithms::recovery::chain(image.area(LogKind::Version, 0), &context, 0, None);
         if left.objects.first().map(|object| object.object_type) == Some(ObjectType::WrapLeft) {
             // Rebuild the state just before, then lay only the WOR of the wrapping append.
             image = before;
@@ -212,8 +217,8 @@ fn no_valid_object_at_offset_zero_is_e_vlog_no_start() {
 fn a_delta_at_offset_zero_is_e_vlog_bad_start() {
     let mut image = ImageBuilder::format(label());
     let context = area_context(&image.label.geometry, LogKind::Version, 0);
-    let head = lds_format::recovery::LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 };
-    let mut appender = lds_format::writer::LogAppender::new(context, head, 0, 1);
+    let head = lds_format::algorithms::recovery::LogHead { offset: 0, next_lsn: 1, after_wrap_right: false, sn: 1 };
+    let mut appender = lds_format::algorithms::writer::LogAppender::new(context, head, 0, 1);
     let pending = appender.append(ObjectType::DeltaVersion, 1, &DeltaVersion::default().encode()).expect("append");
     let area = version_area_mut(&mut image);
     area.fill(0);

@@ -2,8 +2,9 @@
 //! every row's offset and length is checked against the footer encoder's output, and the
 //! fixed sizes the spec states are the code's constants.
 
-use lds_format::chunk::{Footer, FOOTER_LEN};
-use lds_format::label::{GEOMETRY_LEN, LABEL_LEN};
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::geometry::GEOMETRY_LEN;
+use lds_format::label::LABEL_LEN;
 use lds_format::log::HEADER_LEN;
 
 fn spec() -> String {

@@ -22,8 +22,9 @@
 //! command run again finishes it (or, for a device already removed, zeroes its labels).
 
 use lds_check::Code;
-use lds_format::devices::{member_layout, volume_len_for, DeviceEntry, DeviceTable, DEVICES_COUNT_MAX};
-use lds_format::label::{Geometry, Label};
+use lds_format::device_table::{member_layout, volume_len_for, DeviceEntry, DeviceTable, DEVICES_COUNT_MAX};
+use lds_format::geometry::Geometry;
+use lds_format::label::Label;
 use lds_volume::BlockDevice;
 use lds_volume::{labels::read_device_labels, Members};
 

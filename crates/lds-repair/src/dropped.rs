@@ -4,8 +4,8 @@
 //! silent loss.
 
 use lds_format::codec::display_key;
-use lds_format::salvage::Entry;
-use lds_format::version::ChunkMeta;
+use lds_format::entry::Entry;
+use lds_format::version::meta::ChunkMeta;
 
 /// The lower end of a key range.
 #[derive(Debug, Clone, PartialEq, Eq)]

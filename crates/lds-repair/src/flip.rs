@@ -8,7 +8,7 @@
 
 use lds_format::codec::{align8, align_up};
 use lds_format::log::{encode_object, wrap_right_payload, AreaContext, NewObject, ObjectType, WrapLeft, HEADER_LEN};
-use lds_format::version::BaseVersion;
+use lds_format::version::payload::BaseVersion;
 
 /// The writes of a switch, as area offsets.
 pub(crate) struct Flip {

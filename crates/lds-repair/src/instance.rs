@@ -3,17 +3,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lds_check::{chunk_problems, CheckOptions, Code, Repair};
+use lds_format::algorithms::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
+use lds_format::algorithms::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
+use lds_format::algorithms::salvage::{last_good_version, salvage_sub_chunk, valid_objects, GoodVersion};
 use lds_format::batch::decode_entries;
-use lds_format::chunk::{Footer, FOOTER_LEN};
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
 use lds_format::codec::display_key;
-use lds_format::image::area_context;
-use lds_format::instance::{recover_instance, BackupRecovery, ChainEndVerdict, InstanceRecovery};
-use lds_format::label::{Geometry, Label, LogKind};
-use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
-use lds_format::logref::LogPosition;
-use lds_format::recovery::{recover_backup_log_prefix, Payload, ReplayBatch, VersionLogError};
-use lds_format::salvage::{last_good_version, salvage_sub_chunk, valid_objects, Entry, GoodVersion};
-use lds_format::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, Version, CHUNK_FLAG_ODD};
+use lds_format::entry::Entry;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::Label;
+use lds_format::log::{area_context, read_object, AreaContext, LogPosition, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::version::meta::{ChunkMeta, CHUNK_FLAG_ODD};
+use lds_format::version::payload::{BaseVersion, CompactionJournal, DeltaVersion};
+use lds_format::version::Version;
 use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -541,7 +543,7 @@ fn newer_in_free_slots(
             Err(_) => continue,
         };
         let (image, _) = read_tolerant(device, offset, geometry.slot_size, geometry.sector())?;
-        if lds_format::salvage::salvage_value_chunk(&image, offset).is_some() {
+        if lds_format::algorithms::salvage::salvage_value_chunk(&image, offset).is_some() {
             continue;
         }
         let salvaged = salvage_sub_chunk(&image, offset);
@@ -773,7 +775,7 @@ impl Rebuild<'_> {
                 Vec::new(),
             )];
             fix.class = FixClass::Fix;
-            let base = lds_format::image::empty_base_version_of(label, self.instance);
+            let base = lds_format::algorithms::image::empty_base_version_of(label, self.instance);
             let version = Version::from_base(&base).map_err(|error| RepairError::Inconsistent {
                 device: self.device.name().display().to_string(),
                 instance: self.instance,
@@ -1612,7 +1614,7 @@ pub(crate) fn plan<'a>(
         for meta in whole {
             let read = rebuild.read_entries(&meta)?;
             let mut codes = Vec::new();
-            for entry in read.entries.iter().filter(|entry| entry.kind == lds_format::batch::EntryKind::Pointer) {
+            for entry in read.entries.iter().filter(|entry| entry.kind == lds_format::entry::EntryKind::Pointer) {
                 let Ok(pointer) = lds_format::value::ValuePointer::decode(&entry.value, 0) else { continue };
                 let listed = |id: u64| version.value_chunks.get(&id).copied();
                 if let Some((code, _)) = value_problem(device, geometry, &pointer, listed)? {
@@ -1644,7 +1646,7 @@ pub(crate) fn plan<'a>(
             let fix = Fix::new(Vec::new(), format!("value chunks of instance {instance}"), 0, action);
             rebuild.fixes.push(fix.dropping(settled.dropped).class(FixClass::Fix));
         }
-        template.values = Some(lds_format::version::ValueSection {
+        template.values = Some(lds_format::version::payload::ValueSection {
             next_value_chunk_id: settled.next_value_chunk_id,
             chunks: settled.chunks,
         });
@@ -1849,7 +1851,7 @@ fn settle_values(
     for run in runs.iter_mut() {
         let mut entries = Vec::with_capacity(run.entries.len());
         for entry in std::mem::take(&mut run.entries) {
-            if entry.kind != lds_format::batch::EntryKind::Pointer {
+            if entry.kind != lds_format::entry::EntryKind::Pointer {
                 entries.push(entry);
                 continue;
             }
@@ -1863,7 +1865,7 @@ fn settle_values(
             {
                 match salvage_value(pointer)? {
                     Some(value) => {
-                        entry.kind = lds_format::batch::EntryKind::Put;
+                        entry.kind = lds_format::entry::EntryKind::Put;
                         entry.value = value;
                         entries.push(entry);
                     }

@@ -3,9 +3,10 @@
 //! version replicates; no valid copy, or a device shorter than the volume, is for salvage.
 
 use lds_check::Code;
-use lds_format::image::label_sector;
-use lds_format::instance::recover_instance;
-use lds_format::label::{Label, LabelChoiceError, LogKind};
+use lds_format::algorithms::image::label_sector;
+use lds_format::algorithms::instance::recover_instance;
+use lds_format::geometry::LogKind;
+use lds_format::label::{Label, LabelChoiceError};
 use lds_volume::block::read_tolerant;
 use lds_volume::{read_labels, BlockDevice, DeviceError};
 

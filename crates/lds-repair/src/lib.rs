@@ -49,11 +49,13 @@ pub mod salvage;
 use std::collections::BTreeSet;
 
 use lds_check::{check, CheckError, CheckOptions, Code, Report, Severity};
-use lds_format::chunk::BuiltSubChunk;
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, Label, LogKind};
-use lds_format::pack::{place, ChunkFormat, ChunkPacker};
-use lds_format::version::{Version, CHUNK_FLAG_ODD};
+use lds_format::algorithms::pack::{place, ChunkFormat, ChunkPacker};
+use lds_format::chunk::builder::BuiltSubChunk;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::Label;
+use lds_format::log::area_context;
+use lds_format::version::meta::CHUNK_FLAG_ODD;
+use lds_format::version::Version;
 use lds_volume::{BlockDevice, DeviceError};
 
 pub use dropped::{Dropped, KeyFrom, Lost};
@@ -347,7 +349,7 @@ pub fn repair(
         &old_slots,
         &options,
         &present,
-        lds_format::pack::ChunkEncoding::of_label(&label),
+        lds_format::algorithms::pack::ChunkEncoding::of_label(&label),
     )?;
     let mut flips = Vec::new();
     for plan in plans.iter().filter(|plan| plan.apply) {
@@ -464,7 +466,7 @@ pub(crate) fn place_chunks(
     old_slots: &BTreeSet<u64>,
     options: &RepairOptions,
     usable: &dyn Fn(u64) -> bool,
-    encoding: lds_format::pack::ChunkEncoding,
+    encoding: lds_format::algorithms::pack::ChunkEncoding,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     let Placement { name, geometry, device, keep_readable } = placement;
     let mut value_moves = Vec::new();
@@ -550,7 +552,7 @@ fn separate_large_values(
     geometry: &Geometry,
     plans: &mut [instance::InstancePlan],
     free: &mut reuse::FreeSlots<'_>,
-    digest: lds_format::chunk::DigestKind,
+    digest: lds_format::digest::DigestKind,
 ) -> Result<Vec<PlannedWrite>, RepairError> {
     use lds_format::value::{ValueFormat, ValuePacker};
     let inline_max = (geometry.slot_size / 4) as usize;
@@ -570,7 +572,7 @@ fn separate_large_values(
             for entry in run
                 .entries
                 .iter_mut()
-                .filter(|entry| entry.kind == lds_format::batch::EntryKind::Put && entry.value.len() > inline_max)
+                .filter(|entry| entry.kind == lds_format::entry::EntryKind::Put && entry.value.len() > inline_max)
             {
                 let pointer = packer.add(&entry.value, || {
                     let slot = free.next_slot()?.ok_or(RepairError::NoSpace {
@@ -583,7 +585,7 @@ fn separate_large_values(
                     next_id += 1;
                     Ok::<_, RepairError>((next_id - 1, slot))
                 })?;
-                entry.kind = lds_format::batch::EntryKind::Pointer;
+                entry.kind = lds_format::entry::EntryKind::Pointer;
                 entry.value = pointer.encode();
             }
         }

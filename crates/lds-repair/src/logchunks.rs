@@ -21,14 +21,14 @@
 use std::collections::HashMap;
 
 use lds_check::Code;
-use lds_format::batch::EntryKind;
-use lds_format::chunk::SubChunkView;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::display_key;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{read_object_at, AreaContext, HEADER_LEN};
-use lds_format::logref::{LogBatch, LogPosition, LogRef};
-use lds_format::salvage::Entry;
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::entry::{Entry, EntryKind};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{read_object_at, ring_distance, AreaContext, LogPosition, HEADER_LEN};
+use lds_format::logref::{LogBatch, LogRef};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::dropped::Dropped;
 
@@ -181,19 +181,6 @@ impl<'a> Resolver<'a> {
         kept.sort_by(Entry::cmp_internal);
         *entries = kept;
         (resolved, dropped)
-    }
-}
-
-/// Bytes from `from` to `to` along a ring of `len_area` bytes: 0 when `to` is not later (by
-/// lsn), the whole ring when it is a lap later at the same offset.
-pub(crate) fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        // Saturating: a hostile offset past the area gives a distance, not a panic.
-        len_area.saturating_sub(from.offset).saturating_add(to.offset)
     }
 }
 
@@ -355,14 +342,16 @@ pub(crate) fn check_writes<'a>(
 /// metadata (its log start), named before the new backup start, less than a lap of the ring
 /// before it. Returns what does not hold.
 pub(crate) fn check_kept(old: Option<&Version>, new: &Version, len_area: u64) -> Result<(), String> {
-    let backup_start = LogPosition { offset: new.ofs_backup_start, lsn: new.lsn_backup_start };
+    let backup_start = new.backup_start();
     for chunk in new.chunks.values().filter(|chunk| chunk.is_log_chunk()) {
         let id = chunk.chunk_id;
         if old.and_then(|old| old.chunks.get(&id)) != Some(chunk) {
             return Err(format!("log chunk {id} is new or changed; repair writes ordinary chunks only"));
         }
         let Some(start) = chunk.log_start else { return Err(format!("log chunk {id} has no log start")) };
-        if start.lsn >= backup_start.lsn || ring_distance(start, backup_start, len_area) > len_area {
+        // A position outside the ring names no object the ring keeps (only damage puts one there).
+        let outside = start.offset >= len_area || backup_start.offset >= len_area;
+        if start.lsn >= backup_start.lsn || outside {
             return Err(format!(
                 "log chunk {id} names lsn {} at offset {}, not retained before the new backup start lsn {} at offset {}",
                 start.lsn, start.offset, backup_start.lsn, backup_start.offset
@@ -399,29 +388,18 @@ pub(crate) fn check_rebased(old: &Version, new: &Version) -> Result<(), String> 
 mod tests {
     use super::*;
 
-    #[test]
-    fn ring_distances_follow_the_lsn_and_wrap() {
-        let at = |offset, lsn| LogPosition { offset, lsn };
-        assert_eq!(ring_distance(at(100, 5), at(300, 6), 1000), 200);
-        assert_eq!(ring_distance(at(800, 5), at(200, 9), 1000), 400, "across the wrap");
-        assert_eq!(ring_distance(at(800, 5), at(800, 9), 1000), 1000, "a whole lap");
-        assert_eq!(ring_distance(at(100, 5), at(300, 5), 1000), 0, "not later");
-        assert_eq!(ring_distance(at(100, 5), at(300, 4), 1000), 0, "earlier");
-    }
-
+    use lds_format::algorithms::pack::{place, ChunkFormat, ChunkPacker};
     use lds_format::batch::{BatchEntry, WriteBatchRecord};
-    use lds_format::image::area_context;
-    use lds_format::log::{encode_object, NewObject, ObjectType};
-    use lds_format::pack::{place, ChunkFormat, ChunkPacker};
-    use lds_format::version::CHUNK_FLAG_LOG_REFS;
+    use lds_format::log::{area_context, encode_object, NewObject, ObjectType};
+    use lds_format::version::meta::CHUNK_FLAG_LOG_REFS;
 
     fn geometry() -> Geometry {
-        let layout = lds_format::label::LayoutRequest {
+        let layout = lds_format::geometry::LayoutRequest {
             volume_len: 16 << 20,
             slot_size: Some(64 << 10),
-            ..lds_format::label::LayoutRequest::default()
+            ..lds_format::geometry::LayoutRequest::default()
         };
-        lds_format::label::plan_layout(&layout, [3; 16]).unwrap_or_else(|error| panic!("{error}"))
+        lds_format::geometry::plan_layout(&layout, [3; 16]).unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// A backup log area holding batch A (lsn 5 at offset 512: "k1" and "k2", sequences 10
@@ -569,7 +547,7 @@ mod tests {
         let geometry = geometry();
         let (_, a, b, end) = area(&geometry);
         let (meta, _) = log_chunk(&geometry, a, b);
-        let base = lds_format::version::BaseVersion {
+        let base = lds_format::version::payload::BaseVersion {
             geometry,
             instance: 0,
             num_levels: 4,
@@ -584,25 +562,29 @@ mod tests {
         let old = Version::from_base(&base).unwrap_or_else(|error| panic!("{error}"));
         let moved = ChunkMeta {
             chunk_id: 9,
-            sub_chunks: vec![lds_format::version::SubChunkRef { slot: 9, ..meta.sub_chunks[0] }],
+            sub_chunks: vec![lds_format::version::meta::SubChunkRef { slot: 9, ..meta.sub_chunks[0] }],
             ..meta.clone()
         };
-        let rebased =
-            Version::from_base(&lds_format::version::BaseVersion { chunks: vec![moved.clone()], ..base.clone() })
-                .unwrap_or_else(|error| panic!("{error}"));
+        let rebased = Version::from_base(&lds_format::version::payload::BaseVersion {
+            chunks: vec![moved.clone()],
+            ..base.clone()
+        })
+        .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(check_rebased(&old, &rebased), Ok(()));
         let later = ChunkMeta { log_start: Some(b), ..moved };
-        let wrong = Version::from_base(&lds_format::version::BaseVersion { chunks: vec![later], ..base.clone() })
-            .unwrap_or_else(|error| panic!("{error}"));
+        let wrong =
+            Version::from_base(&lds_format::version::payload::BaseVersion { chunks: vec![later], ..base.clone() })
+                .unwrap_or_else(|error| panic!("{error}"));
         assert!(check_rebased(&old, &wrong).is_err());
         let len_area = area_context(&geometry, LogKind::Backup, 0).len_area;
         // A rebuild keeps the old chunk as it is, retained before the new backup start.
-        let rebuilt = Version::from_base(&lds_format::version::BaseVersion { lsn_backup_start: 40, ..base.clone() })
-            .unwrap_or_else(|error| panic!("{error}"));
+        let rebuilt =
+            Version::from_base(&lds_format::version::payload::BaseVersion { lsn_backup_start: 40, ..base.clone() })
+                .unwrap_or_else(|error| panic!("{error}"));
         assert_eq!(check_kept(Some(&old), &rebuilt, len_area), Ok(()));
         assert!(check_kept(None, &rebuilt, len_area).is_err(), "a log chunk the old version lacks");
         assert!(check_kept(Some(&rebased), &rebuilt, len_area).is_err(), "another chunk id");
-        let behind = Version::from_base(&lds_format::version::BaseVersion { lsn_backup_start: 5, ..base })
+        let behind = Version::from_base(&lds_format::version::payload::BaseVersion { lsn_backup_start: 5, ..base })
             .unwrap_or_else(|error| panic!("{error}"));
         assert!(check_kept(Some(&old), &behind, len_area).is_err(), "a backup start before the log start");
     }

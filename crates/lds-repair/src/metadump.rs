@@ -34,17 +34,21 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use lds_format::algorithms::recovery::{ChainObject, Payload};
+use lds_format::algorithms::salvage::{each_valid_object, zero_pointer_value};
 use lds_format::batch::decode_entries;
-use lds_format::batch::EntryKind;
-use lds_format::chunk::{decode_index, visit_block_checked, Footer, FOOTER_LEN, INDEX_ENTRY_FIXED_LEN};
+use lds_format::chunk::block::visit_block_checked;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::chunk::index::{decode_index, INDEX_ENTRY_FIXED_LEN};
 use lds_format::codec::crc32c;
-use lds_format::image::area_context;
-use lds_format::label::{Label, LogKind};
-use lds_format::log::{encode_object, read_object, AreaContext, NewObject, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
-use lds_format::recovery::{ChainObject, Payload};
-use lds_format::salvage::{each_valid_object, zero_pointer_value};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::LogKind;
+use lds_format::label::Label;
+use lds_format::log::{
+    area_context, encode_object, read_object, AreaContext, NewObject, ObjectHeader, HEADER_LEN, OBJECT_MAGIC,
+};
 use lds_format::value::{ValueFooter, VALUE_FOOTER_LEN};
-use lds_format::version::ChunkMeta;
+use lds_format::version::meta::ChunkMeta;
 use lds_volume::{BlockDevice, DeviceError};
 
 /// Why a metadump could not be made.

@@ -18,8 +18,9 @@
 use std::collections::BTreeSet;
 
 use lds_check::{check, CheckOptions, Severity};
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, Label, LogKind, SLOTS_COUNT_MIN};
+use lds_format::geometry::{Geometry, LogKind, SLOTS_COUNT_MIN};
+use lds_format::label::Label;
+use lds_format::log::area_context;
 use lds_format::version::Version;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -387,7 +388,7 @@ fn rebase_once(
         plans.push(plan);
     }
     let options = RepairOptions::new(crate::Mode::Yes);
-    let encoding = lds_format::pack::ChunkEncoding::of_label(&label_of(device)?);
+    let encoding = lds_format::algorithms::pack::ChunkEncoding::of_label(&label_of(device)?);
     let placement = Placement { name: &name, geometry: read_as, device, keep_readable: false };
     let chunk_writes = place_chunks(placement, &mut plans, &old_slots, &options, usable, encoding)?;
     // Chunks and value chunks the budget left where they are.

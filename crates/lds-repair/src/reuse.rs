@@ -19,11 +19,13 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use lds_format::chunk::{decode_block, SubChunkView};
+use lds_format::algorithms::salvage::{salvage_sub_chunk, salvage_value_chunk};
+use lds_format::chunk::block::decode_block;
+use lds_format::chunk::view::SubChunkView;
 use lds_format::codec::compare_keys;
-use lds_format::label::Geometry;
-use lds_format::salvage::{salvage_sub_chunk, salvage_value_chunk, Entry};
-use lds_format::version::ChunkMeta;
+use lds_format::entry::Entry;
+use lds_format::geometry::Geometry;
+use lds_format::version::meta::ChunkMeta;
 use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};
 
@@ -239,9 +241,10 @@ fn newest_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::batch::EntryKind;
-    use lds_format::image::ImageBuilder;
-    use lds_format::label::{plan_layout, Label, LayoutRequest};
+    use lds_format::algorithms::image::ImageBuilder;
+    use lds_format::entry::EntryKind;
+    use lds_format::geometry::{plan_layout, LayoutRequest};
+    use lds_format::label::Label;
     use lds_format::value::{ValueFormat, ValuePacker};
 
     fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
@@ -275,7 +278,7 @@ mod tests {
             slot_size: geometry.slot_size,
             instance: 0,
             volume_uuid: geometry.volume_uuid,
-            digest: lds_format::chunk::DigestKind::Blake3,
+            digest: lds_format::digest::DigestKind::Blake3,
         };
         let mut packer = ValuePacker::new(format);
         expect(packer.add(&[7u8; 3000], || Ok::<_, String>((1, 4))));

@@ -32,17 +32,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lds_format::batch::{decode_entries, EntryKind};
-use lds_format::chunk::{Footer, CHUNK_MAGIC, FOOTER_LEN};
-use lds_format::codec::{crc32c, display_key};
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
-use lds_format::logref::{LogBatch, LogRef};
-use lds_format::recovery::Payload;
-use lds_format::salvage::{
+use lds_format::algorithms::recovery::Payload;
+use lds_format::algorithms::salvage::{
     last_good_version, salvage_sub_chunk, salvage_value_chunk, valid_objects, value_footer_of_meta, value_footer_uuid,
 };
+use lds_format::batch::decode_entries;
+use lds_format::chunk::footer::{Footer, CHUNK_MAGIC, FOOTER_LEN};
+use lds_format::codec::{crc32c, display_key};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{area_context, read_object, AreaContext, ObjectHeader, HEADER_LEN, OBJECT_MAGIC};
+use lds_format::logref::{LogBatch, LogRef};
 use lds_format::value::{Extent, ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
 use lds_volume::block::read_tolerant;
 use lds_volume::{BlockDevice, DeviceError};

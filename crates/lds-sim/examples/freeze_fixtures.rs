@@ -25,8 +25,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::{Db, Options};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::geometry::plan_layout;
+use lds_format::label::Label;
 use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{
     apply_op, formatted_geometry, layout, named, random_wrap, Op, Workload, LOG_TABLES_LEVEL0_TRIGGER,
@@ -108,7 +109,7 @@ fn write(image: Vec<u8>, workloads: &[Workload]) -> (Vec<u8>, States) {
 /// sketches with the 1.3 features (`lds mkfs --chunk-sketches`); 1.6 log tables with the 1.3
 /// features (`lds mkfs --log-tables`); 1.7 compact block entries with the 1.3 features (what
 /// `lds mkfs` writes by default).
-fn label_of(version: &str, geometry: lds_format::label::Geometry, name: &str) -> Label {
+fn label_of(version: &str, geometry: lds_format::geometry::Geometry, name: &str) -> Label {
     match version {
         "1.0" => Label::new(geometry, name),
         "1.1" | "1.2" => Label::new(geometry, name).with_sync_watermark(),

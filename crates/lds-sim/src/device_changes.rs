@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Code, Severity};
 use lds_engine::{Db, WriteOptions};
-use lds_format::devices::member_ofs_slot_area;
+use lds_format::device_table::member_ofs_slot_area;
 use lds_format::label::Label;
 use lds_repair::devices::{add_device, finish_removal, remove_device, JoinUuids};
 use lds_volume::labels::read_device_labels;

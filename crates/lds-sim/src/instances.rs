@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::geometry::plan_layout;
+use lds_format::label::Label;
 use lds_volume::MemoryImage;
 
 use crate::enumerate::{Counts, Failure};

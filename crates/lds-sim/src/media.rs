@@ -25,9 +25,10 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
-use lds_format::chunk::{Footer, FOOTER_LEN};
-use lds_format::label::{Geometry, Label, LogKind};
-use lds_format::recovery::ChainObject;
+use lds_format::algorithms::recovery::ChainObject;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::Label;
 use lds_volume::MemoryImage;
 
 use crate::sim_device::{apply, Fault, History, SimDevice};
@@ -358,7 +359,7 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
         lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
     let recovery = recovery.map_err(|error| error.to_string())?;
     let state = &recovery.version_log;
-    let version_context = lds_format::image::area_context(geometry, LogKind::Version, 0);
+    let version_context = lds_format::log::area_context(geometry, LogKind::Version, 0);
     let live_objects: Vec<ChainObject> = state.live_objects(&areas.version, &version_context).collect();
     let live = live_sectors(&live_objects, version_offset, sector);
     for number in sectors_of(version_offset, 0, version_len, sector) {

@@ -401,7 +401,7 @@ fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), 
         .map(|geometry| {
             let mut regions = vec![(0, geometry.sector()), (geometry.ofs_backup_label(), geometry.sector())];
             for instance in 0..geometry.instance_count {
-                for kind in [lds_format::label::LogKind::Version, lds_format::label::LogKind::Backup] {
+                for kind in [lds_format::geometry::LogKind::Version, lds_format::geometry::LogKind::Backup] {
                     regions.push(geometry.log_area(kind, instance));
                 }
             }
@@ -546,12 +546,12 @@ fn placement(volume: &Volume) -> Result<Placement, String> {
     placement_of(&volume.image, &volume.geometry, true)
 }
 
-fn placement_of(image: &[u8], geometry: &lds_format::label::Geometry, with_head: bool) -> Result<Placement, String> {
-    use lds_format::label::LogKind;
+fn placement_of(image: &[u8], geometry: &lds_format::geometry::Geometry, with_head: bool) -> Result<Placement, String> {
+    use lds_format::geometry::LogKind;
     let (areas, recovery) =
         lds_volume::inspect::recover(&MemoryImage(image), geometry, 0).map_err(|error| error.to_string())?;
     let recovery = recovery.map_err(|error| error.to_string())?;
-    let version_context = lds_format::image::area_context(geometry, LogKind::Version, 0);
+    let version_context = lds_format::log::area_context(geometry, LogKind::Version, 0);
     let newest = recovery
         .version_log
         .sequence(&areas.version, &version_context)
@@ -582,7 +582,7 @@ fn placement_of(image: &[u8], geometry: &lds_format::label::Geometry, with_head:
             (chunk.smallest_key.clone(), chunk.largest_key.clone(), slots)
         })
         .collect();
-    let context = lds_format::image::area_context(geometry, LogKind::Backup, 0);
+    let context = lds_format::log::area_context(geometry, LogKind::Backup, 0);
     let area = &image[context.ofs_area as usize..(context.ofs_area + context.len_area) as usize];
     let mut batches = Vec::new();
     if let Some(state) = recovery.backup_state() {

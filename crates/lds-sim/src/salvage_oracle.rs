@@ -21,8 +21,8 @@
 
 use std::collections::BTreeMap;
 
-use lds_format::batch::EntryKind;
-use lds_format::label::Geometry;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
 use lds_repair::salvage::{salvage, Newest};
 use lds_repair::{FixState, Lost, RepairReport};
 

@@ -6,8 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::{Db, Options, WriteBatch, WriteOptions};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::geometry::{plan_layout, LayoutRequest};
+use lds_format::label::Label;
 
 use crate::sim_device::{History, SimDevice};
 
@@ -152,7 +153,7 @@ pub fn layout() -> LayoutRequest {
 }
 
 /// The geometry of `layout()` with the simulator's volume uuid.
-pub fn formatted_geometry() -> lds_format::label::Geometry {
+pub fn formatted_geometry() -> lds_format::geometry::Geometry {
     plan_layout(&layout(), [0x51; 16]).unwrap_or_else(|error| panic!("the simulator's layout: {error}"))
 }
 
@@ -764,7 +765,7 @@ pub fn named(name: &str) -> Option<Workload> {
 /// to the version log carry.
 pub fn journal_records(run: &Run) -> usize {
     let Ok(geometry) = plan_layout(&layout(), [0; 16]) else { return 0 };
-    let (ofs_area, len_area) = geometry.log_area(lds_format::label::LogKind::Version, 0);
+    let (ofs_area, len_area) = geometry.log_area(lds_format::geometry::LogKind::Version, 0);
     let journal = lds_format::log::ObjectType::CompactionJournal.code();
     run.history
         .writes

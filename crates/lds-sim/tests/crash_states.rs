@@ -50,7 +50,7 @@ fn random_workloads() {
 /// every wrap, buffered and unbuffered.
 #[test]
 fn wrap_heavy_random_workloads() {
-    use lds_format::label::{plan_layout, LogKind};
+    use lds_format::geometry::{plan_layout, LogKind};
     use lds_sim::workload::layout;
 
     let geometry = plan_layout(&layout(), [0; 16]).unwrap_or_else(|error| panic!("{error}"));

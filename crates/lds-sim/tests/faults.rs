@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::{Db, Error, WriteOptions};
-use lds_format::label::{plan_layout, LogKind};
+use lds_format::geometry::{plan_layout, LogKind};
 use lds_sim::sim_device::{Fault, SimDevice};
 use lds_sim::workload::{apply_op, apply_to_model, formatted_image, layout, named, options, Model, Op};
 use lds_volume::ReadAt;

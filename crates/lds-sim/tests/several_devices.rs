@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Code};
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::geometry::{plan_layout, LayoutRequest};
+use lds_format::label::Label;
 use lds_sim::device_changes::{apply, member_len, volume_of, Change};
 use lds_sim::sim_device::SimDevice;
 use lds_volume::labels::read_device_labels;

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use lds_check::{check, CheckOptions, Severity};
 use lds_engine::{Db, Options, WriteOptions};
-use lds_format::image::ImageBuilder;
-use lds_format::instance::recover_instance;
-use lds_format::label::{Label, LogKind};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::algorithms::instance::recover_instance;
+use lds_format::geometry::LogKind;
+use lds_format::label::Label;
 use lds_sim::sim_device::SimDevice;
 use lds_sim::workload::{formatted_geometry, formatted_image};
 use lds_volume::MemoryImage;

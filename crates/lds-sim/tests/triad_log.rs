@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lds_engine::{Db, Stats};
-use lds_format::label::LogKind;
-use lds_format::logref::LogPosition;
+use lds_format::geometry::LogKind;
+use lds_format::log::LogPosition;
 use lds_sim::sim_device::{Event, SimDevice};
 use lds_sim::workload::{
     apply_op, formatted_geometry, formatted_image, options, random, random_journal, random_log, random_wrap,

@@ -5,15 +5,17 @@
 
 use std::collections::BTreeSet;
 
-use lds_format::chunk::{Filter, Footer, IndexEntry, SubChunkView};
-use lds_format::image::area_context;
-use lds_format::instance::{recover_instance, InstanceRecovery};
-use lds_format::label::{Geometry, LogKind};
-use lds_format::log::{AreaContext, ObjectHeader, ObjectType, HEADER_LEN};
-use lds_format::recovery::{
+use lds_format::algorithms::instance::{recover_instance, InstanceRecovery};
+use lds_format::algorithms::recovery::{
     online_map, read_valid_object, recover_version_log, PhysicalWalk, VersionLogError, VersionLogState,
 };
-use lds_format::version::ChunkMeta;
+use lds_format::chunk::filter::Filter;
+use lds_format::chunk::footer::Footer;
+use lds_format::chunk::index::IndexEntry;
+use lds_format::chunk::view::SubChunkView;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::log::{area_context, AreaContext, ObjectHeader, ObjectType, HEADER_LEN};
+use lds_format::version::meta::ChunkMeta;
 use lds_format::FormatError;
 
 use crate::block::{DeviceError, ReadAt};
@@ -317,8 +319,8 @@ pub fn slot_footer(
     geometry: &Geometry,
     slot: u64,
 ) -> Result<Option<Footer>, DeviceError> {
-    let offset = geometry.slot_offset(slot) + geometry.slot_size - lds_format::chunk::FOOTER_LEN as u64;
-    let bytes = device.read_vec(offset, lds_format::chunk::FOOTER_LEN as u64)?;
+    let offset = geometry.slot_offset(slot) + geometry.slot_size - lds_format::chunk::footer::FOOTER_LEN as u64;
+    let bytes = device.read_vec(offset, lds_format::chunk::footer::FOOTER_LEN as u64)?;
     if !Footer::has_magic(&bytes) {
         return Ok(None);
     }
@@ -390,7 +392,7 @@ pub struct OwnedEntry {
     /// Sequence number.
     pub sequence: u64,
     /// Put or delete.
-    pub kind: lds_format::batch::EntryKind,
+    pub kind: lds_format::entry::EntryKind,
     /// Value (empty for a delete).
     pub value: Vec<u8>,
 }

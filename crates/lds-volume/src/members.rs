@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lds_format::devices::{DeviceTable, Extent};
+use lds_format::device_table::{DeviceTable, Extent};
 use lds_format::label::{Label, LabelPair, LABEL_LEN};
 use lds_format::FormatError;
 
@@ -457,7 +457,7 @@ fn claimant_of<'a>(
     found: &'a [Claimant],
     path: &Path,
     index: usize,
-    entry: &lds_format::devices::DeviceEntry,
+    entry: &lds_format::device_table::DeviceEntry,
 ) -> Result<&'a Claimant, VolumeError> {
     let all: Vec<&Claimant> = found.iter().filter(|claimant| claimant.device_uuid == entry.device_uuid).collect();
     let listed: Vec<&Claimant> = all.iter().copied().filter(|claimant| claimant.listed).collect();

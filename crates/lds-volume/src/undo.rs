@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use lds_format::codec::crc32c;
-use lds_format::label::{SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
+use lds_format::geometry::{SECTOR_SIZE_MAX, SECTOR_SIZE_MIN};
 
 use crate::block::{BlockDevice, DeviceError, PageCache, ReadAt};
 

@@ -4,10 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lds_format::chunk::FOOTER_LEN;
-use lds_format::image::area_context;
-use lds_format::label::{Geometry, Label, LabelChoice, LabelPair, LogKind};
-use lds_format::log::AreaContext;
+use lds_format::chunk::footer::FOOTER_LEN;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::{Label, LabelChoice, LabelPair};
+use lds_format::log::{area_context, AreaContext};
 
 use crate::block::{DeviceError, ReadAt};
 use crate::error::VolumeError;

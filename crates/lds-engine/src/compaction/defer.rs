@@ -9,10 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use lds_format::chunk::{Footer, FOOTER_LEN};
-use lds_format::label::Geometry;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::geometry::Geometry;
 use lds_format::sketch::{overlap_ratio, Sketch};
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 use lds_volume::BlockDevice;
 
 use crate::options::Options;

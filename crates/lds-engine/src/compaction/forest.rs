@@ -23,13 +23,14 @@
 //! With `fanout` 4 three stages and level 0 fill the format's 16 levels; a volume with fewer
 //! levels gets 16 from its next base version (SPEC.md §6.1).
 
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::compaction::pick::{key_range, overlaps, Choice, Plan};
 
 /// The levels a forest of this fanout uses: level 0 and as many whole stages as fit.
 pub(crate) fn levels_wanted(fanout: usize) -> u32 {
-    let max = lds_format::version::LEVELS_COUNT_MAX;
+    let max = lds_format::version::meta::LEVELS_COUNT_MAX;
     let per_stage = fanout as u32 + 1;
     1 + (max - 1) / per_stage * per_stage
 }
@@ -212,7 +213,7 @@ fn drain(version: &Version, layout: &Layout, stage: u8, move_min: u64) -> Choice
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::version::SubChunkRef;
+    use lds_format::version::meta::SubChunkRef;
 
     fn chunk(chunk_id: u64, level: u8, smallest: &str, largest: &str) -> ChunkMeta {
         ChunkMeta {

@@ -21,10 +21,14 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use lds_format::batch::EntryKind;
-use lds_format::chunk::{decode_index, visit_block, Footer, IndexEntry, SubChunkDigest, FOOTER_LEN};
-use lds_format::label::Geometry;
-use lds_format::version::{ChunkMeta, CompactPointer, CompactionJournal, SubChunkRef, Version, CHUNK_FLAG_ODD};
+use lds_format::chunk::block::visit_block;
+use lds_format::chunk::footer::{Footer, SubChunkDigest, FOOTER_LEN};
+use lds_format::chunk::index::{decode_index, IndexEntry};
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
+use lds_format::version::meta::{ChunkMeta, SubChunkRef, CHUNK_FLAG_ODD};
+use lds_format::version::payload::{CompactPointer, CompactionJournal};
+use lds_format::version::Version;
 use lds_format::FormatError;
 use lds_volume::BlockDevice;
 
@@ -381,7 +385,7 @@ pub(crate) struct Merger {
     pub(crate) tiered: bool,
     /// A size-tiered merge's outputs written so far, in key order: their slots and the built
     /// sub-chunks (bodies dropped), whose identities are set when the last is written.
-    pub(crate) tiered_written: Vec<(u64, lds_format::chunk::BuiltSubChunk)>,
+    pub(crate) tiered_written: Vec<(u64, lds_format::chunk::builder::BuiltSubChunk)>,
     /// A forest drain (`compaction::forest`): no odd chunk stays behind.
     pub(crate) forest: bool,
     /// Chunks a forest drain moves to the target level as they are (not inputs), at their

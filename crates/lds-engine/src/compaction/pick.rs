@@ -2,7 +2,8 @@
 //! the version and the limits returning a [`Choice`], like lsm-tree's strategies. Nothing
 //! here reads or writes a device.
 
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::options::Options;
 
@@ -446,7 +447,7 @@ fn trivial_move(plan: &Plan, slot_size: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::version::{SubChunkRef, CHUNK_FLAG_ODD};
+    use lds_format::version::meta::{SubChunkRef, CHUNK_FLAG_ODD};
 
     fn meta(chunk_id: u64, level: u8, smallest: &str, largest: &str, len_data: u64, flags: u8) -> ChunkMeta {
         ChunkMeta {

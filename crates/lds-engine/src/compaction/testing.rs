@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 /// A version of `num_levels` levels holding `chunks` (their slots theirs).
 pub(crate) fn version(num_levels: u32, chunks: &[ChunkMeta]) -> Version {

@@ -12,7 +12,8 @@
 //! needs free slots for its whole output, and a crash loses it and nothing else. A tombstone
 //! goes only where no chunk outside the merge overlaps it.
 
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 use crate::compaction::pick::Plan;
 
@@ -66,7 +67,7 @@ pub(crate) fn pick(version: &Version, threshold: usize, manual: bool) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::version::SubChunkRef;
+    use lds_format::version::meta::SubChunkRef;
 
     #[test]
     fn tiers_grow_by_the_threshold() {

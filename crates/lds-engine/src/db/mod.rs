@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use lds_format::version::ChunkMeta;
+use lds_format::version::meta::ChunkMeta;
 
 pub use open::RecoveryReport;
 
@@ -312,7 +312,7 @@ impl Db {
             });
         }
         let version = Arc::clone(state.version());
-        let delta = lds_format::version::DeltaVersion {
+        let delta = lds_format::version::payload::DeltaVersion {
             last_sequence: version.last_sequence,
             ofs_backup_start: version.ofs_backup_start,
             lsn_backup_start: version.lsn_backup_start,
@@ -335,7 +335,7 @@ impl Db {
     }
 
     /// The last journal record of the unfinished journaled compaction, if any.
-    pub fn compaction_journal(&self) -> Option<lds_format::version::CompactionJournal> {
+    pub fn compaction_journal(&self) -> Option<lds_format::version::payload::CompactionJournal> {
         self.shared.lock_state().last_journal.clone()
     }
 
@@ -346,8 +346,7 @@ impl Db {
             let state = self.shared.lock_state();
             (Arc::clone(state.version()), state.pending_values.len() as u64, state.retention)
         };
-        let backup_start =
-            lds_format::logref::LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
+        let backup_start = version.backup_start();
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         Stats {
             memtable_flushes: get(&counters.memtable_flushes),
@@ -378,7 +377,7 @@ impl Db {
             log_reads: get(&counters.log_reads),
             log_pressure_merges: get(&counters.log_pressure_merges),
             log_waits: get(&counters.log_waits),
-            log_retained_bytes: crate::table::log::ring_distance(
+            log_retained_bytes: lds_format::log::ring_distance(
                 retention,
                 backup_start,
                 self.shared.geometry.len_backup_log,

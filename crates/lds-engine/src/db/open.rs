@@ -9,12 +9,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use lds_format::image::area_context;
-use lds_format::instance::recover_instance;
-use lds_format::label::{Label, LogKind};
-use lds_format::recovery::{online_map, recover_version_log, VersionLogState};
-use lds_format::version::ChunkMeta;
-use lds_format::writer::LogAppender;
+use lds_format::algorithms::instance::recover_instance;
+use lds_format::algorithms::recovery::{online_map, recover_version_log, VersionLogState};
+use lds_format::algorithms::writer::LogAppender;
+use lds_format::geometry::LogKind;
+use lds_format::label::Label;
+use lds_format::log::area_context;
+use lds_format::version::meta::ChunkMeta;
 use lds_volume::volume::choose_label;
 use lds_volume::{BlockDevice, Members, OpenMode};
 
@@ -135,9 +136,9 @@ impl Db {
 /// version holds.
 struct Recovered {
     instance: u32,
-    recovery: lds_format::instance::InstanceRecovery,
+    recovery: lds_format::algorithms::instance::InstanceRecovery,
     backup_area: Vec<u8>,
-    journal: Option<lds_format::version::CompactionJournal>,
+    journal: Option<lds_format::version::payload::CompactionJournal>,
     /// Value chunks the replayed batches point to that the version does not list (SPEC.md
     /// §8.6): in use, added by the flush of their memtable.
     pending: BTreeMap<u64, lds_format::value::ValueChunkMeta>,
@@ -176,7 +177,7 @@ fn recover_one(device: &dyn BlockDevice, label: &Label, instance: u32, path: &st
         let context = area_context(geometry, LogKind::Backup, instance);
         recovery
             .replay(&backup_area, &context, |_, kind, _, value| {
-                if kind == lds_format::batch::EntryKind::Pointer {
+                if kind == lds_format::entry::EntryKind::Pointer {
                     pointers.push(value.to_vec());
                 }
             })
@@ -374,7 +375,7 @@ fn assemble(
     let memtable = if log_tables { memtable.tracking_batches() } else { memtable };
     // Where the replayed batches lie: a flush of their memtable may name them (TRIAD-LOG).
     for batch in &backup.batches {
-        let position = lds_format::logref::LogPosition { offset: batch.offset, lsn: batch.lsn };
+        let position = lds_format::log::LogPosition { offset: batch.offset, lsn: batch.lsn };
         memtable.record_batch(batch.first_sequence, batch.num_entries as usize, position);
     }
     let mut entries_replayed = 0;
@@ -386,8 +387,10 @@ fn assemble(
         .map_err(|source| Error::Corrupt { path: path_string.clone(), source })?;
     // Objects of a crashed session at or past the head could continue the chain once a new
     // append fills the gap before them (SPEC.md §9.3, §9.5).
-    let raise_sn_before_append =
-        matches!(&recovery.backup, lds_format::instance::BackupRecovery::Recovered { stale_ahead: true, .. });
+    let raise_sn_before_append = matches!(
+        &recovery.backup,
+        lds_format::algorithms::instance::BackupRecovery::Recovered { stale_ahead: true, .. }
+    );
     let version_log = LogAppender::new(
         area_context(&geometry, LogKind::Version, instance),
         state.head,
@@ -449,7 +452,7 @@ fn assemble(
         device,
         slots,
         geometry,
-        encoding: lds_format::pack::ChunkEncoding::of_label(label),
+        encoding: lds_format::algorithms::pack::ChunkEncoding::of_label(label),
         instance,
         options,
         path: path.to_path_buf(),

@@ -5,10 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use lds_format::batch::{encode_refs, refs_encoded_len, watermark_for, EntryKind, EntryRef, SEQUENCE_MAX};
-use lds_format::label::LogKind;
+use lds_format::algorithms::writer::AppendError;
+use lds_format::batch::{encode_refs, refs_encoded_len, watermark_for, EntryRef};
+use lds_format::entry::{EntryKind, SEQUENCE_MAX};
+use lds_format::geometry::LogKind;
 use lds_format::log::ObjectType;
-use lds_format::writer::AppendError;
 
 use crate::batch::WriteBatch;
 use crate::db::Db;
@@ -181,7 +182,7 @@ impl Db {
         // Where the batch lies (its object, which other batches may share), for a flush's log
         // references (TRIAD-LOG).
         let position = match pending.last() {
-            Some(object) => Some(lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn }),
+            Some(object) => Some(lds_format::log::LogPosition { offset: object.offset, lsn: object.lsn }),
             None => writer.open_position(),
         };
         if let Some(position) = position {
@@ -306,7 +307,7 @@ impl Db {
             return frozen;
         }
         if let Some(object) = pending.last() {
-            let position = lds_format::logref::LogPosition { offset: object.offset, lsn: object.lsn };
+            let position = lds_format::log::LogPosition { offset: object.offset, lsn: object.lsn };
             state.mem.record_batch(first_sequence, entries.len(), position);
         }
         for (index, &(kind, key, value)) in entries.iter().enumerate() {

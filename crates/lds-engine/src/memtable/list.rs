@@ -23,7 +23,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use lds_format::batch::EntryKind;
+use lds_format::entry::EntryKind;
 
 /// Levels of the list. With a quarter of each level's nodes reaching the next, searches stay
 /// logarithmic up to 4^12 (16 million) entries; a memtable holds about

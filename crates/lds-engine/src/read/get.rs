@@ -1,8 +1,8 @@
 //! Point lookups: the memtables, then level 0 newest first, then each deeper level's one
 //! candidate chunk, through filters and block indexes.
 
-use lds_format::batch::EntryKind;
-use lds_format::version::ChunkMeta;
+use lds_format::entry::EntryKind;
+use lds_format::version::meta::ChunkMeta;
 
 use crate::error::Result;
 use crate::read::view;

@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use lds_format::batch::EntryKind;
-use lds_format::version::{ChunkMeta, SubChunkRef};
+use lds_format::entry::EntryKind;
+use lds_format::version::meta::{ChunkMeta, SubChunkRef};
 
 use lds_format::codec::compare_keys;
 

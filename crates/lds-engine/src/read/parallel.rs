@@ -17,14 +17,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use lds_format::version::ChunkMeta;
+use lds_format::version::meta::ChunkMeta;
 
 use crate::error::Result;
 use crate::pool::{poll, SearchPool};
 use crate::state::Shared;
 
 /// A found version: its sequence number, kind and value.
-pub(crate) type Found = (u64, lds_format::batch::EntryKind, Vec<u8>);
+pub(crate) type Found = (u64, lds_format::entry::EntryKind, Vec<u8>);
 
 /// SifrDB's query object: each candidate's result (`LOCALR`) as it comes, and whether the
 /// answer is known (`GLOBALR`), so that searches not started yet are skipped.
@@ -130,7 +130,7 @@ fn decide(results: &mut [Option<Result<Option<Found>>>], level0: usize) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lds_format::batch::EntryKind;
+    use lds_format::entry::EntryKind;
 
     fn found(sequence: u64) -> Option<Result<Option<Found>>> {
         Some(Ok(Some((sequence, EntryKind::Put, sequence.to_le_bytes().to_vec()))))

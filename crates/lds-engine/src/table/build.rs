@@ -1,8 +1,9 @@
-//! The engine's chunk format: the packer lives in the format crate (`lds_format::pack`), shared
-//! with repair and salvage; the engine supplies its block and filter sizes.
+//! The engine's chunk format: the packer lives in the format crate
+//! (`lds_format::algorithms::pack`), shared with repair and salvage; the engine supplies its
+//! block and filter sizes.
 
-use lds_format::label::Geometry;
-pub(crate) use lds_format::pack::{ChunkEncoding, ChunkFormat, ChunkPacker, Packed};
+pub(crate) use lds_format::algorithms::pack::{ChunkEncoding, ChunkFormat, ChunkPacker, Packed};
+use lds_format::geometry::Geometry;
 
 use crate::options::Options;
 

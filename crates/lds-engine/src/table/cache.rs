@@ -6,11 +6,14 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use lds_format::batch::EntryKind;
-use lds_format::chunk::{decode_index, visit_block, Filter, Footer, IndexEntry, FOOTER_LEN};
+use lds_format::chunk::block::visit_block;
+use lds_format::chunk::filter::Filter;
+use lds_format::chunk::footer::{Footer, FOOTER_LEN};
+use lds_format::chunk::index::{decode_index, IndexEntry};
 use lds_format::codec::compare_keys;
-use lds_format::label::Geometry;
-use lds_format::version::SubChunkRef;
+use lds_format::entry::EntryKind;
+use lds_format::geometry::Geometry;
+use lds_format::version::meta::SubChunkRef;
 use lds_volume::{Access, BlockDevice};
 
 use crate::error::{Error, Result};
@@ -196,7 +199,7 @@ impl Block {
                 .and_then(|at| block.get(at..at + 4))
                 .map_or(0, |count| u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize);
             // (Without the compact flag, SPEC.md §8.2; an entry takes at least 4 bytes.)
-            entries.reserve((count & !(lds_format::chunk::BLOCK_FLAG_COMPACT as usize)).min(block.len() / 4));
+            entries.reserve((count & !(lds_format::chunk::block::BLOCK_FLAG_COMPACT as usize)).min(block.len() / 4));
             visit_block(block, offset + start as u64, |found| {
                 entries.push(BlockEntry {
                     key: at(found.key),
@@ -677,9 +680,11 @@ impl TableCache {
 #[cfg(test)]
 mod tests {
     use super::{Block, IndexEntry, IndexSearch};
-    use lds_format::batch::EntryKind;
-    use lds_format::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions, DigestKind, SubChunkView};
+    use lds_format::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+    use lds_format::chunk::view::SubChunkView;
     use lds_format::codec::compare_keys;
+    use lds_format::digest::DigestKind;
+    use lds_format::entry::EntryKind;
     use proptest::prelude::*;
 
     /// A sub-chunk of `count` entries in blocks of about 1 KiB, as a slot image.

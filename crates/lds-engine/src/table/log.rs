@@ -5,8 +5,8 @@
 
 use std::collections::HashMap;
 
-use lds_format::log::{AreaContext, ObjectHeader, HEADER_LEN};
-use lds_format::logref::{entry_value, read_entries, BatchAt, EntrySpans, LogPosition, LogRef};
+use lds_format::log::{ring_distance, AreaContext, ObjectHeader, HEADER_LEN};
+use lds_format::logref::{entry_value, read_entries, BatchAt, EntrySpans, LogRef};
 use lds_format::version::Version;
 use lds_volume::BlockDevice;
 
@@ -28,20 +28,6 @@ pub(crate) fn reference_of(batches: &[BatchPosition], sequence: u64, len_value: 
         entry_index: entry_index as u32,
         len_value: u32::try_from(len_value).ok()?,
     })
-}
-
-/// Bytes from `from` to `to` along the ring of `len_area` bytes (0 when `to` is not later;
-/// the whole ring when either lies outside it, as only damage places one there).
-pub(crate) fn ring_distance(from: LogPosition, to: LogPosition, len_area: u64) -> u64 {
-    if from.offset >= len_area || to.offset > len_area {
-        len_area
-    } else if to.lsn <= from.lsn {
-        0
-    } else if to.offset > from.offset {
-        to.offset - from.offset
-    } else {
-        len_area - from.offset + to.offset
-    }
 }
 
 fn corrupt(device: &dyn BlockDevice, source: lds_format::FormatError) -> Error {
@@ -120,7 +106,7 @@ impl LogRegion {
         device: &dyn BlockDevice,
         context: AreaContext,
         version: &Version,
-        inputs: impl Iterator<Item = &'a lds_format::version::ChunkMeta>,
+        inputs: impl Iterator<Item = &'a lds_format::version::meta::ChunkMeta>,
         buffer: Vec<u8>,
     ) -> Result<Option<Self>> {
         let Some(start) = inputs.filter_map(|chunk| chunk.log_start).min() else { return Ok(None) };
@@ -135,8 +121,7 @@ impl LogRegion {
                 ),
             ));
         }
-        let end = LogPosition { offset: version.ofs_backup_start, lsn: version.lsn_backup_start };
-        let len = ring_distance(start, end, context.len_area);
+        let len = ring_distance(start, version.backup_start(), context.len_area);
         let mut bytes = buffer;
         bytes.clear();
         bytes.resize(len as usize, 0);
@@ -178,6 +163,7 @@ impl LogRegion {
 mod tests {
     use super::*;
     use crate::memtable::BatchPosition;
+    use lds_format::log::LogPosition;
 
     fn position(offset: u64, lsn: u64) -> LogPosition {
         LogPosition { offset, lsn }
@@ -198,14 +184,5 @@ mod tests {
         assert_eq!(reference_of(&batches, 9, 1), None);
         assert_eq!(reference_of(&batches, 15, 1), None);
         assert_eq!(reference_of(&batches, 22, 1), None);
-    }
-
-    #[test]
-    fn ring_distances_follow_the_wrap() {
-        assert_eq!(ring_distance(position(100, 5), position(300, 9), 1000), 200);
-        assert_eq!(ring_distance(position(800, 5), position(100, 9), 1000), 300, "across the wrap");
-        assert_eq!(ring_distance(position(100, 5), position(100, 5), 1000), 0);
-        assert_eq!(ring_distance(position(300, 9), position(100, 5), 1000), 0, "not later");
-        assert_eq!(ring_distance(position(1200, 5), position(100, 9), 1000), 1000, "outside the ring: all of it");
     }
 }

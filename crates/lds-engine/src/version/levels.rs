@@ -1,7 +1,8 @@
 //! A version's chunks by level, in read order: level 0 newest last, deeper levels by key.
 //! Built once per version, when it is installed, not per read.
 
-use lds_format::version::{ChunkMeta, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::Version;
 
 /// The chunks of each level of one version.
 pub(crate) struct Levels {

@@ -7,7 +7,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use lds_format::version::{ChunkMeta, CompactionJournal, Version};
+use lds_format::version::meta::ChunkMeta;
+use lds_format::version::payload::CompactionJournal;
+use lds_format::version::Version;
 
 use crate::version::levels::Levels;
 

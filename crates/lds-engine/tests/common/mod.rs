@@ -4,8 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use lds_format::image::ImageBuilder;
-use lds_format::label::{plan_layout, Label, LayoutRequest};
+use lds_format::algorithms::image::ImageBuilder;
+use lds_format::geometry::{plan_layout, LayoutRequest};
+use lds_format::label::Label;
 
 /// xorshift64*: deterministic, seedable, no dependency.
 pub struct Random(pub u64);

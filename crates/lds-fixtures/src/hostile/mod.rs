@@ -37,8 +37,9 @@ pub mod walk;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use lds_format::devices::member_ofs_slot_area;
-use lds_format::label::{Geometry, Label};
+use lds_format::device_table::member_ofs_slot_area;
+use lds_format::geometry::Geometry;
+use lds_format::label::Label;
 
 /// Why a case cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 
 use std::ops::Range;
 
-use lds_format::chunk::FOOTER_LEN;
+use lds_format::chunk::footer::FOOTER_LEN;
 use lds_format::codec::crc32c;
 use lds_format::log::HEADER_LEN;
 
@@ -45,7 +45,7 @@ impl Guard {
 /// The digest of SPEC.md §8.3 over `parts`: blake3, or with flag bit 1 xxh3-128 (16 bytes
 /// little endian, then 16 zero bytes).
 pub fn digest(flags: u8, parts: &[&[u8]]) -> [u8; 32] {
-    if flags & lds_format::chunk::FOOTER_FLAG_XXH3 != 0 {
+    if flags & lds_format::digest::FOOTER_FLAG_XXH3 != 0 {
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         for part in parts {
             hasher.update(part);

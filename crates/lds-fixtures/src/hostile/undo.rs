@@ -93,7 +93,7 @@ pub fn make(before: &[u8]) -> Result<(Vec<u8>, Vec<u8>), CaseError> {
     let backup_label = g.ofs_backup_label();
     let label_sector = before[backup_label as usize..(backup_label + sector) as usize].to_vec();
     let last_slot = g.slot_offset(g.num_slots - 1);
-    let (vlog, vlog_len) = g.log_area(lds_format::label::LogKind::Version, 0);
+    let (vlog, vlog_len) = g.log_area(lds_format::geometry::LogKind::Version, 0);
     let writes: Vec<(u64, Vec<u8>)> = vec![
         (backup_label, label_sector),
         (last_slot + sector / 2, vec![0xa5; sector as usize]),
@@ -104,7 +104,7 @@ pub fn make(before: &[u8]) -> Result<(Vec<u8>, Vec<u8>), CaseError> {
         log.before_write(&device, *offset, bytes).map_err(error)?;
         device.write_at(*offset, bytes).map_err(|error| CaseError(error.to_string()))?;
     }
-    let (blog, blog_len) = g.log_area(lds_format::label::LogKind::Backup, 0);
+    let (blog, blog_len) = g.log_area(lds_format::geometry::LogKind::Backup, 0);
     let regions = [(0, sector), (backup_label, sector), (vlog, vlog_len), (blog, blog_len)];
     log.finish(&device, &regions).map_err(error)?;
     let after = device.bytes.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);

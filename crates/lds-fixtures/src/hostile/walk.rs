@@ -8,12 +8,12 @@
 //! per field of SPEC.md's tables; digests that chunk metadata repeats are listed for every
 //! element, since resealing a chunk rewrites each of them.
 
-use lds_format::chunk::FOOTER_LEN;
-use lds_format::instance::recover_instance;
-use lds_format::label::{Geometry, Label, LogKind, LABEL_LEN};
-use lds_format::log::ObjectType;
-use lds_format::log::HEADER_LEN;
-use lds_format::recovery::physical_walk;
+use lds_format::algorithms::instance::recover_instance;
+use lds_format::algorithms::recovery::physical_walk;
+use lds_format::chunk::footer::FOOTER_LEN;
+use lds_format::geometry::{Geometry, LogKind};
+use lds_format::label::{Label, LABEL_LEN};
+use lds_format::log::{ObjectType, HEADER_LEN};
 
 use super::{le, read_le, CaseError, FieldRef, Group, Kind, Seal, Space, Variant, Volume};
 
@@ -372,7 +372,7 @@ fn chunk_meta(w: &mut Walker<'_>, p: &str, ctx: &Ctx<'_>, quiet: bool) -> Option
         w.digest(&format!("{q}.digest"), slot, false)?;
     }
     w.quiet = quiet;
-    if flags & u64::from(lds_format::version::CHUNK_FLAG_VALUE_REFS) != 0 {
+    if flags & u64::from(lds_format::version::meta::CHUNK_FLAG_VALUE_REFS) != 0 {
         let count = w.num(&format!("{p}.num_value_refs"), 4, &[])?;
         if let Some(last) = w.out.last_mut().filter(|_| !quiet) {
             last.extras.push((Variant::PastEnd, le(count + 1, 4)));
@@ -390,7 +390,7 @@ fn chunk_meta(w: &mut Walker<'_>, p: &str, ctx: &Ctx<'_>, quiet: bool) -> Option
         }
         w.quiet = quiet;
     }
-    if flags & u64::from(lds_format::version::CHUNK_FLAG_LOG_REFS) != 0 {
+    if flags & u64::from(lds_format::version::meta::CHUNK_FLAG_LOG_REFS) != 0 {
         let lsn = read_le(w.bytes, w.at, 8);
         w.num(
             &format!("{p}.lsn_log_start"),
@@ -843,7 +843,7 @@ fn repeated_lists(
     p: &str,
     ctx: &Ctx<'_>,
 ) -> Vec<FieldRef> {
-    use lds_format::version::{BaseVersion, DeltaVersion};
+    use lds_format::version::payload::{BaseVersion, DeltaVersion};
     let bytes = &volume.files[place.file];
     let at = place.at();
     let len = read_le(bytes, at + 40, 4) as usize;
@@ -1244,16 +1244,16 @@ fn value_chunk_fields(volume: &Volume, slot: u64, p: &str, ctx: &Ctx<'_>) -> Res
 /// chunk, then one with value references, then one with a key sketch, then one on a device
 /// other than the first, then the deepest.
 fn chosen_chunk(version: &lds_format::version::Version, space: &Space, volume: &Volume) -> Option<u64> {
-    let candidates: Vec<&lds_format::version::ChunkMeta> =
+    let candidates: Vec<&lds_format::version::meta::ChunkMeta> =
         version.chunks.values().filter(|meta| meta.sub_chunks.len() == 1).collect();
-    let has_sketch = |meta: &&&lds_format::version::ChunkMeta| {
+    let has_sketch = |meta: &&&lds_format::version::meta::ChunkMeta| {
         space.slot_at(meta.chunk_id).is_some_and(|(file, base)| {
             let footer = base + space.geometry.slot_size as usize - FOOTER_LEN;
             read_le(&volume.files[file], footer + 140, 4) > 0
         })
     };
     let on_other_device =
-        |meta: &&&lds_format::version::ChunkMeta| space.slot_at(meta.chunk_id).is_some_and(|(file, _)| file > 0);
+        |meta: &&&lds_format::version::meta::ChunkMeta| space.slot_at(meta.chunk_id).is_some_and(|(file, _)| file > 0);
     candidates
         .iter()
         .find(|meta| meta.is_log_chunk())

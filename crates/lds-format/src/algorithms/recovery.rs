@@ -9,7 +9,8 @@ use crate::error::FormatError;
 use crate::log::{
     check_wrap_right, read_object, AreaContext, ObjectHeader, ObjectType, RawObject, WrapLeft, HEADER_LEN, OBJECT_MAGIC,
 };
-use crate::version::{BaseVersion, CompactionJournal, DeltaVersion, ReplayError, Version};
+use crate::version::payload::{BaseVersion, CompactionJournal, DeltaVersion};
+use crate::version::{ReplayError, Version};
 
 /// A decoded payload of a valid object.
 #[derive(Debug, Clone)]

@@ -15,46 +15,20 @@
 //! footer whose digest checks the body); each value read through a pointer is trusted when
 //! its crc32c holds. [`zero_pointer_value`] is what a metadata image does to a pointer.
 
-use crate::batch::EntryKind;
-use crate::chunk::{
-    compare_internal, decode_index, entry_header, pack_seq_kind, unpack_seq_kind, visit_block_checked, Footer,
-    BLOCK_FLAG_COMPACT, BLOCK_TRAILER_LEN, FOOTER_LEN,
-};
 use std::collections::BTreeMap;
 
+use crate::algorithms::recovery::{read_valid_object, ChainEnd, ChainObject, ChainWalk, Payload};
+use crate::chunk::block::{entry_header, visit_block_checked, BLOCK_FLAG_COMPACT, BLOCK_TRAILER_LEN};
+use crate::chunk::footer::{Footer, FOOTER_LEN};
+use crate::chunk::index::decode_index;
 use crate::codec::crc32c;
+use crate::entry::{compare_internal, pack_seq_kind, unpack_seq_kind, Entry};
 use crate::error::FormatError;
 use crate::log::{AreaContext, ObjectType, HEADER_LEN, OBJECT_MAGIC};
-use crate::recovery::{read_valid_object, ChainEnd, ChainObject, ChainWalk, Payload};
 use crate::value::{ValueChunkMeta, ValueFooter, ValuePointer, VALUE_FOOTER_LEN};
-use crate::version::{
-    BaseVersion, ChunkMeta, CompactionJournal, DeletedChunk, DeltaVersion, ReplayError, Version, CHUNK_FLAG_LOG_REFS,
-};
-
-/// One entry read from a block whose checksum holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// User key.
-    pub key: Vec<u8>,
-    /// Sequence number.
-    pub sequence: u64,
-    /// Put or delete.
-    pub kind: EntryKind,
-    /// Value (empty for a delete).
-    pub value: Vec<u8>,
-}
-
-impl Entry {
-    /// Orders entries as in a chunk: key ascending, newest version first.
-    pub fn cmp_internal(&self, other: &Self) -> std::cmp::Ordering {
-        compare_internal(
-            &self.key,
-            pack_seq_kind(self.sequence, self.kind),
-            &other.key,
-            pack_seq_kind(other.sequence, other.kind),
-        )
-    }
-}
+use crate::version::meta::{ChunkMeta, CHUNK_FLAG_LOG_REFS};
+use crate::version::payload::{BaseVersion, CompactionJournal, DeletedChunk, DeltaVersion};
+use crate::version::{ReplayError, Version};
 
 /// Bytes of a sub-chunk's body that held no readable block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,7 +270,7 @@ pub fn value_footer_of_meta(
     volume_uuid: [u8; 16],
     slot_size: u64,
 ) -> ValueFooter {
-    let flags = if meta.digest[16..] == [0; 16] { crate::chunk::FOOTER_FLAG_XXH3 } else { 0 };
+    let flags = if meta.digest[16..] == [0; 16] { crate::digest::FOOTER_FLAG_XXH3 } else { 0 };
     ValueFooter {
         flags,
         instance,
@@ -393,7 +367,7 @@ impl std::fmt::Display for LeftOut {
 fn leave_out(
     added: &mut Vec<ChunkMeta>,
     deleted: &mut Vec<DeletedChunk>,
-    values: &mut Option<crate::version::ValueDelta>,
+    values: &mut Option<crate::version::payload::ValueDelta>,
     error: &ReplayError,
 ) -> Option<LeftOut> {
     let position = match error {
@@ -462,7 +436,7 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<LeftOut>) {
         match Version::from_base(&base) {
             Ok(version) => return (version, left_out),
             Err(error) => {
-                let mut values = base.values.as_ref().map(|values| crate::version::ValueDelta {
+                let mut values = base.values.as_ref().map(|values| crate::version::payload::ValueDelta {
                     next_value_chunk_id: values.next_value_chunk_id,
                     deleted: Vec::new(),
                     added: values.chunks.clone(),
@@ -487,7 +461,7 @@ pub fn tolerant_base(base: &BaseVersion) -> (Version, Vec<LeftOut>) {
         values.chunks.clear();
     }
     let version = Version::from_base(&base).unwrap_or_else(|_| Version {
-        num_levels: base.num_levels.clamp(1, crate::version::LEVELS_COUNT_MAX),
+        num_levels: base.num_levels.clamp(1, crate::version::meta::LEVELS_COUNT_MAX),
         last_sequence: base.last_sequence,
         label_generation: base.label_generation,
         ofs_backup_start: base.ofs_backup_start,
@@ -673,7 +647,8 @@ pub fn last_good_version(area: &[u8], context: &AreaContext) -> Option<GoodVersi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+    use crate::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+    use crate::entry::EntryKind;
 
     /// A chunk of 400 entries in blocks of about 512 bytes, with compact entries or fixed ones.
     fn built_slot(compact: bool) -> (Vec<u8>, Vec<Entry>) {
@@ -681,7 +656,7 @@ mod tests {
             slot_size: 65536,
             block_size: 512,
             bloom_bits_per_key: 10,
-            digest: crate::chunk::DigestKind::Blake3,
+            digest: crate::digest::DigestKind::Blake3,
             sketch_precision: 0,
             compact_entries: compact,
         });
@@ -772,7 +747,7 @@ mod tests {
         }
     }
 
-    fn value_slot(digest: crate::chunk::DigestKind) -> (Vec<u8>, crate::value::BuiltValueChunk, Vec<ValuePointer>) {
+    fn value_slot(digest: crate::digest::DigestKind) -> (Vec<u8>, crate::value::BuiltValueChunk, Vec<ValuePointer>) {
         use crate::value::{ValueFormat, ValuePacker};
         let format = ValueFormat { slot_size: 65536, instance: 1, volume_uuid: [7; 16], digest };
         let mut packer = ValuePacker::new(format);
@@ -790,7 +765,7 @@ mod tests {
 
     #[test]
     fn a_value_chunk_is_recognised_by_its_footer_and_checked_by_its_digest() {
-        for digest in [crate::chunk::DigestKind::Blake3, crate::chunk::DigestKind::Xxh3] {
+        for digest in [crate::digest::DigestKind::Blake3, crate::digest::DigestKind::Xxh3] {
             let (mut slot, chunk, _) = value_slot(digest);
             let Some(Ok(found)) = salvage_value_chunk(&slot, 1 << 20) else { panic!("a value chunk") };
             assert_eq!(found.footer, chunk.footer);
@@ -815,7 +790,7 @@ mod tests {
 
     #[test]
     fn a_zeroed_pointer_keeps_its_extents_and_names_zeros() {
-        let (_, _, pointers) = value_slot(crate::chunk::DigestKind::Xxh3);
+        let (_, _, pointers) = value_slot(crate::digest::DigestKind::Xxh3);
         for pointer in pointers {
             let mut bytes = pointer.encode();
             assert!(zero_pointer_value(&mut bytes));
@@ -834,7 +809,7 @@ mod tests {
 
     #[test]
     fn a_log_chunk_outside_level_0_stays_at_its_level_without_the_flag() {
-        use crate::logref::LogPosition;
+        use crate::log::LogPosition;
         use crate::version::tests::{geometry, meta};
         let log_chunk = |chunk_id, level| ChunkMeta {
             flags: CHUNK_FLAG_LOG_REFS,
@@ -889,8 +864,10 @@ mod tests {
     /// A version log whose newest delta adds a chunk on a slot beyond the slot area (chunk id
     /// and slot 2^62); with `deleted_later`, a delta after it deletes that chunk.
     fn left_out_log(deleted_later: bool) -> (GoodVersion, ChunkMeta) {
-        use crate::image::{area_context, ImageBuilder};
-        use crate::label::{plan_layout, Label, LayoutRequest, LogKind};
+        use crate::algorithms::image::ImageBuilder;
+        use crate::geometry::{plan_layout, LayoutRequest, LogKind};
+        use crate::label::Label;
+        use crate::log::area_context;
         let request = LayoutRequest { volume_len: 4 << 20, sector_size: Some(4096), ..LayoutRequest::default() };
         let geometry = plan_layout(&request, [0x31; 16]).unwrap_or_else(|error| panic!("{error}"));
         let mut image = ImageBuilder::format(Label::new(geometry, "left out"));

@@ -4,14 +4,16 @@
 //! damage, the checker reports every verdict under its problem code, dump and the simulator
 //! read the same result. Every caller that recovers an instance calls [`recover_instance`].
 
-use crate::batch::{decode_entries, synced_lsn, EntryKind};
-use crate::error::FormatError;
-use crate::label::{Geometry, LogKind};
-use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
-use crate::recovery::{
+use crate::algorithms::recovery::{
     read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd, Payload,
     VersionLogError, VersionLogState,
 };
+use crate::batch::{decode_entries, synced_lsn};
+use crate::entry::EntryKind;
+use crate::error::FormatError;
+use crate::geometry::{Geometry, LogKind};
+use crate::log::{read_object, AreaContext, ObjectHeader, ObjectType, HEADER_LEN, OBJECT_MAGIC};
+use crate::value::ValuePointer;
 
 /// The lsns of valid objects standing anywhere in an area past the end of its live chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +148,7 @@ pub enum LogDamage {
     /// `E_VLOG_CHAIN_BROKEN` (fsck 207).
     #[error(
         "the live chain of the version log breaks at offset {offset} ({}); {later} lost to recovery",
-        crate::recovery::describe_end(end)
+        crate::algorithms::recovery::describe_end(end)
     )]
     VersionLogChainBroken {
         /// Area offset.
@@ -159,7 +161,7 @@ pub enum LogDamage {
     /// `E_BLOG_CHAIN_BROKEN` (fsck 303).
     #[error(
         "the live chain of the backup log breaks at offset {offset} ({}); {later} lost to recovery",
-        crate::recovery::describe_end(end)
+        crate::algorithms::recovery::describe_end(end)
     )]
     BackupLogChainBroken {
         /// Area offset.
@@ -270,29 +272,20 @@ impl InstanceRecovery {
         backup_area: &[u8],
         context: &AreaContext,
     ) -> Result<std::collections::BTreeMap<u64, u64>, FormatError> {
-        let version = &self.version_log.version;
-        let mut pending = std::collections::BTreeMap::new();
+        let mut pointers = Vec::new();
         let mut failed = None;
         self.replay(backup_area, context, |_, kind, _, value| {
             if kind != EntryKind::Pointer || failed.is_some() {
                 return;
             }
-            match crate::value::ValuePointer::decode(value, 0) {
-                Ok(pointer) => {
-                    for extent in pointer
-                        .extents
-                        .iter()
-                        .filter(|extent| !version.value_chunks.contains_key(&extent.value_chunk_id))
-                    {
-                        pending.entry(extent.value_chunk_id).or_insert(extent.slot);
-                    }
-                }
+            match ValuePointer::decode(value, 0) {
+                Ok(pointer) => pointers.push(pointer),
                 Err(error) => failed = Some(error),
             }
         })?;
         match failed {
             Some(error) => Err(error),
-            None => Ok(pending),
+            None => Ok(self.version_log.version.unlisted_value_chunks(&pointers)),
         }
     }
 }
@@ -306,11 +299,11 @@ pub fn recover_instance(
     version_area: &[u8],
     backup_area: &[u8],
 ) -> Result<InstanceRecovery, VersionLogError> {
-    let version_context = crate::image::area_context(geometry, LogKind::Version, instance);
+    let version_context = crate::log::area_context(geometry, LogKind::Version, instance);
     let version_log = recover_version_log(version_area, &version_context)?;
     let version_end =
         classify_chain_end(version_area, &version_context, &version_log.end, (version_log.head.next_lsn, 0));
-    let backup_context = crate::image::area_context(geometry, LogKind::Backup, instance);
+    let backup_context = crate::log::area_context(geometry, LogKind::Backup, instance);
     let backup = recover_backup(backup_area, &backup_context, &version_log);
     Ok(InstanceRecovery { instance, version_log, version_end, backup })
 }

@@ -2,9 +2,9 @@
 //! offsets of objects, WORs and WOLs and refuses any write into the live region; the engine
 //! and the fixture generator do the I/O.
 
+use crate::algorithms::recovery::LogHead;
 use crate::codec::{align8, align_up};
 use crate::log::{encode_object, wrap_right_payload, AreaContext, NewObject, ObjectType, WrapLeft, HEADER_LEN};
-use crate::recovery::LogHead;
 
 /// One write an append needs, at an offset in the area.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,8 +254,8 @@ impl LogAppender {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::label::LogKind;
-    use crate::recovery::{chain, ChainEnd};
+    use crate::algorithms::recovery::{chain, ChainEnd};
+    use crate::geometry::LogKind;
 
     fn context() -> AreaContext {
         AreaContext {

@@ -4,7 +4,7 @@
 
 use crate::codec::{Reader, Writer};
 use crate::error::FormatError;
-use crate::label::Geometry;
+use crate::geometry::Geometry;
 
 /// Most devices a volume spans (SPEC.md §16): the table fills the label's 300 spare bytes.
 pub const DEVICES_COUNT_MAX: usize = 7;
@@ -238,7 +238,7 @@ pub fn member_layout(geometry: &Geometry, device_len: u64) -> Option<(u64, u64)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::label::{plan_layout, LayoutRequest};
+    use crate::geometry::{plan_layout, LayoutRequest};
 
     fn geometry() -> Geometry {
         plan_layout(&LayoutRequest { volume_len: 64 << 20, ..LayoutRequest::default() }, [7; 16]).expect("layout")

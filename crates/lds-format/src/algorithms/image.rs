@@ -2,13 +2,17 @@
 //! first (SPEC.md §4.2, §5.2), and a builder for fixtures and tests that appends log objects
 //! and writes chunks exactly as SPEC.md §10 says a writer must.
 
-use crate::batch::{EntryKind, WriteBatchRecord};
-use crate::chunk::{ChunkBuilder, ChunkIdentity, ChunkOptions};
-use crate::label::{Geometry, Label, LogKind};
-use crate::log::{AreaContext, ObjectType};
-use crate::recovery::LogHead;
-use crate::version::{BaseVersion, ChunkMeta, CompactionJournal, DeltaVersion, SubChunkRef, Version};
-use crate::writer::{AppendError, LogAppender};
+use crate::algorithms::recovery::LogHead;
+use crate::algorithms::writer::{AppendError, LogAppender};
+use crate::batch::WriteBatchRecord;
+use crate::chunk::builder::{ChunkBuilder, ChunkIdentity, ChunkOptions};
+use crate::entry::EntryKind;
+use crate::geometry::{Geometry, LogKind};
+use crate::label::Label;
+use crate::log::{area_context, ObjectType};
+use crate::version::meta::{ChunkMeta, SubChunkRef};
+use crate::version::payload::{BaseVersion, CompactionJournal, DeltaVersion};
+use crate::version::Version;
 
 /// Levels a new tree has (LevelDB's 7).
 pub const NUM_LEVELS_DEFAULT: u32 = 7;
@@ -22,25 +26,12 @@ pub struct DeviceWrite {
     pub bytes: Vec<u8>,
 }
 
-/// The area context of an instance's log.
-pub fn area_context(geometry: &Geometry, kind: LogKind, instance: u32) -> AreaContext {
-    let (ofs_area, len_area) = geometry.log_area(kind, instance);
-    AreaContext {
-        kind,
-        instance,
-        volume_uuid: geometry.volume_uuid,
-        len_area,
-        sector_size: geometry.sector_size,
-        ofs_area,
-    }
-}
-
 /// The base version of an empty tree of `instance` of the volume `label` describes: with an
 /// empty value section on a volume with feature `value_chunks` (SPEC.md §6.1).
 pub fn empty_base_version_of(label: &Label, instance: u32) -> BaseVersion {
     let mut base = empty_base_version(&label.geometry, instance, label.generation);
     if label.has_value_chunks() {
-        base.values = Some(crate::version::ValueSection { next_value_chunk_id: 1, chunks: Vec::new() });
+        base.values = Some(crate::version::payload::ValueSection { next_value_chunk_id: 1, chunks: Vec::new() });
     }
     base
 }
@@ -156,7 +147,7 @@ impl ImageBuilder {
         Self { bytes, label, instances }
     }
 
-    fn write_pending(&mut self, ofs_area: u64, pending: Vec<crate::writer::PendingWrite>) {
+    fn write_pending(&mut self, ofs_area: u64, pending: Vec<crate::algorithms::writer::PendingWrite>) {
         for write in pending {
             let at = (ofs_area + write.offset) as usize;
             self.bytes[at..at + write.bytes.len()].copy_from_slice(&write.bytes);
@@ -252,7 +243,7 @@ impl ImageBuilder {
             slot_size: geometry.slot_size,
             block_size: 4096,
             bloom_bits_per_key: 10,
-            digest: crate::chunk::DigestKind::Blake3,
+            digest: crate::digest::DigestKind::Blake3,
             sketch_precision: 0,
             compact_entries: self.label.has_compact_entries(),
         };

@@ -3,13 +3,12 @@
 //! of a level stay disjoint; and the chunk metadata of a packed chunk once it is placed
 //! (§6.4). The engine's flushes and merges, repair and salvage all pack through here.
 
-use crate::batch::EntryKind;
-use crate::chunk::{
-    entry_header_len, BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions, BLOCK_TRAILER_LEN,
-    INDEX_ENTRY_FIXED_LEN,
-};
-use crate::label::Geometry;
-use crate::version::{ChunkMeta, SubChunkRef, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS};
+use crate::chunk::block::{entry_header_len, BLOCK_TRAILER_LEN};
+use crate::chunk::builder::{BuiltSubChunk, ChunkBuilder, ChunkIdentity, ChunkOptions};
+use crate::chunk::index::INDEX_ENTRY_FIXED_LEN;
+use crate::entry::EntryKind;
+use crate::geometry::Geometry;
+use crate::version::meta::{ChunkMeta, SubChunkRef, CHUNK_FLAG_LOG_REFS, CHUNK_FLAG_VALUE_REFS};
 
 /// What every chunk a writer packs shares: its sizes and its identity before placement.
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +24,7 @@ pub struct ChunkFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChunkEncoding {
     /// The footer's digest function.
-    pub digest: crate::chunk::DigestKind,
+    pub digest: crate::digest::DigestKind,
     /// Blocks hold compact entries.
     pub compact_entries: bool,
 }
@@ -67,7 +66,7 @@ impl ChunkFormat {
                 slot_size: geometry.slot_size,
                 block_size,
                 bloom_bits_per_key,
-                digest: crate::chunk::DigestKind::Blake3,
+                digest: crate::digest::DigestKind::Blake3,
                 sketch_precision: 0,
                 compact_entries: false,
             },
