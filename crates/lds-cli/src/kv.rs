@@ -6,7 +6,6 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
@@ -414,19 +413,22 @@ pub fn load_into(
 pub fn recover(
     target: &Target,
     json_output: bool,
-    undo: &crate::repair::UndoChoice,
+    undo: &crate::session::UndoChoice,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let device = match crate::repair::UndoTarget::open(&target.path, undo, "recover", target.wait(), err) {
-        Ok(device) => device,
-        Err(message) => return fail(err, "recover", &message),
+    let mut session = match crate::session::open(&target.path, "recover", target.wait(), err) {
+        Ok(session) => session,
+        Err(error) => return fail(err, "recover", &crate::session::open_error(&error, true)),
     };
+    if let Err(error) = session.keep_undo(&undo.choice()) {
+        return fail(err, "recover", &error.to_string());
+    }
     let options = match target.options() {
         Ok(options) => options,
         Err(message) => return fail(err, "recover", &message),
     };
-    let (db, report) = match Db::open_device(Arc::clone(&device.device), &target.path, options) {
+    let (db, report) = match Db::open_device(session.shared(), &target.path, options) {
         Ok(opened) => opened,
         Err(error) => return fail(err, "recover", &open_error(&error)),
     };
@@ -434,7 +436,7 @@ pub fn recover(
     let flushed = db.flush();
     let chunks_written = db.level_chunk_counts().iter().sum::<usize>().saturating_sub(chunks_before);
     let closed = flushed.map_err(|error| error.to_string()).and_then(|()| close(db));
-    device.finish(&target.path, err, "recover");
+    crate::session::report_finished(&session.finish(), &target.path, "recover", err);
     if let Err(message) = closed {
         return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {message}"));
     }

@@ -20,4 +20,6 @@ pub mod output;
 pub mod repair;
 pub mod resize;
 pub mod salvage;
+pub mod session;
+pub mod undo;
 pub mod units;

@@ -14,7 +14,6 @@ use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::batch::EntryKind;
 use lds_format::error::hex;
 use lds_repair::salvage::{salvage, Salvaged};
-use lds_volume::OpenMode;
 use serde_json::json;
 
 use crate::kv::pair_json;
@@ -61,7 +60,7 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(err, "lds salvage: give --output NEW (a new volume) or --export ndjson");
         return EXIT_USAGE;
     }
-    let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "salvage", err) {
+    let device = match crate::session::open_read(&args.path, "salvage", err) {
         Ok(device) => device,
         Err(code) => return code,
     };
