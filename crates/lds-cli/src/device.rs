@@ -212,7 +212,7 @@ fn report(
             "new_generation": plan.new.generation,
             "old_num_slots": plan.old.geometry.num_slots,
             "new_num_slots": plan.new.geometry.num_slots,
-            "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
+            "moves": plan.moves.iter().map(crate::render::move_json).collect::<Vec<_>>(),
             "bytes_to_copy": plan.bytes_to_copy(),
             "rebase": plan.rebase,
             "writes": writes.map(|writes| writes.iter().map(|write| json!({

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
 use lds_format::error::hex;
 use lds_volume::DeviceError;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
@@ -102,18 +102,6 @@ fn render(bytes: &[u8], is_hex: bool) -> String {
         return hex(bytes);
     }
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A key/value as a JSON object of `key`/`value` or `key_hex`/`value_hex`.
-pub fn pair_json(key: &[u8], value: &[u8]) -> Value {
-    let mut map = Map::new();
-    for (name, bytes) in [("key", key), ("value", value)] {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => map.insert(name.to_string(), json!(text)),
-            Err(_) => map.insert(format!("{name}_hex"), json!(hex(bytes))),
-        };
-    }
-    Value::Object(map)
 }
 
 fn fail(err: &mut dyn Write, command: &str, message: &str) -> i32 {
@@ -267,7 +255,7 @@ pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut d
             Err(error) => return fail(err, "scan", &error.to_string()),
         };
         let line = if range.json {
-            pair_json(&key, &value).to_string()
+            crate::render::pair_json(&key, &value).to_string()
         } else {
             format!("{}\t{}", render(&key, target.hex), render(&value, target.hex))
         };

@@ -17,6 +17,7 @@ pub mod kv;
 pub mod metadump;
 pub mod mkfs;
 pub mod output;
+pub mod render;
 pub mod repair;
 pub mod resize;
 pub mod salvage;

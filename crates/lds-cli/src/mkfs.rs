@@ -5,11 +5,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use lds_format::label::{Geometry, Label};
+use lds_format::label::Label;
 use lds_tools::mkfs::{format, plan, Request, FORMAT_MINOR_DEFAULT};
 
 use crate::json;
-use crate::units::format_size;
 
 /// Options of `lds mkfs`; also its command-line arguments.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -93,45 +92,6 @@ pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
     Ok(uuid)
 }
 
-/// Prints the layout table.
-pub fn print_layout(out: &mut dyn Write, geometry: &Geometry) -> std::io::Result<()> {
-    let instances = u64::from(geometry.instance_count);
-    writeln!(out, "volume uuid      {}", json::uuid(&geometry.volume_uuid))?;
-    writeln!(out, "volume size      {} ({} bytes)", format_size(geometry.volume_len), geometry.volume_len)?;
-    writeln!(out, "sector size      {}", geometry.sector_size)?;
-    writeln!(out, "instances        {}", geometry.instance_count)?;
-    writeln!(out, "area             offset        length")?;
-    writeln!(out, "primary label    {:<13} {}", 0, geometry.sector_size)?;
-    writeln!(
-        out,
-        "version logs     {:<13} {} x {}",
-        geometry.ofs_version_log,
-        instances,
-        format_size(geometry.len_version_log)
-    )?;
-    writeln!(
-        out,
-        "backup logs      {:<13} {} x {}",
-        geometry.ofs_backup_log,
-        instances,
-        format_size(geometry.len_backup_log)
-    )?;
-    writeln!(
-        out,
-        "slot area        {:<13} {} slots x {}",
-        geometry.ofs_slot_area,
-        geometry.num_slots,
-        format_size(geometry.slot_size)
-    )?;
-    writeln!(out, "backup label     {:<13} {}", geometry.ofs_backup_label(), geometry.sector_size)?;
-    writeln!(
-        out,
-        "usable capacity  {} ({:.1}% of the volume)",
-        format_size(geometry.usable_capacity()),
-        100.0 * geometry.usable_capacity() as f64 / geometry.volume_len as f64
-    )
-}
-
 /// Runs mkfs; returns the exit code (0 success, 1 error).
 pub fn run(options: &MkfsOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match mkfs(options, out) {
@@ -191,5 +151,5 @@ fn report(out: &mut dyn Write, options: &MkfsOptions, what: &str, heading: &str,
         return writeln!(out, "{}", serde_json::Value::Object(document)).map_err(io);
     }
     writeln!(out, "{heading}").map_err(io)?;
-    print_layout(out, &label.geometry).map_err(io)
+    crate::render::print_layout(out, &label.geometry).map_err(io)
 }

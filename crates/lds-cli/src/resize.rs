@@ -71,7 +71,7 @@ fn plan_json(plan: &ResizePlan) -> serde_json::Value {
         "slot_size": plan.new.slot_size,
         "slots_in_use": plan.slots_in_use,
         "min_len": plan.min_len,
-        "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
+        "moves": plan.moves.iter().map(crate::render::move_json).collect::<Vec<_>>(),
         "bytes_to_copy": plan.bytes_to_copy(),
         "rebase": plan.rebase,
         "done": plan.done(),
@@ -301,15 +301,4 @@ fn shrink_image(
             false
         }
     }
-}
-
-/// One move of a resize or a device removal: a chunk (`chunk_id`) or a value chunk
-/// (`value_chunk_id`, SPEC.md §8.6).
-pub(crate) fn move_json(moved: &lds_repair::resize::Move) -> serde_json::Value {
-    let mut document = json!({ "instance": moved.instance, "slots": moved.slots, "bytes": moved.bytes });
-    match moved.what {
-        lds_repair::resize::Moved::Chunk(id) => document["chunk_id"] = json!(id),
-        lds_repair::resize::Moved::ValueChunk(id) => document["value_chunk_id"] = json!(id),
-    }
-    document
 }

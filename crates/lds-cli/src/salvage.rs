@@ -16,8 +16,8 @@ use lds_format::error::hex;
 use lds_repair::salvage::{salvage, Salvaged};
 use serde_json::json;
 
-use crate::kv::pair_json;
 use crate::mkfs::MkfsOptions;
+use crate::render::pair_json;
 
 /// Exit codes.
 const EXIT_OK: i32 = 0;
