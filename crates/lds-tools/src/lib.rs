@@ -5,12 +5,16 @@
 //!   file kept and finished (one way for `repair`, `resize`, `recover`, `compaction`,
 //!   `device` and `undo`);
 //! - `mkfs`: the label a format asks for, the crash-safe order of its writes, and the
-//!   read-back that checks them.
+//!   read-back that checks them;
+//! - `load`: the input of `lds load`, lines parsed and gathered into write batches;
+//! - `salvage`: the volume `lds salvage --output` writes.
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used)]
 #![deny(unsafe_code)]
 
+pub mod load;
 pub mod mkfs;
+pub mod salvage;
 pub mod session;
 
 pub use session::{Session, SessionError, UndoChoice};
