@@ -4,7 +4,6 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod bench;
-pub mod bench_compaction;
 pub mod cli;
 pub mod compaction;
 pub mod crashtest;
