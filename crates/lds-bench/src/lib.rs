@@ -5,6 +5,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod error;
+pub mod full_compaction;
 pub mod gen;
 pub mod hist;
 pub mod limits;
@@ -13,3 +15,6 @@ pub mod peers;
 pub mod recovery;
 pub mod run;
 pub mod store;
+pub mod volume;
+
+pub use error::BenchError;

@@ -7,6 +7,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
 
+use crate::error::BenchError;
 use crate::hist::Histogram;
 
 /// What the device can do.
@@ -55,13 +56,13 @@ impl Aligned {
     }
 }
 
-fn open_direct(path: &Path) -> Result<File, String> {
+fn open_direct(path: &Path) -> Result<File, BenchError> {
     OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|error| format!("{}: cannot open with O_DIRECT: {error}", path.display()))
+        .map_err(BenchError::file(path, "cannot open with O_DIRECT"))
 }
 
 /// Measures the limits on `path` (an existing file or block device of at least
@@ -73,10 +74,13 @@ pub fn measure(
     write_bytes: u64,
     sector_bytes: u64,
     samples: usize,
-) -> Result<DeviceLimits, String> {
+) -> Result<DeviceLimits, BenchError> {
     let file = open_direct(path)?;
-    let at = |what: &str, position: u64, error: std::io::Error| {
-        format!("{}: {what} at offset {position}: {error}", path.display())
+    let at = |what: &'static str, offset: u64, source: std::io::Error| BenchError::At {
+        path: path.to_path_buf(),
+        what,
+        offset,
+        source,
     };
     let buffer = Aligned::new(write_bytes.max(sector_bytes) as usize);
     // Warm up once, so that the first write's allocation is not measured.
@@ -145,7 +149,9 @@ mod tests {
                 );
             }
             // tmpfs has no O_DIRECT: then the error must name the file.
-            Err(error) => assert!(error.contains("limits.img") && error.contains("O_DIRECT"), "{error}"),
+            Err(error) => {
+                assert!(error.to_string().contains("limits.img") && error.to_string().contains("O_DIRECT"), "{error}")
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::BenchError;
+
 /// User plus system CPU seconds of this process so far, all threads.
 pub fn cpu_seconds() -> f64 {
     #[expect(unsafe_code, reason = "getrusage fills a plain struct we own")]
@@ -109,11 +111,11 @@ pub struct BlockStat {
 
 impl BlockStat {
     /// The stat file of the device named `name` (as in /sys/block/NAME, e.g. loop3).
-    pub fn named(name: &str) -> Result<Self, String> {
+    pub fn named(name: &str) -> Result<Self, BenchError> {
         let name = name.trim_start_matches("/dev/");
         let path = PathBuf::from(format!("/sys/block/{name}/stat"));
         if !path.exists() {
-            return Err(format!("{}: no such block device statistics", path.display()));
+            return Err(BenchError::NoBlockStat { path });
         }
         Ok(Self { name: name.to_owned(), path })
     }
@@ -134,11 +136,12 @@ impl BlockStat {
     }
 
     /// The counters now.
-    pub fn read(&self) -> Result<BlockCounters, String> {
-        let text = std::fs::read_to_string(&self.path).map_err(|error| format!("{}: {error}", self.path.display()))?;
+    pub fn read(&self) -> Result<BlockCounters, BenchError> {
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|source| BenchError::BlockStat { path: self.path.clone(), source })?;
         let fields: Vec<u64> = text.split_whitespace().filter_map(|field| field.parse().ok()).collect();
         if fields.len() < 11 {
-            return Err(format!("{}: expected at least 11 fields, found {}", self.path.display(), fields.len()));
+            return Err(BenchError::BlockStatFields { path: self.path.clone(), found: fields.len() });
         }
         Ok(BlockCounters {
             writes: fields[4],
@@ -188,6 +191,6 @@ mod tests {
     #[test]
     fn unknown_device_is_an_error_naming_it() {
         let error = BlockStat::named("no-such-dev0").expect_err("no device");
-        assert!(error.contains("no-such-dev0"), "{error}");
+        assert!(error.to_string().contains("no-such-dev0"), "{error}");
     }
 }

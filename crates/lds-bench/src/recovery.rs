@@ -13,6 +13,8 @@ use lds_format::label::Label;
 use lds_format::version::payload::{DeletedChunk, DeltaVersion};
 use lds_volume::{BlockDevice, Device, OpenMode};
 
+use crate::error::BenchError;
+
 /// What recovery of the full log measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RecoveryResult {
@@ -35,7 +37,7 @@ pub struct RecoveryResult {
 const RANGES: u64 = 20;
 
 /// Builds the image: 4 MiB slots, a 64 MiB version log filled to the last delta that fits.
-pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), String> {
+pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), BenchError> {
     let request = LayoutRequest {
         volume_len: version_log + (16 << 20) + (2 * RANGES + 8) * (4 << 20),
         slot_size: Some(4 << 20),
@@ -43,7 +45,7 @@ pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), String> {
         len_backup_log: Some(16 << 20),
         ..LayoutRequest::default()
     };
-    let geometry = plan_layout(&request, [0xBE; 16]).map_err(|error| error.to_string())?;
+    let geometry = plan_layout(&request, [0xBE; 16])?;
     let mut image = ImageBuilder::format(Label::new(geometry, "recovery-bench"));
     let first_slot = 0;
     // Each key range has a chunk in two slots: deltas swap between the copies.
@@ -72,7 +74,7 @@ pub fn full_log_image(version_log: u64) -> Result<(ImageBuilder, u64), String> {
         added,
         values: None,
     };
-    image.append_delta(0, &delta(Vec::new(), current.clone())).map_err(|error| error.to_string())?;
+    image.append_delta(0, &delta(Vec::new(), current.clone())).map_err(BenchError::Append)?;
     let mut objects = 1;
     loop {
         let range = (objects % RANGES) as usize;
@@ -96,27 +98,27 @@ fn drop_page_cache(device: &Device) -> bool {
 
 /// Writes the image to `path` (an existing block device, or a file created or overwritten)
 /// and times the open.
-pub fn measure(path: &Path) -> Result<RecoveryResult, String> {
+pub fn measure(path: &Path) -> Result<RecoveryResult, BenchError> {
     let version_log = 64u64 << 20;
     let (image, objects) = full_log_image(version_log)?;
     let geometry = image.label.geometry;
     if !path.exists() {
-        std::fs::File::create(path).map_err(|error| format!("{}: cannot create: {error}", path.display()))?;
+        std::fs::File::create(path).map_err(BenchError::file(path, "cannot create"))?;
     }
     {
-        let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
+        let device = Device::open(path, OpenMode::ReadWrite)?;
         if device.kind() == lds_volume::DeviceKind::ImageFile {
-            device.allocate(image.bytes.len() as u64).map_err(|error| error.to_string())?;
+            device.allocate(image.bytes.len() as u64)?;
         }
         for (index, piece) in image.bytes.chunks(16 << 20).enumerate() {
-            BlockDevice::write_at(&device, (index as u64) * (16 << 20), piece).map_err(|error| error.to_string())?;
+            BlockDevice::write_at(&device, (index as u64) * (16 << 20), piece)?;
         }
-        device.flush().map_err(|error| error.to_string())?;
+        device.flush()?;
     }
     let cold = Device::open(path, OpenMode::ReadOnly).map(|device| drop_page_cache(&device)).unwrap_or(false);
     let started = Instant::now();
     let (db, _) = Db::open_with_report(path, Options { background: false, ..Options::default() })
-        .map_err(|error| format!("{}: open: {error}", path.display()))?;
+        .map_err(|source| BenchError::Volume { path: path.to_path_buf(), what: "open: ", source: Box::new(source) })?;
     let open_seconds = started.elapsed().as_secs_f64();
     let chunks = db.chunks().len();
     drop(db);

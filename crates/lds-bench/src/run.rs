@@ -4,6 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
+use crate::error::BenchError;
 use crate::gen::{hashed_key, key, Rng, Values, Zipfian};
 use crate::hist::Histogram;
 use crate::measure::{cpu_seconds, peak_memory, AnonPeak, BlockCounters, BlockStat};
@@ -43,7 +44,7 @@ impl Benchmark {
         "fillseq,fillrandom,overwrite,readrandom,seekrandom,readseq,deleterandom,fillsync,ycsb-load,ycsb-a,ycsb-b,ycsb-c,ycsb-f,ycsb-d,ycsb-e";
 
     /// Parses one name.
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, BenchError> {
         Ok(match name {
             "fillseq" => Self::FillSeq,
             "fillrandom" => Self::FillRandom,
@@ -58,12 +59,12 @@ impl Benchmark {
             "ycsb-a" | "ycsb-b" | "ycsb-c" | "ycsb-d" | "ycsb-e" | "ycsb-f" => {
                 Self::Ycsb(name.chars().last().unwrap_or('a'))
             }
-            other => return Err(format!("unknown benchmark '{other}' (known: {})", Self::ALL)),
+            other => return Err(BenchError::UnknownBenchmark { name: other.to_string(), known: Self::ALL }),
         })
     }
 
     /// Parses a comma-separated list (`all` for every one).
-    pub fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+    pub fn parse_list(text: &str) -> Result<Vec<Self>, BenchError> {
         let text = if text == "all" { Self::ALL } else { text };
         text.split(',').map(str::trim).filter(|name| !name.is_empty()).map(Self::parse).collect()
     }
@@ -170,7 +171,7 @@ pub struct BenchResult {
 }
 
 /// Opens a store: fresh (emptied, or formatted) or as it is.
-pub type Opener<'a> = dyn FnMut(bool) -> Result<Box<dyn Store>, String> + 'a;
+pub type Opener<'a> = dyn FnMut(bool) -> Result<Box<dyn Store>, BenchError> + 'a;
 
 struct Meter {
     histogram: Histogram,
@@ -209,7 +210,7 @@ pub fn run(
     workload: &Workload,
     open: &mut Opener<'_>,
     stat: Option<&BlockStat>,
-) -> Result<Vec<BenchResult>, String> {
+) -> Result<Vec<BenchResult>, BenchError> {
     let progress = std::io::stderr().is_terminal();
     let mut results = Vec::new();
     let mut store: Option<Box<dyn Store>> = None;
@@ -325,7 +326,7 @@ const SETTLE_MAX: std::time::Duration = std::time::Duration::from_secs(120);
 /// on compacting after its last write returns (LevelDB, RocksDB and fjall in background
 /// threads, LDS in its worker); what it writes then is the cost of the writes before, and
 /// counted with them, with the CPU it takes. Returns the seconds waited.
-fn settle(stat: &BlockStat) -> Result<f64, String> {
+fn settle(stat: &BlockStat) -> Result<f64, BenchError> {
     let started = Instant::now();
     sync_all();
     let mut last = stat.read()?.bytes_written;
@@ -361,7 +362,7 @@ fn execute(
     seed: u64,
     inserted: &mut u64,
     progress: bool,
-) -> Result<Meter, String> {
+) -> Result<Meter, BenchError> {
     let mut rng = Rng::new(seed);
     let mut values = Values::new(seed, workload.value_min, workload.value_max);
     let mut buffer = [0u8; 16];
@@ -464,9 +465,9 @@ fn ycsb(
     values: &mut Values,
     inserted: &mut u64,
     meter: &mut Meter,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     if *inserted < 2 {
-        return Err(format!("ycsb-{letter} needs loaded records: run ycsb-load first"));
+        return Err(BenchError::NeedsLoad(letter));
     }
     // (read, update, insert, scan, read-modify-write) shares in percent: the YCSB core workloads.
     let mix: [u64; 5] = match letter {
@@ -476,7 +477,7 @@ fn ycsb(
         'd' => [95, 0, 5, 0, 0],
         'e' => [0, 0, 5, 95, 0],
         'f' => [50, 0, 0, 0, 50],
-        other => return Err(format!("unknown YCSB workload '{other}'")),
+        other => return Err(BenchError::UnknownYcsb(other)),
     };
     let zipf = Zipfian::new(*inserted);
     let mut buffer = [0u8; 16];

@@ -8,6 +8,8 @@ use std::time::Instant;
 use lds_engine::{Db, Options, WriteOptions};
 use lds_volume::{BlockDevice, Device, DeviceError, OpenMode, PageCache, ReadAt};
 
+use crate::error::BenchError;
+
 /// The settings every engine gets the same way (SPEC-independent; the paper's defaults).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct EngineSettings {
@@ -27,16 +29,17 @@ pub struct EngineSettings {
 pub trait Store {
     /// The engine's name and version.
     fn name(&self) -> String;
+
     /// Puts one key; `sync` asks for the engine's durable write.
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String>;
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError>;
     /// The value of a key (its length), if present.
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String>;
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError>;
     /// Deletes one key.
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String>;
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError>;
     /// Reads up to `count` entries from the first key at or after `start`; returns how many.
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String>;
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError>;
     /// Reads every entry in key order; returns how many.
-    fn scan_all(&mut self) -> Result<usize, String>;
+    fn scan_all(&mut self) -> Result<usize, BenchError>;
     /// The engine's own count of device bytes written and flushes, when it keeps one.
     fn own_counters(&self) -> Option<(u64, u64)> {
         None
@@ -55,17 +58,19 @@ pub trait Store {
         None
     }
     /// Closes cleanly (everything durable).
-    fn close(self: Box<Self>) -> Result<(), String>;
+    fn close(self: Box<Self>) -> Result<(), BenchError>;
 }
 
 /// Sets one engine option by name (`lds bench --lds-option NAME=VALUE`): the options that
 /// are not the same for every engine.
-pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String> {
-    let number = || value.parse::<u64>().map_err(|_| format!("--lds-option {name}={value}: not a number"));
+pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), BenchError> {
+    let number = || {
+        value.parse::<u64>().map_err(|_| BenchError::NotANumber { name: name.to_string(), value: value.to_string() })
+    };
     let switch = || match value {
         "on" | "true" => Ok(true),
         "off" | "false" => Ok(false),
-        _ => Err(format!("--lds-option {name}={value}: on or off")),
+        _ => Err(BenchError::NotASwitch { name: name.to_string(), value: value.to_string() }),
     };
     match name {
         "compaction_journal" => options.compaction_journal = switch()?,
@@ -74,17 +79,13 @@ pub fn tune(options: &mut Options, name: &str, value: &str) -> Result<(), String
         "journal_every_outputs" => options.journal_every_outputs = number()? as usize,
         "level0_compaction_trigger" => options.level0_compaction_trigger = number()? as usize,
         "level0_stop_writes_trigger" => options.level0_stop_writes_trigger = number()? as usize,
-        "technique" => *options = options.clone().with_techniques(value)?,
+        "technique" => *options = options.clone().with_techniques(value).map_err(BenchError::Techniques)?,
         "block_size" => options.block_size = number()? as usize,
         "pinned_levels" => options.pinned_levels = number()? as u8,
         "tail_cache_bytes" => options.tail_cache_bytes = number()? as usize,
         "search_threads" => options.search_threads = number()? as usize,
         "search_always_parallel" => options.search_always_parallel = number()? != 0,
-        _ => {
-            return Err(format!(
-                "--lds-option {name}: one of compaction_journal, dynamic_levels, journal_min_input_slots, journal_every_outputs, level0_compaction_trigger, level0_stop_writes_trigger, technique, block_size, pinned_levels, tail_cache_bytes, search_threads, search_always_parallel"
-            ))
-        }
+        _ => return Err(BenchError::UnknownOption { name: name.to_string() }),
     }
     Ok(())
 }
@@ -228,8 +229,8 @@ impl LdsStore {
         settings: &EngineSettings,
         slot_size: u64,
         tuning: &[(String, String)],
-    ) -> Result<Self, String> {
-        let device = Device::open(path, OpenMode::ReadWrite).map_err(|error| error.to_string())?;
+    ) -> Result<Self, BenchError> {
+        let device = Device::open(path, OpenMode::ReadWrite)?;
         let device = Arc::new(CountingDevice::new(device, slot_size));
         let mut options = Options {
             write_buffer_size: settings.write_buffer_bytes as usize,
@@ -243,7 +244,7 @@ impl LdsStore {
             tune(&mut options, name, value)?;
         }
         let shared: Arc<dyn BlockDevice> = device.clone();
-        let (db, _) = Db::open_device(shared, path, options).map_err(|error| format!("lds: open: {error}"))?;
+        let (db, _) = Db::open_device(shared, path, options).map_err(BenchError::lds("open"))?;
         Ok(Self { db: Some(db), device, path: path.to_path_buf(), slot_size })
     }
 
@@ -252,34 +253,30 @@ impl LdsStore {
     }
 }
 
-fn lds_error(operation: &str, error: lds_engine::Error) -> String {
-    format!("lds: {operation}: {error}")
-}
-
 impl Store for LdsStore {
     fn name(&self) -> String {
         format!("lds {} ({})", env!("CARGO_PKG_VERSION"), self.path.display())
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
-        self.db().put(key, value, WriteOptions { sync }).map_err(|error| lds_error("put", error))
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError> {
+        self.db().put(key, value, WriteOptions { sync }).map_err(BenchError::lds("put"))
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
-        Ok(self.db().get(key).map_err(|error| lds_error("get", error))?.map(|value| value.len()))
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError> {
+        Ok(self.db().get(key).map_err(BenchError::lds("get"))?.map(|value| value.len()))
     }
 
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
-        self.db().delete(key, WriteOptions { sync }).map_err(|error| lds_error("delete", error))
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError> {
+        self.db().delete(key, WriteOptions { sync }).map_err(BenchError::lds("delete"))
     }
 
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError> {
         // Borrowed entries, as the peers' raw iterators give them.
-        let mut iterator = self.db().range(start, None).map_err(|error| lds_error("seek", error))?;
+        let mut iterator = self.db().range(start, None).map_err(BenchError::lds("seek"))?;
         let mut read = 0;
         while read < count {
             match iterator.next_ref() {
-                Some(entry) => std::hint::black_box(entry.map_err(|error| lds_error("next", error))?),
+                Some(entry) => std::hint::black_box(entry.map_err(BenchError::lds("next"))?),
                 None => break,
             };
             read += 1;
@@ -287,11 +284,11 @@ impl Store for LdsStore {
         Ok(read)
     }
 
-    fn scan_all(&mut self) -> Result<usize, String> {
-        let mut iterator = self.db().iter().map_err(|error| lds_error("iterate", error))?;
+    fn scan_all(&mut self) -> Result<usize, BenchError> {
+        let mut iterator = self.db().iter().map_err(BenchError::lds("iterate"))?;
         let mut read = 0;
         while let Some(entry) = iterator.next_ref() {
-            std::hint::black_box(entry.map_err(|error| lds_error("next", error))?);
+            std::hint::black_box(entry.map_err(BenchError::lds("next"))?);
             read += 1;
         }
         Ok(read)
@@ -337,9 +334,9 @@ impl Store for LdsStore {
         ])
     }
 
-    fn close(mut self: Box<Self>) -> Result<(), String> {
+    fn close(mut self: Box<Self>) -> Result<(), BenchError> {
         match self.db.take() {
-            Some(db) => db.close().map_err(|error| lds_error("close", error)),
+            Some(db) => db.close().map_err(BenchError::lds("close")),
             None => Ok(()),
         }
     }

@@ -4,13 +4,15 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use lds_bench::full_compaction::{FullCompaction, Rewrite, ROUNDS};
 use lds_bench::limits;
 use lds_bench::measure::BlockStat;
 use lds_bench::run::{self, BenchResult, Benchmark, Workload};
 use lds_bench::store::{EngineSettings, LdsStore, Store};
-use lds_volume::{Device, OpenMode};
+use lds_bench::volume::{holds_bench_volume, refuse_replacing, BenchVolume};
+use lds_bench::BenchError;
+use serde_json::json;
 
-use crate::mkfs::MkfsOptions;
 use crate::units::parse_size;
 
 /// Options of `lds bench`; also its command-line arguments.
@@ -118,24 +120,10 @@ pub struct BenchOptions {
 /// Runs `lds bench`; returns the exit code (0 success, 1 failure, 16 usage error).
 pub fn run(options: &BenchOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     if let Some(records) = options.compaction_crash_child {
-        crate::bench_compaction::crash_child(&options.path, records);
+        lds_bench::full_compaction::crash_child(&options.path, records);
     }
     let result = if options.full_compaction {
-        let format = |path: &Path| {
-            let mut format_options = options.clone();
-            format_options.path = path.to_path_buf();
-            format_lds(&format_options, false)
-        };
-        crate::bench_compaction::run(
-            &options.path,
-            options.size,
-            options.slot_size,
-            options.num,
-            options.value_max,
-            &format,
-            options.json,
-            out,
-        )
+        full_compaction(options, out)
     } else if options.device_limits {
         device_limits(options, out)
     } else if options.recovery {
@@ -145,8 +133,8 @@ pub fn run(options: &BenchOptions, out: &mut dyn Write, err: &mut dyn Write) -> 
     };
     match result {
         Ok(()) => 0,
-        Err(message) => {
-            let _ = writeln!(err, "lds bench: {message}");
+        Err(error) => {
+            let _ = writeln!(err, "lds bench: {error}");
             1
         }
     }
@@ -162,76 +150,29 @@ fn settings(options: &BenchOptions) -> EngineSettings {
     }
 }
 
-fn format_lds(options: &BenchOptions, force: bool) -> Result<(), String> {
-    let mkfs = MkfsOptions {
-        path: options.path.clone(),
-        size: (!options.path.exists()).then_some(options.size),
-        slot_size: Some(options.slot_size),
-        // The paper's log sizes on volumes of 1 GiB and more; scaled down below. TRIAD-LOG
-        // retains the backup log's batches until level 0 merges: a ring of four times the
-        // paper's keeps a level-0 trigger's worth of memtables (SPEC.md §8.9).
-        version_log_size: (options.size >= 1 << 30).then_some(64 << 20),
-        backup_log_size: (options.size >= 1 << 30).then_some(if technique_on(options, "triad-log") {
-            64 << 20
-        } else {
-            16 << 20
-        }),
-        name: BENCH_VOLUME_NAME.into(),
-        force,
-        format_version: options.format_version.clone(),
-        // Key-value separation needs a volume with value chunks (SPEC.md §8.6).
-        value_chunks: technique_on(options, "kv-separation"),
-        // Deferred level-0 merges read key sketches (SPEC.md §8.7).
-        chunk_sketches: technique_on(options, "triad-disk"),
-        // Log chunks (SPEC.md §8.9).
-        log_tables: technique_on(options, "triad-log"),
-        ..MkfsOptions::default()
-    };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    match crate::mkfs::run(&mkfs, &mut out, &mut err) {
-        0 => Ok(()),
-        _ => Err(String::from_utf8_lossy(&err).trim().trim_start_matches("lds mkfs: ").to_owned()),
+/// The volume a fill formats.
+fn volume(options: &BenchOptions) -> BenchVolume {
+    BenchVolume {
+        size: options.size,
+        slot_size: options.slot_size,
+        // "1.MINOR" (the parser admits only those).
+        format_minor: options
+            .format_version
+            .strip_prefix("1.")
+            .and_then(|minor| minor.parse().ok())
+            .unwrap_or(lds_tools::mkfs::FORMAT_MINOR_DEFAULT),
+        techniques: options.technique.clone(),
     }
 }
 
-fn technique_on(options: &BenchOptions, technique: &str) -> bool {
-    options.technique.as_deref().is_some_and(|names| names.split(',').any(|name| name.trim() == technique))
-}
-
-/// The name `lds bench` gives the volumes it formats: only those it replaces without
-/// `--force` (docs/safety.md).
-pub const BENCH_VOLUME_NAME: &str = "lds-bench";
-
-/// Refuses to replace what PATH holds (an LDS volume other than one this benchmark formatted,
-/// a file system, a partition table) unless `--force`; a path that does not exist is fine.
-fn refuse_replacing(path: &Path, force: bool) -> Result<(), String> {
-    if !path.exists() || force {
-        return Ok(());
-    }
-    let device = Device::open(path, OpenMode::ReadOnly).map_err(|error| error.to_string())?;
-    lds_volume::safety::refuse_replacing(&device, false, "lds bench", |label| label.volume_name == BENCH_VOLUME_NAME)
-        .map_err(|error| error.to_string())
-}
-
-/// Whether PATH holds a volume this benchmark formatted (reformatting it needs no --force).
-fn holds_bench_volume(path: &Path) -> bool {
-    Device::open(path, OpenMode::ReadOnly)
-        .ok()
-        .and_then(|device| lds_volume::read_labels(&device).ok())
-        .is_some_and(|labels| labels.choose().is_ok_and(|(_, label)| label.volume_name == BENCH_VOLUME_NAME))
-}
-
-fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), BenchError> {
     let benchmarks = Benchmark::parse_list(&options.benchmarks)?;
     if benchmarks.is_empty() {
-        return Err("no benchmarks given".into());
+        return Err(BenchError::NoBenchmarks);
     }
     // Values up to 64 MiB (LDS keeps those above a quarter slot only with kv-separation).
     if options.value_min > options.value_max || options.value_max > 64 << 20 {
-        return Err(format!(
-            "values from {} to {} bytes: need value-min <= value-max <= 64 MiB",
-            options.value_min, options.value_max
-        ));
+        return Err(BenchError::ValueSizes { min: options.value_min, max: options.value_max });
     }
     let workload = Workload {
         num: options.num,
@@ -249,17 +190,17 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
     let settings = settings(options);
     let lds = options.engine == "lds";
     if !lds && options.path.exists() && !options.path.is_dir() {
-        return Err(format!("{}: a peer needs a directory", options.path.display()));
+        return Err(BenchError::PeerNeedsDirectory { path: options.path.clone() });
     }
     let mut engine_name = options.engine.clone();
     if lds {
         refuse_replacing(&options.path, options.force)?;
     }
     let force = options.force || !options.path.exists() || holds_bench_volume(&options.path);
-    let mut open = |fresh: bool| -> Result<Box<dyn Store>, String> {
+    let mut open = |fresh: bool| -> Result<Box<dyn Store>, BenchError> {
         let store: Box<dyn Store> = if lds {
             if fresh {
-                format_lds(options, force)?;
+                lds_bench::volume::format(&options.path, &volume(options), force)?;
             }
             let mut tuning: Vec<(String, String)> = options
                 .lds_options
@@ -268,7 +209,7 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
                     option
                         .split_once('=')
                         .map(|(name, value)| (name.to_string(), value.to_string()))
-                        .ok_or_else(|| format!("--lds-option {option}: NAME=VALUE"))
+                        .ok_or_else(|| BenchError::OptionSyntax { option: option.clone() })
                 })
                 .collect::<Result<_, _>>()?;
             if let Some(techniques) = &options.technique {
@@ -293,7 +234,7 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
         BlockStat::for_path(&probe)
     });
     let results = run::run(&benchmarks, &workload, &mut open, stat.as_ref())?;
-    report(out, options, &engine_name, &workload, &settings, &results).map_err(|error| error.to_string())
+    Ok(report(out, options, &engine_name, &workload, &settings, &results)?)
 }
 
 fn parent_of(path: &Path) -> PathBuf {
@@ -348,23 +289,20 @@ fn report(
     Ok(())
 }
 
-fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), BenchError> {
     let sequential = (256u64 << 20).min(options.size / 2).max(options.slot_size);
     // The measurement writes over the first bytes of PATH.
     refuse_replacing(&options.path, options.force)?;
     if !options.path.exists() {
-        let file = std::fs::File::create(&options.path)
-            .map_err(|error| format!("{}: cannot create: {error}", options.path.display()))?;
-        file.set_len(sequential + options.slot_size)
-            .map_err(|error| format!("{}: cannot size: {error}", options.path.display()))?;
+        let file = std::fs::File::create(&options.path).map_err(BenchError::file(&options.path, "cannot create"))?;
+        file.set_len(sequential + options.slot_size).map_err(BenchError::file(&options.path, "cannot size"))?;
     }
     let limits = limits::measure(&options.path, 0, sequential, options.slot_size, 4096, 1000)?;
     if options.json {
         let document = serde_json::json!({ "schema": "lds-bench-limits/1", "limits": limits });
-        return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())
-            .map_err(|error| error.to_string());
+        return Ok(writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())?);
     }
-    writeln!(
+    Ok(writeln!(
         out,
         "{}: sequential O_DIRECT writes of {} bytes: {:.0} MB/s\n\
          one {}-byte direct write plus flush: overwrite p50 {:.0} us, p99 {:.0} us; append p50 {:.0} us, p99 {:.0} us",
@@ -376,19 +314,17 @@ fn device_limits(options: &BenchOptions, out: &mut dyn Write) -> Result<(), Stri
         limits.overwrite_flush_p99_us,
         limits.append_flush_p50_us,
         limits.append_flush_p99_us
-    )
-    .map_err(|error| error.to_string())
+    )?)
 }
 
-fn recovery(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
+fn recovery(options: &BenchOptions, out: &mut dyn Write) -> Result<(), BenchError> {
     refuse_replacing(&options.path, options.force)?;
     let result = lds_bench::recovery::measure(&options.path)?;
     if options.json {
         let document = serde_json::json!({ "schema": "lds-bench-recovery/1", "recovery": result });
-        return writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())
-            .map_err(|error| error.to_string());
+        return Ok(writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default())?);
     }
-    writeln!(
+    Ok(writeln!(
         out,
         "{}: recovered a version log of {} bytes ({} live, {} delta versions, {} chunks) in {:.3} s ({})",
         result.path,
@@ -398,6 +334,89 @@ fn recovery(options: &BenchOptions, out: &mut dyn Write) -> Result<(), String> {
         result.chunks,
         result.open_seconds,
         if result.cold { "page cache dropped" } else { "page cache warm" }
-    )
-    .map_err(|error| error.to_string())
+    )?)
+}
+
+/// `lds bench --full-compaction` (`lds_bench::full_compaction`) on a new image file, reported
+/// as text or JSON (lds-bench-compaction/1).
+fn full_compaction(options: &BenchOptions, out: &mut dyn Write) -> Result<(), BenchError> {
+    let format = |path: &Path| lds_bench::volume::format(path, &volume(options), false);
+    // The crashing child is this binary again, as `lds bench --compaction-crash-child`.
+    let crash_child = |scratch: &Path, records: u64| {
+        std::process::Command::new(std::env::current_exe()?)
+            .arg("bench")
+            .arg("--compaction-crash-child")
+            .arg(records.to_string())
+            .arg(scratch)
+            .status()
+    };
+    let (num, value_len) = (options.num, options.value_max);
+    let measured = lds_bench::full_compaction::run(&options.path, num, value_len, &format, &crash_child)?;
+    report_full_compaction(options, &measured, out);
+    Ok(())
+}
+
+fn report_full_compaction(options: &BenchOptions, measured: &FullCompaction, out: &mut dyn Write) {
+    let FullCompaction { plain, journaled, crash_at, crashed, persisted, .. } = *measured;
+    let (num, value_len) = (options.num, options.value_max);
+    let slot_mib = options.slot_size as f64 / f64::from(1 << 20);
+    if options.json {
+        let rewrite_json = |rewrite: &Rewrite| {
+            json!({
+                "seconds": rewrite.seconds,
+                "live_slots": rewrite.live_slots,
+                "peak_slots": rewrite.peak_slots,
+                "extra_slots": rewrite.peak_slots - rewrite.live_slots,
+                "journal_records": rewrite.journal_records,
+                "outputs": rewrite.outputs,
+            })
+        };
+        let document = json!({
+            "schema": "lds-bench-compaction/1",
+            "path": options.path.display().to_string(),
+            "size": options.size,
+            "slot_size": options.slot_size,
+            "entries": num,
+            "live_entries": measured.live_entries,
+            "value_bytes": value_len,
+            "slots_after_fill": measured.slots_after_fill,
+            "without_journal": rewrite_json(&plain),
+            "with_journal": rewrite_json(&journaled),
+            "crash": {
+                "after_records": crash_at,
+                "process_aborted": crashed,
+                "outputs_persisted": persisted,
+                "resumed_compaction_id": measured.resumed,
+                "resume_seconds": measured.resume_seconds,
+                "redo_seconds": plain.seconds,
+                "content_verified": true,
+            },
+        });
+        let _ = writeln!(out, "{}", serde_json::to_string_pretty(&document).unwrap_or_default());
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "rewrite of the last level: {} live slots of {slot_mib} MiB ({} entries of {value_len} bytes; median of {ROUNDS} rounds)",
+        plain.live_slots, num
+    );
+    for (name, rewrite) in [("without journal", plain), ("with journal", journaled)] {
+        let _ = writeln!(
+            out,
+            "  {name:16} {:6.2} s, peak {} slots in use ({} beyond the live ones), {} outputs, {} journal records",
+            rewrite.seconds,
+            rewrite.peak_slots,
+            rewrite.peak_slots - rewrite.live_slots,
+            rewrite.outputs,
+            rewrite.journal_records
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  crash after {crash_at} records ({}): {persisted} outputs persisted; open and resume {:.2} s against redoing the merge {:.2} s; all {} entries read back",
+        if crashed { "process aborted" } else { "the merge ended first" },
+        measured.resume_seconds,
+        plain.seconds,
+        measured.live_entries
+    );
 }

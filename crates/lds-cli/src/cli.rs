@@ -80,7 +80,7 @@ pub enum Command {
     ///   lds undo -n volume.img.lds-undo volume.img
     ///   lds undo volume.img.lds-undo volume.img
     #[command(verbatim_doc_comment)]
-    Undo(crate::repair::UndoArgs),
+    Undo(crate::undo::UndoArgs),
     /// Grow or shrink a volume offline.
     ///
     /// Grows or shrinks the slot area; an image file is extended first, a block device must
@@ -299,7 +299,7 @@ pub enum Command {
         json: bool,
         /// The undo file (recover writes the replayed entries to chunks).
         #[command(flatten)]
-        undo: crate::repair::UndoChoice,
+        undo: crate::session::UndoChoice,
     },
 }
 
@@ -309,7 +309,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Command::Mkfs(options) => crate::mkfs::run(&options, out, err),
         Command::Fsck(options) => crate::fsck::run(&options, out, err),
         Command::Repair(args) => crate::repair::run(&args, out, err),
-        Command::Undo(args) => crate::repair::run_undo(&args, out, err),
+        Command::Undo(args) => crate::undo::run(&args, out, err),
         Command::Salvage(args) => crate::salvage::run(&args, out, err),
         Command::Metadump(args) => crate::metadump::run(&args, out, err),
         Command::Resize(args) => crate::resize::run(&args, out, err),

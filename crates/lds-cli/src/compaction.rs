@@ -41,7 +41,7 @@ pub enum CompactionCommand {
         json: bool,
         /// The undo file.
         #[command(flatten)]
-        undo: crate::repair::UndoChoice,
+        undo: crate::session::UndoChoice,
     },
     /// Roll the unfinished compaction of an instance back: its outputs are freed, its inputs
     /// stay. Refused once it has cleaned an input (resume is the only safe way then).
@@ -58,7 +58,7 @@ pub enum CompactionCommand {
         json: bool,
         /// The undo file.
         #[command(flatten)]
-        undo: crate::repair::UndoChoice,
+        undo: crate::session::UndoChoice,
     },
 }
 
@@ -163,21 +163,25 @@ fn change(
     instance: u32,
     json_output: bool,
     abort: bool,
-    undo: &crate::repair::UndoChoice,
+    undo: &crate::session::UndoChoice,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
     let verb = if abort { "abort" } else { "resume" };
     let command = format!("compaction {verb}");
-    let target = match crate::repair::UndoTarget::open(path, undo, &command, Duration::ZERO, err) {
-        Ok(target) => target,
-        Err(message) => {
-            let _ = writeln!(err, "lds {command}: {message}");
+    let mut session = match crate::session::open(path, &command, Duration::ZERO, err) {
+        Ok(session) => session,
+        Err(error) => {
+            let _ = writeln!(err, "lds {command}: {}", crate::session::open_error(&error, true));
             return EXIT_ERROR;
         }
     };
+    if let Err(error) = session.keep_undo(&undo.choice()) {
+        let _ = writeln!(err, "lds {command}: {error}");
+        return EXIT_ERROR;
+    }
     let options = Options { instance, background: false, ..Options::default() };
-    let db = match Db::open_device(std::sync::Arc::clone(&target.device), path, options) {
+    let db = match Db::open_device(session.shared(), path, options) {
         Ok((db, _)) => db,
         Err(error) => {
             let _ = writeln!(err, "lds compaction {verb}: {}", open_error(&error));
@@ -188,7 +192,7 @@ fn change(
     let started = Instant::now();
     let result = if abort { db.abort_compaction() } else { db.finish_compaction() };
     let closed = db.close();
-    target.finish(path, err, &command);
+    crate::session::report_finished(&session.finish(), path, &command, err);
     let (code, message) = match (result, closed) {
         (Ok(None), Ok(())) => (0, format!("{}: instance {instance}: no unfinished compaction", path.display())),
         (Ok(Some(id)), Ok(())) => (

@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use lds_sim::device_changes::{device_cases, enumerate_change, record_change};
 use lds_sim::enumerate::{enumerate, Bounds, Counts, Failure};
 use lds_sim::minimize::{minimize_failure, Budget, Progress};
+use lds_sim::mkfs::{enumerate_mkfs, mkfs_cases, record_mkfs};
 use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
 use lds_sim::resize::{enumerate_resize, record_resize, resize_cases};
 use lds_sim::workload::{formatted_image, named, run, seeded, Op, Workload};
@@ -32,7 +33,10 @@ pub struct CrashtestOptions {
     /// --technique triad-log). `repair`: crashes during `lds repair -y` on damaged
     /// volumes, each crash image checked to undo to the damaged original and to be finished by
     /// a second repair. `resize`: crashes during `lds resize` growing and shrinking a volume
-    /// and during `lds device add|remove`; `devices`: the device changes alone. `instances`:
+    /// and during `lds device add|remove`; `devices`: the device changes alone. `mkfs`:
+    /// crashes during `lds mkfs` over an engine-written volume and over zeros, each crash
+    /// image checked to be the old volume, refused, or the new one, and mkfs again to finish
+    /// it. `instances`:
     /// random workloads (one per seed) sent to the two instances of a volume opened together
     /// in one process (`Db::open_instances`), each instance checked against its own model.
     #[arg(long, default_value = "random")]
@@ -112,6 +116,9 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if options.workload == "instances" {
         return run_instances_crashtest(options, out, err);
     }
+    if options.workload == "mkfs" {
+        return run_mkfs_crashtest(options, out, err);
+    }
     let started = Instant::now();
     let mut total = Counts::default();
     let mut workloads = 0u64;
@@ -121,7 +128,7 @@ pub fn run_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut 
     if workload_for(options, options.seed).is_none() {
         let _ = writeln!(
             err,
-            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, random-tiered, random-forest, random-log, repair, resize, devices or instances",
+            "lds crashtest: unknown workload '{}': use basic, wrap, compaction, journal, random, random-wrap, random-journal, random-values, random-level0, random-tiered, random-forest, random-log, repair, resize, devices, mkfs or instances",
             options.workload
         );
         return 2;
@@ -295,6 +302,37 @@ fn run_resize_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
         &options.workload,
         "I3, I1/I2, W (the engine writes), R (running it again finishes) and, for resize, U (undo restores the volume)",
         (count, resize_runs.chain(change_runs)),
+        options,
+        started,
+        out,
+        err,
+    )
+}
+
+/// `--workload mkfs`: every crash state of mkfs's writes over an engine-written volume (the
+/// same layout, a longer version log over its slots, and that with the volume's own uuid)
+/// and over zeros, checked against M
+/// (the old volume, a refusal, or the new volume) and R (mkfs again finishes it).
+fn run_mkfs_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let started = Instant::now();
+    let cases = match mkfs_cases() {
+        Ok(cases) => cases,
+        Err(error) => {
+            let _ = writeln!(err, "lds crashtest: cannot build the volumes to format over: {error}");
+            return 2;
+        }
+    };
+    let bounds = tool_bounds(options);
+    let runs = cases.iter().map(|case| {
+        let recorded = record_mkfs(case, lds_sim::sim_device::SECTOR_SIZE_DEFAULT)?;
+        let (counts, first) = first_of(|on_failure| enumerate_mkfs(&recorded, &bounds, on_failure));
+        let summary = format!("{} writes", recorded.history.writes.len());
+        Ok(ToolRun { name: case.name.clone(), summary, counts, first, initial: recorded.history.initial.to_vec() })
+    });
+    report_tool_runs(
+        "mkfs",
+        "M (the old volume, a refusal, or the new volume) and R (mkfs again finishes it)",
+        (cases.len(), runs),
         options,
         started,
         out,

@@ -9,10 +9,12 @@ use lds_format::label::Label;
 use lds_repair::devices::{add_device, device_uuid_of, finish_removal, plan_add, plan_remove, DevicePlan, JoinUuids};
 use lds_repair::resize::ResizeError;
 use lds_repair::Written;
+use lds_tools::Session;
+use lds_volume::error::uuid_string;
 use lds_volume::inspect::all_versions;
+use lds_volume::read_labels;
 use lds_volume::signature::find_signatures;
-use lds_volume::{error::uuid_string, read_labels, VolumeError};
-use lds_volume::{Device, DeviceError, DeviceKind, OpenMode, ReadAt};
+use lds_volume::{Device, DeviceKind, OpenMode, ReadAt};
 use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
 
@@ -126,11 +128,16 @@ fn refusal(error: ResizeError) -> (i32, String) {
     }
 }
 
-fn open_volume(path: &Path, mode: OpenMode) -> Result<VolumeDevice, (i32, String)> {
-    Members::open(path, mode, std::time::Duration::ZERO).map_err(|error| match error {
-        VolumeError::Device(DeviceError::Locked { .. }) => operational(format!("{error}; refusing a volume in use")),
-        error => operational(error),
-    })
+fn open_volume(path: &Path) -> Result<VolumeDevice, (i32, String)> {
+    Members::open(path, OpenMode::ReadOnlyLocked, std::time::Duration::ZERO)
+        .map_err(|error| operational(crate::session::read_error(&error)))
+}
+
+/// The session of a device change (it keeps no undo file: a crash leaves the volume with or
+/// without the device, and running the command again finishes it).
+fn open_session(path: &Path, command: &str, err: &mut dyn Write) -> Result<Session, (i32, String)> {
+    crate::session::open(path, command, std::time::Duration::ZERO, err)
+        .map_err(|error| operational(crate::session::open_error(&error, false)))
 }
 
 fn volume_label(volume: &VolumeDevice) -> Result<Label, (i32, String)> {
@@ -206,7 +213,7 @@ fn report(
             "new_generation": plan.new.generation,
             "old_num_slots": plan.old.geometry.num_slots,
             "new_num_slots": plan.new.geometry.num_slots,
-            "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
+            "moves": plan.moves.iter().map(crate::render::move_json).collect::<Vec<_>>(),
             "bytes_to_copy": plan.bytes_to_copy(),
             "rebase": plan.rebase,
             "writes": writes.map(|writes| writes.iter().map(|write| json!({
@@ -256,17 +263,20 @@ fn open_joining(args: &AddArgs, label: &Label) -> Result<Device, (i32, String)> 
 }
 
 fn add(args: &AddArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
-    let mode = if args.dry_run { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let volume = open_volume(&args.path, mode)?;
-    if !args.dry_run {
-        crate::repair::state_devices(&volume, "device add", err);
-    }
-    let label = volume_label(&volume)?;
-    let uuids = JoinUuids {
-        first: crate::mkfs::random_uuid().map_err(operational)?,
-        joining: crate::mkfs::random_uuid().map_err(operational)?,
+    let (read, session);
+    let volume = if args.dry_run {
+        read = open_volume(&args.path)?;
+        &read
+    } else {
+        session = open_session(&args.path, "device add", err)?;
+        session.device()
     };
-    if index_of(&volume, &args.new_device) == Some(0) {
+    let label = volume_label(volume)?;
+    let uuids = JoinUuids {
+        first: lds_tools::mkfs::random_uuid().map_err(operational)?,
+        joining: lds_tools::mkfs::random_uuid().map_err(operational)?,
+    };
+    if index_of(volume, &args.new_device) == Some(0) {
         return Err((
             EXIT_REFUSED,
             format!(
@@ -276,15 +286,15 @@ fn add(args: &AddArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
             ),
         ));
     }
-    if let Some(index) = index_of(&volume, &args.new_device) {
+    if let Some(index) = index_of(volume, &args.new_device) {
         // Joined before: finish what an interrupted run left (labels, base versions).
         let joining = &volume.devices()[index];
         if args.dry_run {
             let uuid = device_uuid_of(&label.geometry.volume_uuid, joining).map_err(refusal)?;
-            let plan = plan_add(&volume, joining.len(), uuid, uuids).map_err(refusal)?;
+            let plan = plan_add(volume, joining.len(), uuid, uuids).map_err(refusal)?;
             return report(out, args.json, &args.path, &plan, true, None);
         }
-        let (plan, writes) = add_device(&volume, joining, uuids).map_err(refusal)?;
+        let (plan, writes) = add_device(volume, joining, uuids).map_err(refusal)?;
         return report(out, args.json, &args.path, &plan, true, Some(&writes));
     }
     if args.dry_run {
@@ -292,21 +302,25 @@ fn add(args: &AddArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
             Ok(device) => (device.len(), device_uuid_of(&label.geometry.volume_uuid, &device).map_err(refusal)?),
             Err(_) => (args.size.unwrap_or(0), None),
         };
-        let plan = plan_add(&volume, len, uuid, uuids).map_err(refusal)?;
+        let plan = plan_add(volume, len, uuid, uuids).map_err(refusal)?;
         return report(out, args.json, &args.path, &plan, true, None);
     }
     let joining = open_joining(args, &label)?;
-    let (plan, writes) = add_device(&volume, &joining, uuids).map_err(refusal)?;
+    let (plan, writes) = add_device(volume, &joining, uuids).map_err(refusal)?;
     report(out, args.json, &args.path, &plan, true, Some(&writes))
 }
 
 fn remove(args: &RemoveArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
+    let (read, session);
+    let volume = if args.dry_run {
+        read = open_volume(&args.path)?;
+        &read
+    } else {
+        session = open_session(&args.path, "device remove", err)?;
+        session.device()
+    };
     let mode = if args.dry_run { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let volume = open_volume(&args.path, mode)?;
-    if !args.dry_run {
-        crate::repair::state_devices(&volume, "device remove", err);
-    }
-    let Some(index) = index_of(&volume, &args.device) else {
+    let Some(index) = index_of(volume, &args.device) else {
         // Not a device of the volume: one an interrupted removal left labeled, or a mistake.
         let device = Device::open(&args.device, mode).map_err(operational)?;
         if args.dry_run {
@@ -314,7 +328,7 @@ fn remove(args: &RemoveArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcom
                 .map_err(operational)?;
             return Ok(());
         }
-        let writes = finish_removal(&volume, &device).map_err(refusal)?;
+        let writes = finish_removal(volume, &device).map_err(refusal)?;
         writeln!(
             out,
             "{}: removed from the volume before; the removal is finished and its labels are zeroed ({} writes)",
@@ -325,15 +339,15 @@ fn remove(args: &RemoveArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcom
         return Ok(());
     };
     if args.dry_run {
-        let plan = plan_remove(&volume, index).map_err(refusal)?;
+        let plan = plan_remove(volume, index).map_err(refusal)?;
         return report(out, args.json, &args.path, &plan, false, None);
     }
-    let (plan, writes) = lds_repair::devices::remove_device(&volume, index).map_err(refusal)?;
+    let (plan, writes) = lds_repair::devices::remove_device(volume, index).map_err(refusal)?;
     report(out, args.json, &args.path, &plan, false, Some(&writes))
 }
 
 fn list(args: &ListArgs, out: &mut dyn Write) -> Outcome {
-    let volume = open_volume(&args.path, OpenMode::ReadOnlyLocked)?;
+    let volume = open_volume(&args.path)?;
     let label = volume_label(&volume)?;
     let geometry = label.geometry;
     let mut used = vec![false; geometry.num_slots as usize];

@@ -6,13 +6,14 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lds_engine::{Db, Error, Options, WriteBatch, WriteOptions};
+use lds_engine::{Db, Error, Options, WriteOptions};
 use lds_format::error::hex;
+use lds_tools::load::{decode, Batches, HexError, LoadError};
+use lds_tools::SessionError;
 use lds_volume::DeviceError;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
@@ -20,6 +21,47 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_NOT_FOUND: i32 = 1;
 /// Exit code: the operation failed (the message says what and where).
 pub const EXIT_ERROR: i32 = 2;
+
+/// Why a data command failed; each names what and, through the engine's errors, where.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KvError {
+    /// A key or value given as hex does not decode.
+    #[error("{0}")]
+    Hex(#[from] HexError),
+    /// The engine refuses the techniques asked for.
+    #[error("{0}")]
+    Techniques(String),
+    /// Another process holds the volume.
+    #[error("{0}; try again later, or wait for it with --wait")]
+    InUse(Error),
+    /// The engine failed (opening, reading, writing, closing).
+    #[error("{0}")]
+    Engine(#[from] Error),
+    /// Reading keys or writing the output failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Standard input could not be read (`lds load`).
+    #[error("reading standard input: {0}")]
+    StandardInput(std::io::Error),
+    /// A line of input is not a key and a value (`lds load`).
+    #[error("{0}")]
+    Line(LoadError),
+    /// A batch failed after `loaded` entries were written (`lds load`).
+    #[error("after {loaded} entries: {source}")]
+    Written {
+        /// Entries written before.
+        loaded: u64,
+        /// Why.
+        source: Error,
+    },
+    /// The session of `lds recover` could not start.
+    #[error("{}", crate::session::open_error(.0, true))]
+    Session(#[from] SessionError),
+    /// Recovery ran, but writing what it replayed to chunks failed.
+    #[error("recovered, but writing the replayed entries failed: {0}")]
+    Replayed(Error),
+}
 
 /// Options common to the data commands.
 #[derive(Debug, Clone, clap::Args)]
@@ -45,8 +87,10 @@ pub struct Target {
 }
 
 impl Target {
-    fn options(&self) -> Result<Options, String> {
-        Options { instance: self.instance, ..Options::default() }.with_techniques(&self.technique)
+    fn options(&self) -> Result<Options, KvError> {
+        Options { instance: self.instance, ..Options::default() }
+            .with_techniques(&self.technique)
+            .map_err(KvError::Techniques)
     }
 
     fn wait(&self) -> Duration {
@@ -55,47 +99,21 @@ impl Target {
 }
 
 /// An error opening a volume, with the way out when another process holds it.
-fn open_error(error: &Error) -> String {
+fn open_error(error: Error) -> KvError {
     match error {
-        Error::Device(DeviceError::Locked { .. }) => format!("{error}; try again later, or wait for it with --wait"),
-        _ => error.to_string(),
+        error @ Error::Device(DeviceError::Locked { .. }) => KvError::InUse(error),
+        error => KvError::Engine(error),
     }
 }
 
 /// Opens for writing: an exclusive lock, recovery, background work.
-fn open_writer(target: &Target) -> Result<Db, String> {
-    Db::open_waiting(&target.path, target.options()?, target.wait())
-        .map(|(db, _)| db)
-        .map_err(|error| open_error(&error))
+fn open_writer(target: &Target) -> Result<Db, KvError> {
+    Db::open_waiting(&target.path, target.options()?, target.wait()).map(|(db, _)| db).map_err(open_error)
 }
 
 /// Opens read-only: a shared lock, the backup log replayed into memory, nothing written.
-fn open_reader(target: &Target) -> Result<Db, String> {
-    Db::open_read_only(&target.path, target.options()?, target.wait())
-        .map(|(db, _)| db)
-        .map_err(|error| open_error(&error))
-}
-
-/// Ends a writing command: closes the store, which writes out what is buffered, and fails
-/// when any write or flush failed, buffered or not (an exit status must not hide a lost
-/// write).
-fn close(db: Db) -> Result<(), String> {
-    db.close().map_err(|error| error.to_string())
-}
-
-/// Decodes a command-line key or value.
-pub fn parse_bytes(text: &str, is_hex: bool) -> Result<Vec<u8>, String> {
-    if !is_hex {
-        return Ok(text.as_bytes().to_vec());
-    }
-    if text.len() % 2 != 0 {
-        return Err(format!("'{text}' is not hex: odd length"));
-    }
-    (0..text.len() / 2)
-        .map(|index| {
-            u8::from_str_radix(&text[2 * index..2 * index + 2], 16).map_err(|_| format!("'{text}' is not hex"))
-        })
-        .collect()
+fn open_reader(target: &Target) -> Result<Db, KvError> {
+    Db::open_read_only(&target.path, target.options()?, target.wait()).map(|(db, _)| db).map_err(open_error)
 }
 
 fn render(bytes: &[u8], is_hex: bool) -> String {
@@ -105,53 +123,42 @@ fn render(bytes: &[u8], is_hex: bool) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A key/value as a JSON object of `key`/`value` or `key_hex`/`value_hex`.
-pub fn pair_json(key: &[u8], value: &[u8]) -> Value {
-    let mut map = Map::new();
-    for (name, bytes) in [("key", key), ("value", value)] {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => map.insert(name.to_string(), json!(text)),
-            Err(_) => map.insert(format!("{name}_hex"), json!(hex(bytes))),
-        };
-    }
-    Value::Object(map)
-}
-
-fn fail(err: &mut dyn Write, command: &str, message: &str) -> i32 {
-    let _ = writeln!(err, "lds {command}: {message}");
+fn fail(err: &mut dyn Write, command: &str, error: &KvError) -> i32 {
+    let _ = writeln!(err, "lds {command}: {error}");
     EXIT_ERROR
 }
 
-/// Sets `key` to `value` in an open store (`value` None: deletes it) and closes the store;
-/// fails when the write or anything the close writes out fails.
-pub fn put_on(db: Db, key: &[u8], value: Option<&[u8]>, sync: bool) -> Result<(), String> {
+/// Sets `key` to `value` in an open store (`value` None: deletes it) and closes the store
+/// (which writes out what is buffered); fails when the write or anything the close writes out
+/// fails, buffered or not (an exit status must not hide a lost write).
+pub fn put_on(db: Db, key: &[u8], value: Option<&[u8]>, sync: bool) -> Result<(), KvError> {
     let options = WriteOptions { sync };
     let written = match value {
         Some(value) => db.put(key, value, options),
         None => db.delete(key, options),
     };
-    let closed = close(db);
-    written.map_err(|error| error.to_string())?;
-    closed
+    let closed = db.close();
+    written?;
+    Ok(closed?)
 }
 
 /// `lds put`.
 pub fn put(target: &Target, key: &str, value: &str, sync: bool, err: &mut dyn Write) -> i32 {
     let result = (|| {
-        let key = parse_bytes(key, target.hex)?;
-        let value = parse_bytes(value, target.hex)?;
+        let key = decode(key, target.hex)?;
+        let value = decode(value, target.hex)?;
         put_on(open_writer(target)?, &key, Some(&value), sync)
     })();
-    result.map_or_else(|message| fail(err, "put", &message), |()| EXIT_OK)
+    result.map_or_else(|error| fail(err, "put", &error), |()| EXIT_OK)
 }
 
 /// `lds delete`.
 pub fn delete(target: &Target, key: &str, sync: bool, err: &mut dyn Write) -> i32 {
     let result = (|| {
-        let key = parse_bytes(key, target.hex)?;
+        let key = decode(key, target.hex)?;
         put_on(open_writer(target)?, &key, None, sync)
     })();
-    result.map_or_else(|message| fail(err, "delete", &message), |()| EXIT_OK)
+    result.map_or_else(|error| fail(err, "delete", &error), |()| EXIT_OK)
 }
 
 /// `lds get`: prints the value of one key, or `key<TAB>value` for each of several keys (from
@@ -165,31 +172,29 @@ pub fn get(
 ) -> i32 {
     let db = match open_reader(target) {
         Ok(db) => db,
-        Err(message) => return fail(err, "get", &message),
+        Err(error) => return fail(err, "get", &error),
     };
-    let mut lookup = |text: &str, labelled: bool, missing: &mut u64| -> Result<(), String> {
-        let key = parse_bytes(text, target.hex)?;
-        match db.get(&key).map_err(|error| error.to_string())? {
-            Some(value) if labelled => {
-                writeln!(out, "{text}\t{}", render(&value, target.hex)).map_err(|error| error.to_string())
-            }
-            Some(value) => writeln!(out, "{}", render(&value, target.hex)).map_err(|error| error.to_string()),
+    let mut lookup = |text: &str, labelled: bool, missing: &mut u64| -> Result<(), KvError> {
+        let key = decode(text, target.hex)?;
+        match db.get(&key)? {
+            Some(value) if labelled => Ok(writeln!(out, "{text}\t{}", render(&value, target.hex))?),
+            Some(value) => Ok(writeln!(out, "{}", render(&value, target.hex))?),
             None => {
                 *missing += 1;
-                writeln!(err, "lds get: {text}: not found").map_err(|error| error.to_string())
+                Ok(writeln!(err, "lds get: {text}: not found")?)
             }
         }
     };
     let mut missing = 0u64;
     let labelled = keys.len() > 1 || input.is_some();
     for key in keys {
-        if let Err(message) = lookup(key, labelled, &mut missing) {
-            return fail(err, "get", &message);
+        if let Err(error) = lookup(key, labelled, &mut missing) {
+            return fail(err, "get", &error);
         }
     }
     if let Some(input) = input {
         for line in input.lines() {
-            let result = line.map_err(|error| error.to_string()).and_then(|line| {
+            let result = line.map_err(KvError::Io).and_then(|line| {
                 let key = line.trim_end_matches('\r');
                 if key.is_empty() {
                     Ok(())
@@ -197,8 +202,8 @@ pub fn get(
                     lookup(key, true, &mut missing)
                 }
             });
-            if let Err(message) = result {
-                return fail(err, "get", &message);
+            if let Err(error) = result {
+                return fail(err, "get", &error);
             }
         }
     }
@@ -237,11 +242,11 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The `[start, end)` bounds a scan asks for, with a prefix turned into a range.
-fn scan_bounds(target: &Target, range: &ScanRange) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
-    let mut start = range.start.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?.unwrap_or_default();
-    let mut end = range.end.as_deref().map(|text| parse_bytes(text, target.hex)).transpose()?;
+fn scan_bounds(target: &Target, range: &ScanRange) -> Result<(Vec<u8>, Option<Vec<u8>>), KvError> {
+    let mut start = range.start.as_deref().map(|text| decode(text, target.hex)).transpose()?.unwrap_or_default();
+    let mut end = range.end.as_deref().map(|text| decode(text, target.hex)).transpose()?;
     if let Some(prefix) = &range.prefix {
-        let prefix = parse_bytes(prefix, target.hex)?;
+        let prefix = decode(prefix, target.hex)?;
         start = start.max(prefix.clone());
         end = match (end, prefix_end(&prefix)) {
             (Some(end), Some(limit)) => Some(end.min(limit)),
@@ -256,19 +261,19 @@ pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut d
     let opened = scan_bounds(target, range).and_then(|(start, end)| Ok((open_reader(target)?, start, end)));
     let (db, start, end) = match opened {
         Ok(opened) => opened,
-        Err(message) => return fail(err, "scan", &message),
+        Err(error) => return fail(err, "scan", &error),
     };
     let pairs = match db.range(&start, end.as_deref()) {
         Ok(pairs) => pairs,
-        Err(error) => return fail(err, "scan", &error.to_string()),
+        Err(error) => return fail(err, "scan", &error.into()),
     };
     for pair in pairs.take(range.limit.unwrap_or(usize::MAX)) {
         let (key, value) = match pair {
             Ok(pair) => pair,
-            Err(error) => return fail(err, "scan", &error.to_string()),
+            Err(error) => return fail(err, "scan", &error.into()),
         };
         let line = if range.json {
-            pair_json(&key, &value).to_string()
+            crate::render::pair_json(&key, &value).to_string()
         } else {
             format!("{}\t{}", render(&key, target.hex), render(&value, target.hex))
         };
@@ -288,40 +293,18 @@ pub enum LoadFormat {
     Tsv,
 }
 
-fn parse_line(line: &str, format: LoadFormat, is_hex: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
-    match format {
-        LoadFormat::Tsv => {
-            let (key, value) = line.split_once('\t').ok_or("no tab between key and value")?;
-            Ok((parse_bytes(key, is_hex)?, parse_bytes(value, is_hex)?))
-        }
-        LoadFormat::Ndjson => {
-            let object: Value = serde_json::from_str(line).map_err(|error| format!("not JSON: {error}"))?;
-            let field = |name: &str| -> Result<Vec<u8>, String> {
-                if let Some(text) = object.get(name).and_then(Value::as_str) {
-                    return Ok(text.as_bytes().to_vec());
-                }
-                if let Some(text) = object.get(format!("{name}_hex")).and_then(Value::as_str) {
-                    return parse_bytes(text, true);
-                }
-                Err(format!("no string \"{name}\" or \"{name}_hex\""))
-            };
-            Ok((field("key")?, field("value")?))
+impl LoadFormat {
+    /// The library's form.
+    fn of(self) -> lds_tools::load::LoadFormat {
+        match self {
+            Self::Ndjson => lds_tools::load::LoadFormat::Ndjson,
+            Self::Tsv => lds_tools::load::LoadFormat::Tsv,
         }
     }
 }
 
 /// Entries per write batch in `lds load` (fewer when the backup log is small).
 const LOAD_BATCH_ENTRIES: usize = 1000;
-
-/// The format of input whose first non-blank line is `line`: NDJSON when it starts with `{`,
-/// else TSV.
-fn detect_format(line: &str) -> LoadFormat {
-    if line.trim_start().starts_with('{') {
-        LoadFormat::Ndjson
-    } else {
-        LoadFormat::Tsv
-    }
-}
 
 /// `lds load`: reads key/value lines from `input` and writes them in batches; a progress
 /// line on a terminal. Without `format`, the first non-blank line decides (NDJSON when it
@@ -336,35 +319,33 @@ pub fn load(
 ) -> i32 {
     let db = match open_writer(target) {
         Ok(db) => db,
-        Err(message) => return fail(err, "load", &message),
+        Err(error) => return fail(err, "load", &error),
     };
     let started = Instant::now();
     match load_into(&db, target.hex, format, sync, input) {
         Ok(loaded) => {
-            if let Err(message) = close(db) {
-                return fail(err, "load", &format!("after {loaded} entries: {message}"));
+            if let Err(source) = db.close() {
+                return fail(err, "load", &KvError::Written { loaded, source });
             }
             let _ = writeln!(out, "loaded {loaded} entries in {:.2} s", started.elapsed().as_secs_f64());
             EXIT_OK
         }
-        Err(message) => {
+        Err(error) => {
             let _ = db.close();
-            fail(err, "load", &message)
+            fail(err, "load", &error)
         }
     }
 }
 
-/// Loads every line of `input` into an open store and flushes it; returns the entries
-/// loaded.
+/// Loads every line of `input` into an open store (`lds_tools::load::Batches` parses and
+/// gathers them) and flushes it; returns the entries loaded.
 pub fn load_into(
     db: &Db,
     is_hex: bool,
     format: Option<LoadFormat>,
     sync: bool,
     input: &mut dyn BufRead,
-) -> Result<u64, String> {
-    // Leave room for one more entry of the largest size the volume takes.
-    let batch_len_limit = db.batch_len_max() / 2;
+) -> Result<u64, KvError> {
     let bar = if std::io::stderr().is_terminal() {
         indicatif::ProgressBar::new_spinner()
     } else {
@@ -374,36 +355,22 @@ pub fn load_into(
         indicatif::ProgressStyle::with_template("{spinner} loaded {pos} entries ({per_sec}) {elapsed}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
-    let mut format = format;
-    let mut batch = WriteBatch::new();
+    // Leave room for one more entry of the largest size the volume takes.
+    let bytes_max = db.batch_len_max() / 2;
+    let mut batches = Batches::new(input, format.map(LoadFormat::of), is_hex, LOAD_BATCH_ENTRIES, bytes_max);
     let mut loaded = 0u64;
-    let mut line = String::new();
-    let mut number = 0u64;
     let options = WriteOptions { sync };
-    loop {
-        line.clear();
-        match input.read_line(&mut line) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) => return Err(format!("reading standard input: {error}")),
-        }
-        number += 1;
-        let text = line.trim_end_matches(['\n', '\r']);
-        if text.trim().is_empty() {
-            continue;
-        }
-        let line_format = *format.get_or_insert_with(|| detect_format(text));
-        let (key, value) =
-            parse_line(text, line_format, is_hex).map_err(|message| format!("line {number}: {message}"))?;
-        batch.put(&key, &value);
-        if batch.len() >= LOAD_BATCH_ENTRIES || batch.encoded_len() as u64 >= batch_len_limit {
-            db.write(&batch, options).map_err(|error| format!("after {loaded} entries: {error}"))?;
-            loaded += batch.len() as u64;
-            batch = WriteBatch::new();
-            bar.set_position(loaded);
-        }
+    for batch in &mut batches {
+        let batch = batch.map_err(|error| match error {
+            LoadError::Read(error) => KvError::StandardInput(error),
+            error => KvError::Line(error),
+        })?;
+        db.write(&batch, options).map_err(|source| KvError::Written { loaded, source })?;
+        loaded += batch.len() as u64;
+        bar.set_position(loaded);
     }
-    db.write(&batch, options).and_then(|()| db.flush()).map_err(|error| format!("after {loaded} entries: {error}"))?;
+    let batch = batches.rest();
+    db.write(&batch, options).and_then(|()| db.flush()).map_err(|source| KvError::Written { loaded, source })?;
     loaded += batch.len() as u64;
     bar.finish_and_clear();
     Ok(loaded)
@@ -414,29 +381,32 @@ pub fn load_into(
 pub fn recover(
     target: &Target,
     json_output: bool,
-    undo: &crate::repair::UndoChoice,
+    undo: &crate::session::UndoChoice,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let device = match crate::repair::UndoTarget::open(&target.path, undo, "recover", target.wait(), err) {
-        Ok(device) => device,
-        Err(message) => return fail(err, "recover", &message),
+    let mut session = match crate::session::open(&target.path, "recover", target.wait(), err) {
+        Ok(session) => session,
+        Err(error) => return fail(err, "recover", &error.into()),
     };
+    if let Err(error) = session.keep_undo(&undo.choice()) {
+        return fail(err, "recover", &error.into());
+    }
     let options = match target.options() {
         Ok(options) => options,
-        Err(message) => return fail(err, "recover", &message),
+        Err(error) => return fail(err, "recover", &error),
     };
-    let (db, report) = match Db::open_device(Arc::clone(&device.device), &target.path, options) {
+    let (db, report) = match Db::open_device(session.shared(), &target.path, options) {
         Ok(opened) => opened,
-        Err(error) => return fail(err, "recover", &open_error(&error)),
+        Err(error) => return fail(err, "recover", &open_error(error)),
     };
     let chunks_before = db.level_chunk_counts().iter().sum::<usize>();
     let flushed = db.flush();
     let chunks_written = db.level_chunk_counts().iter().sum::<usize>().saturating_sub(chunks_before);
-    let closed = flushed.map_err(|error| error.to_string()).and_then(|()| close(db));
-    device.finish(&target.path, err, "recover");
-    if let Err(message) = closed {
-        return fail(err, "recover", &format!("recovered, but writing the replayed entries failed: {message}"));
+    let closed = flushed.and_then(|()| db.close());
+    crate::session::report_finished(&session.finish(), &target.path, "recover", err);
+    if let Err(error) = closed {
+        return fail(err, "recover", &KvError::Replayed(error));
     }
     if json_output {
         let mut document = crate::json::document("recover", &target.path.display().to_string());

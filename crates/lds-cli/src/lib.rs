@@ -4,7 +4,6 @@
 #![deny(clippy::unwrap_used)]
 
 pub mod bench;
-pub mod bench_compaction;
 pub mod cli;
 pub mod compaction;
 pub mod crashtest;
@@ -17,7 +16,10 @@ pub mod kv;
 pub mod metadump;
 pub mod mkfs;
 pub mod output;
+pub mod render;
 pub mod repair;
 pub mod resize;
 pub mod salvage;
+pub mod session;
+pub mod undo;
 pub mod units;

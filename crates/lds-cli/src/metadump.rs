@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use lds_repair::metadump::{metadump, MetadumpError};
-use lds_volume::OpenMode;
 use serde_json::json;
 
 /// Bytes of the pages the image is written in (all-zero pages are left as holes).
@@ -53,7 +52,7 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
         let _ = writeln!(err, "lds metadump: {} exists; give another path or --force", args.output.display());
         return 16;
     }
-    let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "metadump", err) {
+    let device = match crate::session::open_read(&args.path, "metadump", err) {
         Ok(device) => device,
         Err(code) => return code,
     };

@@ -70,7 +70,7 @@ impl<W: Write> Write for CheckedOutput<W> {
 /// error), whatever the command itself returned, since its output is incomplete.
 pub fn output_failed(command: &str, error: &std::io::Error, written: u64) -> (i32, String) {
     (
-        crate::repair::EXIT_OPERATIONAL,
+        crate::session::EXIT_OPERATIONAL,
         format!(
             "lds {command}: writing standard output failed after {written} bytes: {error}; the output is incomplete"
         ),

@@ -4,20 +4,19 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lds_repair::resize::{plan, resize, ResizeError, ResizePlan};
-use lds_volume::{BlockDevice, Device, DeviceKind, OpenMode};
+use lds_tools::session::Finished;
+use lds_volume::{Device, DeviceKind};
 use serde_json::json;
 
-use crate::repair::{default_undo_path, finish_undo, undo_log, UndoChoice};
+use crate::session::UndoChoice;
 
 /// Exit codes: 0 done or nothing to do, 1 refused (too small, damage, an unfinished
 /// compaction), 8 operational error, 16 usage error.
 const EXIT_REFUSED: i32 = 1;
-const EXIT_OPERATIONAL: i32 = 8;
-const EXIT_USAGE: i32 = 16;
+use crate::session::{EXIT_OPERATIONAL, EXIT_USAGE};
 
 /// Arguments of `lds resize`.
 #[derive(Debug, Clone, clap::Args)]
@@ -72,7 +71,7 @@ fn plan_json(plan: &ResizePlan) -> serde_json::Value {
         "slot_size": plan.new.slot_size,
         "slots_in_use": plan.slots_in_use,
         "min_len": plan.min_len,
-        "moves": plan.moves.iter().map(crate::resize::move_json).collect::<Vec<_>>(),
+        "moves": plan.moves.iter().map(crate::render::move_json).collect::<Vec<_>>(),
         "bytes_to_copy": plan.bytes_to_copy(),
         "rebase": plan.rebase,
         "done": plan.done(),
@@ -88,25 +87,106 @@ fn refused(error: &ResizeError) -> i32 {
 
 /// Runs `lds resize`.
 pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    if args.dry_run || args.min {
+        return plan_only(args, out, err);
+    }
+    let Some(size) = args.size else {
+        let _ = writeln!(err, "lds resize: give --size SIZE or --min");
+        return EXIT_USAGE;
+    };
     let started = Instant::now();
-    let read_only = args.dry_run || args.min;
-    let mode = if read_only { OpenMode::ReadOnlyLocked } else { OpenMode::ReadWrite };
-    let device = match crate::repair::open_volume(&args.path, mode, "resize", err) {
+    let session = match crate::session::open(&args.path, "resize", Duration::ZERO, err) {
+        Ok(session) => session,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {}", crate::session::open_error(&error, false));
+            return EXIT_OPERATIONAL;
+        }
+    };
+    // A volume of several devices changes size by its devices (SPEC.md §4.3, §14).
+    let mut session = match session.into_single() {
+        Ok(session) => session,
+        Err((_, count)) => return spans(args, count, err),
+    };
+    let device = session.device();
+    if let Some(code) = refuse_short_device(args, size, device, err) {
+        return code;
+    }
+    let planned = match plan(device, size) {
+        Ok(plan) => plan,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {error}");
+            return refused(&error);
+        }
+    };
+    let kind = device.kind();
+    if planned.done() {
+        let truncated = shrink_image(&args.path, kind, planned.new.volume_len, false, session.finish(), err);
+        let _ = writeln!(
+            out,
+            "{}: {}{}",
+            args.path.display(),
+            describe(&planned),
+            if truncated { " (image truncated)" } else { "" }
+        );
+        return 0;
+    }
+    // An image file grows first (pre-allocated): the old labels still describe the volume.
+    if let Some(device) = session.device_mut().filter(|device| size > device.len()) {
+        if let Err(error) = device.allocate(size).and_then(|()| device.set_image_len(size)) {
+            let _ = writeln!(err, "lds resize: {error}");
+            return EXIT_OPERATIONAL;
+        }
+    }
+    if let Err(error) = session.keep_undo(&args.undo.choice()) {
+        let _ = writeln!(err, "lds resize: {error}");
+        return EXIT_OPERATIONAL;
+    }
+    let result = resize(session.target(), size);
+    let finished = if result.is_ok() { session.finish() } else { session.abandon() };
+    crate::session::report_error(&finished, "resize", err);
+    let (plan, writes) = match result {
+        Ok(done) => done,
+        Err(error) => {
+            let _ = writeln!(err, "lds resize: {error}");
+            if let Some(kept) = finished.written() {
+                let _ = writeln!(err, "lds resize: lds undo {} {} restores what was written ({} bytes of undo records); or run lds resize again to finish", kept.path.display(), args.path.display(), kept.bytes);
+            }
+            return refused(&error);
+        }
+    };
+    let undo_file = finished.written().cloned();
+    let truncated = shrink_image(&args.path, kind, plan.new.volume_len, undo_file.is_some(), finished, err);
+    let seconds = started.elapsed().as_secs_f64();
+    if args.json {
+        let document = json!({
+            "schema": "lds-resize/1",
+            "device": args.path.display().to_string(),
+            "plan": plan_json(&plan),
+            "writes": writes.len(),
+            "bytes_written": writes.iter().map(|write| write.len).sum::<u64>(),
+            "truncated": truncated,
+            "undo_file": undo_file.as_ref().map(|kept| json!({ "path": kept.path.display().to_string(), "bytes": kept.bytes })),
+            "seconds": seconds,
+        });
+        let _ = writeln!(out, "{document}");
+    } else {
+        let _ = writeln!(out, "{}: {} in {seconds:.2} s", args.path.display(), describe(&plan));
+        if let Some(kept) = &undo_file {
+            let _ = writeln!(out, "{}", crate::session::undo_line(kept, &args.path));
+        }
+    }
+    0
+}
+
+/// `lds resize --min` and `--dry-run`: the plan, read under the shared lock; writes nothing.
+fn plan_only(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let device = match crate::session::open_read(&args.path, "resize", err) {
         Ok(device) => device,
         Err(code) => return code,
     };
-    // A volume of several devices changes size by its devices (SPEC.md §4.3, §14).
-    let mut device = match device.into_single() {
+    let device = match device.into_single() {
         Ok(device) => device,
-        Err(volume) => {
-            let _ = writeln!(
-                err,
-                "lds resize: {}: the volume spans {} devices; add or remove a device instead (lds device add|remove)",
-                args.path.display(),
-                volume.devices().len()
-            );
-            return EXIT_REFUSED;
-        }
+        Err(volume) => return spans(args, volume.devices().len(), err),
     };
     if args.min {
         return match plan(&device, device.len()) {
@@ -140,14 +220,8 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         let _ = writeln!(err, "lds resize: give --size SIZE or --min");
         return EXIT_USAGE;
     };
-    if size > device.len() && device.kind() == DeviceKind::BlockDevice {
-        let _ = writeln!(
-            err,
-            "lds resize: {}: the device holds {} bytes, fewer than {size}; grow the device first (losetup -c, a partition)",
-            args.path.display(),
-            device.len()
-        );
-        return EXIT_REFUSED;
+    if let Some(code) = refuse_short_device(args, size, &device, err) {
+        return code;
     }
     let planned = match plan(&device, size) {
         Ok(plan) => plan,
@@ -156,101 +230,44 @@ pub fn run(args: &ResizeArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return refused(&error);
         }
     };
-    if args.dry_run {
-        if args.json {
-            let _ =
-                writeln!(out, "{}", json!({ "schema": "lds-resize/1", "dry_run": true, "plan": plan_json(&planned) }));
-        } else {
-            let _ = writeln!(out, "{}: {}; nothing was written (-n)", args.path.display(), describe(&planned));
-            if planned.new.num_slots < planned.num_slots_min() {
-                let _ = writeln!(out, "refused: the smallest size is {} bytes", planned.min_len);
-            }
-        }
-        return if planned.new.num_slots < planned.num_slots_min() { EXIT_REFUSED } else { 0 };
-    }
-    if planned.done() {
-        let truncated = shrink_image(&args.path, device.kind(), planned.new.volume_len, false, Arc::new(device), err);
-        let _ = writeln!(
-            out,
-            "{}: {}{}",
-            args.path.display(),
-            describe(&planned),
-            if truncated { " (image truncated)" } else { "" }
-        );
-        return 0;
-    }
-    // An image file grows first (pre-allocated): the old labels still describe the volume.
-    if size > device.len() {
-        if let Err(error) = device.allocate(size).and_then(|()| device.set_image_len(size)) {
-            let _ = writeln!(err, "lds resize: {error}");
-            return EXIT_OPERATIONAL;
-        }
-    }
-    let kind = device.kind();
-    let undo = if args.undo.no_undo {
-        None
-    } else {
-        let path = args.undo.undo_file.clone().unwrap_or_else(|| default_undo_path(&args.path, kind));
-        match undo_log(&device, &path, "resize") {
-            Ok(log) => Some(log),
-            Err(error) => {
-                let _ = writeln!(err, "lds resize: {error}");
-                return EXIT_OPERATIONAL;
-            }
-        }
-    };
-    let device = Arc::new(device);
-    let undo_device =
-        undo.map(|log| lds_volume::undo::UndoDevice::new(Arc::clone(&device) as Arc<dyn BlockDevice>, log));
-    let target: &dyn BlockDevice = match &undo_device {
-        Some(undo_device) => undo_device,
-        None => device.as_ref(),
-    };
-    let result = resize(target, size);
-    if let (Some(undo_device), Ok(_)) = (&undo_device, &result) {
-        finish_undo(undo_device, err, "resize");
-    }
-    let (plan, writes) = match result {
-        Ok(done) => done,
-        Err(error) => {
-            let _ = writeln!(err, "lds resize: {error}");
-            if let Some((path, len)) =
-                undo_device.as_ref().map(lds_volume::undo::UndoDevice::undo_file).filter(|(_, len)| *len > 0)
-            {
-                let _ = writeln!(err, "lds resize: lds undo {} {} restores what was written ({len} bytes of undo records); or run lds resize again to finish", path.display(), args.path.display());
-            }
-            return refused(&error);
-        }
-    };
-    let undo_file = undo_device.as_ref().map(lds_volume::undo::UndoDevice::undo_file).filter(|(_, len)| *len > 0);
-    drop(undo_device);
-    let truncated = shrink_image(&args.path, kind, plan.new.volume_len, undo_file.is_some(), device, err);
-    let seconds = started.elapsed().as_secs_f64();
     if args.json {
-        let document = json!({
-            "schema": "lds-resize/1",
-            "device": args.path.display().to_string(),
-            "plan": plan_json(&plan),
-            "writes": writes.len(),
-            "bytes_written": writes.iter().map(|write| write.len).sum::<u64>(),
-            "truncated": truncated,
-            "undo_file": undo_file.as_ref().map(|(path, len)| json!({ "path": path.display().to_string(), "bytes": len })),
-            "seconds": seconds,
-        });
-        let _ = writeln!(out, "{document}");
+        let _ = writeln!(out, "{}", json!({ "schema": "lds-resize/1", "dry_run": true, "plan": plan_json(&planned) }));
     } else {
-        let _ = writeln!(out, "{}: {} in {seconds:.2} s", args.path.display(), describe(&plan));
-        if let Some((path, len)) = &undo_file {
-            let _ = writeln!(
-                out,
-                "undo file: {} ({len} bytes; lds undo {} {} restores the volume)",
-                path.display(),
-                path.display(),
-                args.path.display()
-            );
+        let _ = writeln!(out, "{}: {}; nothing was written (-n)", args.path.display(), describe(&planned));
+        if planned.new.num_slots < planned.num_slots_min() {
+            let _ = writeln!(out, "refused: the smallest size is {} bytes", planned.min_len);
         }
     }
-    0
+    if planned.new.num_slots < planned.num_slots_min() {
+        EXIT_REFUSED
+    } else {
+        0
+    }
+}
+
+/// Refuses a volume of several devices.
+fn spans(args: &ResizeArgs, count: usize, err: &mut dyn Write) -> i32 {
+    let _ = writeln!(
+        err,
+        "lds resize: {}: the volume spans {count} devices; add or remove a device instead (lds device add|remove)",
+        args.path.display()
+    );
+    EXIT_REFUSED
+}
+
+/// Refuses to grow onto a block device shorter than `size` (it must grow first); the exit
+/// code when refused.
+fn refuse_short_device(args: &ResizeArgs, size: u64, device: &Device, err: &mut dyn Write) -> Option<i32> {
+    if size > device.len() && device.kind() == DeviceKind::BlockDevice {
+        let _ = writeln!(
+            err,
+            "lds resize: {}: the device holds {} bytes, fewer than {size}; grow the device first (losetup -c, a partition)",
+            args.path.display(),
+            device.len()
+        );
+        return Some(EXIT_REFUSED);
+    }
+    None
 }
 
 /// Truncates a shrunk image file to the volume, unless an undo file may still need the bytes
@@ -260,9 +277,10 @@ fn shrink_image(
     kind: DeviceKind,
     volume_len: u64,
     undo_kept: bool,
-    device: Arc<Device>,
+    finished: Finished<Device>,
     err: &mut dyn Write,
 ) -> bool {
+    let Some(mut device) = finished.into_device() else { return false };
     if kind != DeviceKind::ImageFile || device.len() <= volume_len {
         return false;
     }
@@ -276,7 +294,6 @@ fn shrink_image(
         );
         return false;
     }
-    let Ok(mut device) = Arc::try_unwrap(device) else { return false };
     match device.set_image_len(volume_len) {
         Ok(()) => true,
         Err(error) => {
@@ -284,15 +301,4 @@ fn shrink_image(
             false
         }
     }
-}
-
-/// One move of a resize or a device removal: a chunk (`chunk_id`) or a value chunk
-/// (`value_chunk_id`, SPEC.md §8.6).
-pub(crate) fn move_json(moved: &lds_repair::resize::Move) -> serde_json::Value {
-    let mut document = json!({ "instance": moved.instance, "slots": moved.slots, "bytes": moved.bytes });
-    match moved.what {
-        lds_repair::resize::Moved::Chunk(id) => document["chunk_id"] = json!(id),
-        lds_repair::resize::Moved::ValueChunk(id) => document["value_chunk_id"] = json!(id),
-    }
-    document
 }

@@ -1,24 +1,20 @@
 //! `lds salvage`: copy what is readable from a volume repair cannot rebuild to a new volume
 //! (or export it as NDJSON). The source is opened read-only with a shared lock and never
-//! written; see `lds_repair::salvage` for what is read and how keys are resolved. A volume
-//! with value chunks (SPEC.md §8.6) is salvaged to a new volume with value chunks, written
-//! with key-value separation (technique `kv-separation`), so that a value of any size the
-//! source held is written whole.
+//! written; see `lds_repair::salvage` for what is read and how keys are resolved, and
+//! `lds_tools::salvage` for the new volume it writes.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lds_engine::{Db, Options, WriteBatch, WriteOptions};
 use lds_format::entry::EntryKind;
 use lds_format::error::hex;
 use lds_repair::salvage::{salvage, Salvaged};
-use lds_volume::OpenMode;
+use lds_tools::salvage::{write_volume, SalvageOutputError};
 use serde_json::json;
 
-use crate::kv::pair_json;
-use crate::mkfs::MkfsOptions;
+use crate::render::pair_json;
 
 /// Exit codes.
 const EXIT_OK: i32 = 0;
@@ -61,7 +57,7 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         let _ = writeln!(err, "lds salvage: give --output NEW (a new volume) or --export ndjson");
         return EXIT_USAGE;
     }
-    let device = match crate::repair::open_volume(&args.path, OpenMode::ReadOnlyLocked, "salvage", err) {
+    let device = match crate::session::open_read(&args.path, "salvage", err) {
         Ok(device) => device,
         Err(code) => return code,
     };
@@ -98,13 +94,13 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     let source_len = lds_volume::ReadAt::len(&device);
     drop(device);
     let written = match (&args.output, &args.export) {
-        (Some(output), _) => write_volume(args, output, source_len, &salvaged),
+        (Some(output), _) => write_output(args, output, source_len, &salvaged),
         (None, _) => export(&salvaged, out),
     };
     let written = match written {
         Ok(written) => written,
-        Err(message) => {
-            let _ = writeln!(err, "lds salvage: {message}");
+        Err(error) => {
+            let _ = writeln!(err, "lds salvage: {error}");
             return EXIT_OPERATIONAL;
         }
     };
@@ -122,75 +118,35 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     }
 }
 
-/// Formats `output` and writes every live key into it; returns the keys written. A source
-/// with value chunks gives an output with them (format 1.4), written with key-value
-/// separation: values of 1 KiB and more in value chunks, as `lds load --technique
-/// kv-separation` writes them, and values larger than a quarter of a slot are possible.
-fn write_volume(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &Salvaged) -> Result<u64, String> {
-    let geometry = salvaged.geometry;
-    let instances = salvaged.keys.keys().max().map_or(1, |&last| last + 1);
-    let mkfs = MkfsOptions {
-        path: output.to_path_buf(),
-        size: Some(args.size.unwrap_or(source_len)),
-        slot_size: Some(salvaged.slots.0),
-        version_log_size: geometry.map(|geometry| geometry.len_version_log),
-        backup_log_size: geometry.map(|geometry| geometry.len_backup_log),
-        sector_size: geometry.map(|geometry| geometry.sector() as u32),
-        instances: Some(geometry.map_or(instances, |geometry| geometry.instance_count.max(instances))),
-        name: "salvaged".into(),
-        uuid: None,
-        dry_run: false,
-        force: args.force,
-        json: false,
-        // What mkfs writes (SPEC.md §17), with value chunks where the source has them.
-        format_version: "1.7".into(),
-        value_chunks: salvaged.has_value_chunks,
-        chunk_sketches: false,
-        log_tables: false,
-    };
-    let (mut mkfs_out, mut mkfs_err) = (Vec::new(), Vec::new());
-    if crate::mkfs::run(&mkfs, &mut mkfs_out, &mut mkfs_err) != 0 {
-        return Err(format!("cannot create the output volume: {}", String::from_utf8_lossy(&mkfs_err).trim()));
-    }
+/// Why salvage could not write what it kept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SalvageError {
+    /// The output volume could not be written.
+    #[error("{0}")]
+    Output(#[from] SalvageOutputError),
+    /// Standard output could not be written (`--export`).
+    #[error("standard output: {0}")]
+    Export(std::io::Error),
+}
+
+/// Writes every live key to the new volume `output` (`lds_tools::salvage`), with a progress
+/// bar on a terminal; returns the keys written.
+fn write_output(args: &SalvageArgs, output: &Path, source_len: u64, salvaged: &Salvaged) -> Result<u64, SalvageError> {
     let bar =
         if std::io::stderr().is_terminal() { ProgressBar::new(salvaged.live_keys()) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("writing keys [{bar:30}] {pos}/{len} ({per_sec})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let techniques = if salvaged.has_value_chunks { "kv-separation" } else { "" };
-    let mut written = 0u64;
-    for (&instance, keys) in &salvaged.keys {
-        let options = Options { instance, ..Options::default() }.with_techniques(techniques)?;
-        let (db, _) =
-            Db::open_with_report(output, options).map_err(|error| format!("{}: {error}", output.display()))?;
-        let limit = db.batch_len_max() / 2;
-        let mut batch = WriteBatch::new();
-        let options = WriteOptions { sync: false };
-        for (key, (_, kind, value)) in keys {
-            if *kind != EntryKind::Put {
-                continue;
-            }
-            batch.put(key, value);
-            if batch.len() >= 1024 || batch.encoded_len() as u64 >= limit {
-                db.write(&batch, options).map_err(|error| format!("{}: {error}", output.display()))?;
-                written += batch.len() as u64;
-                bar.set_position(written);
-                batch = WriteBatch::new();
-            }
-        }
-        db.write(&batch, options)
-            .and_then(|()| db.flush())
-            .map_err(|error| format!("{}: {error}", output.display()))?;
-        written += batch.len() as u64;
-        db.close().map_err(|error| format!("{}: {error}", output.display()))?;
-    }
+    let size = args.size.unwrap_or(source_len);
+    let written = write_volume(output, size, args.force, salvaged, &mut |written| bar.set_position(written))?;
     bar.finish_and_clear();
     Ok(written)
 }
 
 /// Prints every live key as NDJSON; returns the keys printed.
-fn export(salvaged: &Salvaged, out: &mut dyn Write) -> Result<u64, String> {
+fn export(salvaged: &Salvaged, out: &mut dyn Write) -> Result<u64, SalvageError> {
     let several = salvaged.keys.len() > 1;
     let mut written = 0;
     for (&instance, keys) in &salvaged.keys {
@@ -202,7 +158,7 @@ fn export(salvaged: &Salvaged, out: &mut dyn Write) -> Result<u64, String> {
             if several {
                 line["instance"] = json!(instance);
             }
-            writeln!(out, "{line}").map_err(|error| format!("standard output: {error}"))?;
+            writeln!(out, "{line}").map_err(SalvageError::Export)?;
             written += 1;
         }
     }

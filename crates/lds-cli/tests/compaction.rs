@@ -163,8 +163,8 @@ fn resume_and_abort_refuse_a_volume_in_use() {
     drop(held);
 }
 
-fn no_undo() -> lds_cli::repair::UndoChoice {
-    lds_cli::repair::UndoChoice { undo_file: None, no_undo: true }
+fn no_undo() -> lds_cli::session::UndoChoice {
+    lds_cli::session::UndoChoice { undo_file: None, no_undo: true }
 }
 
 #[test]
@@ -174,7 +174,7 @@ fn a_resume_saves_an_undo_file_that_restores_the_volume_byte_for_byte() {
     let original = std::fs::read(&path).unwrap_or_default();
     let undo_file = path.with_extension("img.lds-undo");
     let _ = std::fs::remove_file(&undo_file);
-    let undo = lds_cli::repair::UndoChoice { undo_file: None, no_undo: false };
+    let undo = lds_cli::session::UndoChoice { undo_file: None, no_undo: false };
     let (code, out, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo });
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("resumed and finished"), "{out}");
@@ -183,15 +183,15 @@ fn a_resume_saves_an_undo_file_that_restores_the_volume_byte_for_byte() {
     assert!(std::fs::read(&path).unwrap_or_default() != original, "the resume wrote nothing");
     // A second run refuses to overwrite the undo file, and writes nothing.
     let resumed = std::fs::read(&path).unwrap_or_default();
-    let undo = lds_cli::repair::UndoChoice { undo_file: None, no_undo: false };
+    let undo = lds_cli::session::UndoChoice { undo_file: None, no_undo: false };
     let (code, _, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo });
     assert_eq!(code, EXIT_ERROR, "{err}");
     assert!(err.contains("undo file exists"), "{err}");
     assert!(std::fs::read(&path).unwrap_or_default() == resumed);
     let args =
-        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
+        lds_cli::undo::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(lds_cli::repair::run_undo(&args, &mut out, &mut err), 0, "{}", text(&err));
+    assert_eq!(lds_cli::undo::run(&args, &mut out, &mut err), 0, "{}", text(&err));
     assert!(std::fs::read(&path).unwrap_or_default() == original, "undo did not restore the volume byte for byte");
     let _ = std::fs::remove_file(&undo_file);
 }

@@ -80,6 +80,20 @@ fn every_crash_state_of_lds_resize_is_consistent_and_finished_by_a_second_run() 
 }
 
 #[test]
+fn every_crash_state_of_lds_mkfs_is_the_old_volume_refused_or_the_new_one() {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    assert_eq!(run_crashtest(&options("mkfs"), &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    let counts: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counts["failures"], 0);
+    // Over a volume with the same layout, with a longer version log, with its own uuid, and
+    // over zeros.
+    assert_eq!(counts["workloads"], 4, "{counts}");
+    assert!(counts["distinct_images"].as_u64() > Some(100), "{counts}");
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("mkfs over zeros"), "{err}");
+}
+
+#[test]
 fn every_crash_state_of_two_instances_opened_together_recovers_each_instance() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let options = CrashtestOptions { runs: 2, unbuffered: true, ..options("instances") };

@@ -160,7 +160,7 @@ fn join_fill_and_remove_devices_of_image_files() {
         size: Some(16 << 20),
         dry_run: false,
         min: false,
-        undo: lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+        undo: lds_cli::session::UndoChoice { undo_file: None, no_undo: true },
         json: false,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -142,7 +142,7 @@ fn recover_replays_the_backup_log_and_reports() {
         kv::recover(
             &target,
             true,
-            &lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+            &lds_cli::session::UndoChoice { undo_file: None, no_undo: true },
             &mut out,
             &mut Vec::new()
         ),
@@ -157,7 +157,7 @@ fn recover_replays_the_backup_log_and_reports() {
         kv::recover(
             &target,
             true,
-            &lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+            &lds_cli::session::UndoChoice { undo_file: None, no_undo: true },
             &mut out,
             &mut Vec::new()
         ),

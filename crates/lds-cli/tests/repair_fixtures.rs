@@ -10,7 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lds_cli::repair::{run, run_undo, RepairArgs, UndoArgs};
+use lds_cli::repair::{run, RepairArgs};
+use lds_cli::undo::{run as run_undo, UndoArgs};
 
 fn blessing() -> bool {
     std::env::var_os("LDS_BLESS").is_some_and(|value| value == "1")

@@ -339,9 +339,9 @@ fn repair_rewrites_the_log_chunk_of_a_damaged_batch_and_salvage_names_its_lost_v
 
     // The undo file puts the damaged bytes back; repair again without one.
     let args =
-        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
+        lds_cli::undo::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(lds_cli::repair::run_undo(&args, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
+    assert_eq!(lds_cli::undo::run(&args, &mut out, &mut err), 0, "{}", String::from_utf8_lossy(&err));
     assert!(read(&path) == damaged, "undo did not restore the damaged volume byte for byte");
     let (code, document) = repair(&path, None);
     assert_eq!(code, 1, "{document:#}");
@@ -555,7 +555,7 @@ fn a_shrink_moves_log_chunks_with_their_references_and_log_starts() {
             size,
             dry_run: false,
             min,
-            undo: lds_cli::repair::UndoChoice { undo_file: None, no_undo: true },
+            undo: lds_cli::session::UndoChoice { undo_file: None, no_undo: true },
             json: true,
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());

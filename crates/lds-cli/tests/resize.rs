@@ -12,8 +12,8 @@ use std::process::Command;
 
 use lds_cli::kv::{self, ScanRange, Target};
 use lds_cli::mkfs::MkfsOptions;
-use lds_cli::repair::UndoChoice;
 use lds_cli::resize::{run, ResizeArgs};
+use lds_cli::session::UndoChoice;
 
 fn scratch(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("lds-resize-test-{}-{name}", std::process::id()));
@@ -129,8 +129,8 @@ fn grow_shrink_with_moves_min_dry_run_and_undo_on_an_image_file() {
     assert!(undo_file.exists());
     // lds undo puts the grown volume back, byte for byte.
     let args =
-        lds_cli::repair::UndoArgs { undo_file: undo_file.clone(), path: image.clone(), force: false, dry_run: false };
-    assert_eq!(lds_cli::repair::run_undo(&args, &mut Vec::new(), &mut Vec::new()), 0);
+        lds_cli::undo::UndoArgs { undo_file: undo_file.clone(), path: image.clone(), force: false, dry_run: false };
+    assert_eq!(lds_cli::undo::run(&args, &mut Vec::new(), &mut Vec::new()), 0);
     assert!(std::fs::read(&image).unwrap_or_default() == before, "undo did not restore the volume");
     let _ = std::fs::remove_file(&undo_file);
 

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lds_cli::repair::{run, run_undo, RepairArgs, UndoArgs};
+use lds_cli::repair::{run, RepairArgs};
+use lds_cli::undo::{run as run_undo, UndoArgs};
 use lds_volume::undo::UndoFile;
 
 /// The layout of an LDSUNDO2 file (docs/undo-file.md): header, state block, then batches of

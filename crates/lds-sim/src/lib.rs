@@ -12,6 +12,7 @@ mod images;
 pub mod instances;
 pub mod media;
 pub mod minimize;
+pub mod mkfs;
 pub mod repair;
 pub mod repeat;
 pub mod resize;

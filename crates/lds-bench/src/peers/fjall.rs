@@ -4,6 +4,7 @@ use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
+use crate::error::BenchError;
 use crate::store::{EngineSettings, Store};
 
 pub(super) struct Fjall {
@@ -12,12 +13,12 @@ pub(super) struct Fjall {
     blob: bool,
 }
 
-fn error(operation: &str, error: fjall::Error) -> String {
-    format!("fjall: {operation}: {error}")
+fn error(operation: &'static str, error: fjall::Error) -> BenchError {
+    BenchError::Peer { engine: "fjall", operation, message: error.to_string() }
 }
 
 /// `blob`: key-value separation (values of 1 KiB or more in blob files, uncompressed).
-pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, String> {
+pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, BenchError> {
     let db = Database::builder(dir).cache_size(settings.cache_bytes).open().map_err(|e| error("open", e))?;
     let buffer = settings.write_buffer_bytes;
     let separation = blob.then(|| {
@@ -38,7 +39,7 @@ impl Store for Fjall {
         }
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError> {
         self.keyspace.insert(key, value).map_err(|e| error("put", e))?;
         if sync {
             self.db.persist(PersistMode::SyncAll).map_err(|e| error("persist", e))?;
@@ -46,11 +47,11 @@ impl Store for Fjall {
         Ok(())
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError> {
         Ok(self.keyspace.get(key).map_err(|e| error("get", e))?.map(|value| value.len()))
     }
 
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError> {
         self.keyspace.remove(key).map_err(|e| error("delete", e))?;
         if sync {
             self.db.persist(PersistMode::SyncAll).map_err(|e| error("persist", e))?;
@@ -58,7 +59,7 @@ impl Store for Fjall {
         Ok(())
     }
 
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError> {
         let mut read = 0;
         for guard in self.keyspace.range(start..).take(count) {
             std::hint::black_box(guard.into_inner().map_err(|e| error("scan", e))?);
@@ -67,7 +68,7 @@ impl Store for Fjall {
         Ok(read)
     }
 
-    fn scan_all(&mut self) -> Result<usize, String> {
+    fn scan_all(&mut self) -> Result<usize, BenchError> {
         let mut read = 0;
         for guard in self.keyspace.iter() {
             std::hint::black_box(guard.into_inner().map_err(|e| error("scan", e))?);
@@ -76,7 +77,7 @@ impl Store for Fjall {
         Ok(read)
     }
 
-    fn close(self: Box<Self>) -> Result<(), String> {
+    fn close(self: Box<Self>) -> Result<(), BenchError> {
         self.db.persist(PersistMode::SyncAll).map_err(|e| error("close", e))
     }
 }

@@ -8,6 +8,7 @@ use std::ptr;
 
 use leveldb_sys::*;
 
+use crate::error::BenchError;
 use crate::store::{EngineSettings, Store};
 
 pub(super) struct LevelDb {
@@ -24,7 +25,7 @@ pub(super) struct LevelDb {
 ///
 /// # Safety
 /// `error` is null or a string allocated by LevelDB that nothing else frees.
-unsafe fn check(operation: &str, error: *mut c_char) -> Result<(), String> {
+unsafe fn check(operation: &'static str, error: *mut c_char) -> Result<(), BenchError> {
     if error.is_null() {
         return Ok(());
     }
@@ -34,11 +35,12 @@ unsafe fn check(operation: &str, error: *mut c_char) -> Result<(), String> {
         leveldb_free(error.cast::<c_void>());
         message
     };
-    Err(format!("leveldb: {operation}: {message}"))
+    Err(BenchError::Peer { engine: "leveldb", operation, message })
 }
 
-pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
-    let name = CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| "leveldb: path holds a NUL".to_owned())?;
+pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, BenchError> {
+    let name =
+        CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| BenchError::NulInPath { engine: "leveldb" })?;
     // SAFETY: every object is created here, configured through the C API and owned by the
     // returned store, which destroys each exactly once in Drop.
     unsafe {
@@ -65,7 +67,7 @@ pub(super) fn open(dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Stor
 }
 
 impl LevelDb {
-    fn iterate(&mut self, start: Option<&[u8]>, count: usize) -> Result<usize, String> {
+    fn iterate(&mut self, start: Option<&[u8]>, count: usize) -> Result<usize, BenchError> {
         // SAFETY: the iterator is created from the open database, used only while valid, and
         // destroyed before return; key and value pointers are not kept past `next`.
         unsafe {
@@ -97,7 +99,7 @@ impl Store for LevelDb {
         "leveldb 1.22 (leveldb-sys 2.0.9)".into()
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError> {
         let mut error = ptr::null_mut();
         // SAFETY: the database is open; key and value outlive the call.
         unsafe {
@@ -115,7 +117,7 @@ impl Store for LevelDb {
         }
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError> {
         let mut error = ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: the database is open; the returned value is LevelDB's allocation, freed once.
@@ -130,7 +132,7 @@ impl Store for LevelDb {
         Ok(Some(len))
     }
 
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError> {
         let mut error = ptr::null_mut();
         // SAFETY: the database is open; the key outlives the call.
         unsafe {
@@ -140,15 +142,15 @@ impl Store for LevelDb {
         }
     }
 
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError> {
         self.iterate(Some(start), count)
     }
 
-    fn scan_all(&mut self) -> Result<usize, String> {
+    fn scan_all(&mut self) -> Result<usize, BenchError> {
         self.iterate(None, usize::MAX)
     }
 
-    fn close(self: Box<Self>) -> Result<(), String> {
+    fn close(self: Box<Self>) -> Result<(), BenchError> {
         drop(self);
         Ok(())
     }

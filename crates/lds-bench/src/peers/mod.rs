@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::error::BenchError;
+
 #[cfg(feature = "fjall")]
 mod fjall;
 #[cfg(feature = "leveldb")]
@@ -35,10 +37,10 @@ pub fn available() -> Vec<&'static str> {
 }
 
 /// Opens peer `engine` in directory `dir` (created if missing).
-pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, String> {
-    std::fs::create_dir_all(dir).map_err(|error| format!("{}: cannot create: {error}", dir.display()))?;
+pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::file(dir, "cannot create"))?;
     std::fs::write(dir.join(MARKER), b"made by lds bench; the next run empties this directory\n")
-        .map_err(|error| format!("{}: cannot write: {error}", dir.join(MARKER).display()))?;
+        .map_err(BenchError::file(&dir.join(MARKER), "cannot write"))?;
     let _ = settings;
     let store = match engine {
         #[cfg(feature = "rocksdb")]
@@ -55,11 +57,8 @@ pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<d
         "sled" => sled::open(dir, settings),
         #[cfg(feature = "redb")]
         "redb" => redb::open(dir, settings),
-        other if KNOWN.contains(&other) => Err(format!(
-            "engine '{other}' is not built into this binary: build with `--features {other}` (or `peers`); \
-             tools/bench/run.sh does"
-        )),
-        other => Err(format!("unknown engine '{other}' (known: lds, {})", KNOWN.join(", "))),
+        other if KNOWN.contains(&other) => Err(BenchError::NotBuilt(other.to_string())),
+        other => Err(BenchError::UnknownEngine { name: other.to_string(), known: KNOWN.join(", ") }),
     }?;
     Ok(Box::new(InDir { store, dir: dir.to_path_buf() }))
 }
@@ -88,19 +87,19 @@ impl Store for InDir {
     fn name(&self) -> String {
         self.store.name()
     }
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError> {
         self.store.put(key, value, sync)
     }
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError> {
         self.store.get(key)
     }
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError> {
         self.store.delete(key, sync)
     }
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError> {
         self.store.scan(start, count)
     }
-    fn scan_all(&mut self) -> Result<usize, String> {
+    fn scan_all(&mut self) -> Result<usize, BenchError> {
         self.store.scan_all()
     }
     fn own_counters(&self) -> Option<(u64, u64)> {
@@ -109,27 +108,24 @@ impl Store for InDir {
     fn space_bytes(&self) -> Option<u64> {
         Some(allocated(&self.dir))
     }
-    fn close(self: Box<Self>) -> Result<(), String> {
+    fn close(self: Box<Self>) -> Result<(), BenchError> {
         self.store.close()
     }
 }
 
 /// Empties a peer's directory for a fresh store.
-pub fn wipe(dir: &Path, force: bool) -> Result<(), String> {
+pub fn wipe(dir: &Path, force: bool) -> Result<(), BenchError> {
     if !dir.exists() {
         return Ok(());
     }
-    let mut entries = std::fs::read_dir(dir).map_err(|error| format!("{}: cannot read: {error}", dir.display()))?;
+    let mut entries = std::fs::read_dir(dir).map_err(BenchError::file(dir, "cannot read"))?;
     // Only a directory a benchmark made (its marker inside), an empty one, or --force: never
     // a directory of someone's data (docs/safety.md).
     let ours = dir.join(MARKER).exists() || entries.next().is_none();
     if !ours && !force {
-        return Err(format!(
-            "{}: a directory this benchmark did not make (no {MARKER} in it) and not empty; give --force to delete what it holds",
-            dir.display()
-        ));
+        return Err(BenchError::NotOurs { path: dir.to_path_buf() });
     }
-    std::fs::remove_dir_all(dir).map_err(|error| format!("{}: cannot empty: {error}", dir.display()))
+    std::fs::remove_dir_all(dir).map_err(BenchError::file(dir, "cannot empty"))
 }
 
 /// The file a benchmark leaves in each peer's directory, so that the next run may empty it.

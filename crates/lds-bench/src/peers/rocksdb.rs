@@ -4,6 +4,7 @@ use std::path::Path;
 
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
 
+use crate::error::BenchError;
 use crate::store::{EngineSettings, Store};
 
 pub(super) struct Rocks {
@@ -13,13 +14,13 @@ pub(super) struct Rocks {
     blob: bool,
 }
 
-fn error(operation: &str, error: rocksdb::Error) -> String {
-    format!("rocksdb: {operation}: {error}")
+fn error(operation: &'static str, error: rocksdb::Error) -> BenchError {
+    BenchError::Peer { engine: "rocksdb", operation, message: error.to_string() }
 }
 
 /// `blob`: BlobDB (`enable_blob_files`): values of 1 KiB or more in blob files, with blob
 /// garbage collection on (the same threshold as LDS's kv-separation).
-pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, String> {
+pub(super) fn open(dir: &Path, settings: &EngineSettings, blob: bool) -> Result<Box<dyn Store>, BenchError> {
     let mut options = Options::default();
     if blob {
         options.set_enable_blob_files(true);
@@ -52,21 +53,21 @@ impl Store for Rocks {
         format!("rocksdb (rust-rocksdb 0.25, bundled{blob})")
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), String> {
+    fn put(&mut self, key: &[u8], value: &[u8], sync: bool) -> Result<(), BenchError> {
         let options = if sync { &self.sync } else { &self.nosync };
         self.db.put_opt(key, value, options).map_err(|e| error("put", e))
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, String> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<usize>, BenchError> {
         Ok(self.db.get_pinned(key).map_err(|e| error("get", e))?.map(|value| value.len()))
     }
 
-    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), String> {
+    fn delete(&mut self, key: &[u8], sync: bool) -> Result<(), BenchError> {
         let options = if sync { &self.sync } else { &self.nosync };
         self.db.delete_opt(key, options).map_err(|e| error("delete", e))
     }
 
-    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, String> {
+    fn scan(&mut self, start: &[u8], count: usize) -> Result<usize, BenchError> {
         let mut iterator = self.db.raw_iterator();
         iterator.seek(start);
         let mut read = 0;
@@ -79,7 +80,7 @@ impl Store for Rocks {
         Ok(read)
     }
 
-    fn scan_all(&mut self) -> Result<usize, String> {
+    fn scan_all(&mut self) -> Result<usize, BenchError> {
         let mut iterator = self.db.raw_iterator();
         iterator.seek_to_first();
         let mut read = 0;
@@ -92,7 +93,7 @@ impl Store for Rocks {
         Ok(read)
     }
 
-    fn close(self: Box<Self>) -> Result<(), String> {
+    fn close(self: Box<Self>) -> Result<(), BenchError> {
         self.db.flush_wal(true).map_err(|e| error("close", e))
     }
 }

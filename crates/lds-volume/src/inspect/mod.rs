@@ -1,7 +1,19 @@
 //! The inspection walks of SPEC.md §15 and what recovery says of each object, for dump tools:
 //! every object of a log area in physical order with its liveness and the reason, the state
-//! of every slot, and the sub-chunks of a chunk. The library half of `lds dump` (gitoxide's
-//! plumbing and core split): it returns typed values, and the command only formats them.
+//! of every slot, and the sub-chunks of a chunk; the backup log a version keeps for its log
+//! chunks (`retained`), log references followed (`log_refs`) and value chunks checked
+//! (`value_chunks`). The library half of `lds dump` (gitoxide's plumbing and core split): it
+//! returns typed values, and the command only formats them.
+
+mod log_refs;
+mod retained;
+mod value_chunks;
+
+pub use log_refs::{LogResolver, ResolveError};
+pub use retained::RetainedLog;
+pub use value_chunks::{
+    check_value_chunk, pending_value_slots, slot_footers, DigestCheck, FooterCheck, SlotFooters, ValueChunkCheck,
+};
 
 use std::collections::BTreeSet;
 
