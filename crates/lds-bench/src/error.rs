@@ -82,12 +82,14 @@ pub enum BenchError {
     },
     /// A peer's directory holds data a benchmark did not leave there.
     #[error(
-        "{}: a directory this benchmark did not make (no {} in it) and not empty; give --force to delete what it holds",
-        path.display(), crate::peers::MARKER
+        "{}: a directory this benchmark did not make (no {marker} in it) and not empty; give --force to delete what it holds",
+        path.display()
     )]
     NotOurs {
         /// The directory.
         path: PathBuf,
+        /// The file a benchmark leaves in the directories it makes.
+        marker: &'static str,
     },
     /// A peer needs a directory, and the path is something else.
     #[error("{}: a peer needs a directory", path.display())]

@@ -123,7 +123,7 @@ pub fn wipe(dir: &Path, force: bool) -> Result<(), BenchError> {
     // a directory of someone's data (docs/safety.md).
     let ours = dir.join(MARKER).exists() || entries.next().is_none();
     if !ours && !force {
-        return Err(BenchError::NotOurs { path: dir.to_path_buf() });
+        return Err(BenchError::NotOurs { path: dir.to_path_buf(), marker: MARKER });
     }
     std::fs::remove_dir_all(dir).map_err(BenchError::file(dir, "cannot empty"))
 }

@@ -2,6 +2,7 @@
 
 mod backup;
 mod free_slots;
+mod left_out;
 mod rebase;
 mod rebuild;
 mod source;

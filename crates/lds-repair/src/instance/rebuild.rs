@@ -21,7 +21,7 @@ use crate::dropped::{Dropped, Lost};
 use crate::logchunks::{self, Resolver};
 use crate::{Fix, FixClass, RepairError};
 
-use super::free_slots::locate_left_out;
+use super::left_out::locate_left_out;
 use super::source::{chunk_images, old_chain_ranges, read_entries, version_log_broken, ChunkRead, Source};
 use super::Run;
 
