@@ -727,6 +727,7 @@ fn value_cases() -> Vec<FsckCase> {
         Code::ValuePendingMissing,
         EXIT_UNCORRECTED,
     ));
+    cases.extend(crate::spec_cases::fsck_cases());
     cases
 }
 
