@@ -218,8 +218,9 @@ def stored_summaries(out: Path):
     summaries = {}
     for group, workloads in GROUPS.items():
         for config in configs(group):
+            # `-[0-9]*`: the runs of `forest` only, not those of `forest-serial` too.
             documents = [json.loads(path.read_text())
-                         for path in sorted(out.glob(f"{group}-{config.replace(',', '+')}-*.json"))]
+                         for path in sorted(out.glob(f"{group}-{config.replace(',', '+')}-[0-9]*.json"))]
             if not documents:
                 # Never run (a subset of the configurations): no row, where a run that lacks a
                 # workload shows as failed.
