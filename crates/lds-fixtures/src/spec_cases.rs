@@ -8,16 +8,16 @@
 //! - `d_large_sequences` (SPEC.md §8.2, §15.1 "Widths"): compact entries whose varint tags
 //!   pass 2^31 and 2^32 (sequence numbers from 2^30 up), which a 32-bit integer cuts.
 //!
+//! `f_sequence_read_cap` is an fsck case (warning 410): crate::fsck_cases lists it.
+//!
 //! The third guess, which label copy of the first device holds the device table and in which
 //! order the devices are given (SPEC.md §4.3, §15.1 rule 7), needs a volume of several
 //! devices; tools/tests builds that one with the lds binary.
 
-use lds_check::Code;
 use lds_format::batch::{BatchEntry, EntryKind};
 use lds_format::image::ImageBuilder;
 use lds_format::version::{CompactionJournal, DeltaVersion};
 
-use crate::fsck_cases::{FsckCase, EXIT_UNCORRECTED};
 use crate::{added, expect, new_label, small, Fixture};
 
 /// A chunk entry: key, sequence number, kind, value.
@@ -201,18 +201,4 @@ pub fn all() -> Vec<Fixture> {
             image: large_sequences_image().bytes,
         },
     ]
-}
-
-/// The fsck cases of this module.
-pub fn fsck_cases() -> Vec<FsckCase> {
-    vec![FsckCase {
-        fixture: Fixture {
-            name: "f_sequence_read_cap",
-            description: "a chunk's entries above the version's last sequence, some at or below the last replayed \
-                          one (read) and some above it (not read: SPEC.md §15.1 step 6)",
-            image: read_cap_image().bytes,
-        },
-        code: Code::SequenceImplausible,
-        exit_code: EXIT_UNCORRECTED,
-    }]
 }
