@@ -134,7 +134,7 @@ types:
         value: groups.size
       value:
         value: >-
-          (groups[0] % 128).as<u8>
+          ((groups[0] % 128).as<u8>
           + (groups.size > 1 ? (groups[1] % 128).as<u8> * 128 : 0)
           + (groups.size > 2 ? (groups[2] % 128).as<u8> * 16384 : 0)
           + (groups.size > 3 ? (groups[3] % 128).as<u8> * 2097152 : 0)
@@ -142,8 +142,11 @@ types:
           + (groups.size > 5 ? (groups[5] % 128).as<u8> * 34359738368 : 0)
           + (groups.size > 6 ? (groups[6] % 128).as<u8> * 4398046511104 : 0)
           + (groups.size > 7 ? (groups[7] % 128).as<u8> * 562949953421312 : 0)
-          + (groups.size > 8 ? (groups[8] % 128).as<u8> * 72057594037927936 : 0)
-        doc: The value (exact to 2^53 in JavaScript).
+          + (groups.size > 8 ? (groups[8] % 128).as<u8> * 72057594037927936 : 0)).as<u8>
+        doc: |
+          The value, a u8 in every language (a 32-bit integer would cut a tag
+          past 2^31, a put's from sequence 2^30: SPEC.md §15.1 "Widths");
+          exact to 2^53 in JavaScript.
 enums:
   kind:
     0: delete

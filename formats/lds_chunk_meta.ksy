@@ -131,7 +131,7 @@ types:
         doc: The slot of sub-chunk 0 is the chunk id.
       - id: digest
         size: 32
-        doc: The blake3 digest from that sub-chunk's footer (SPEC.md §8.3).
+        doc: The digest from that sub-chunk's footer (blake3, or xxh3-128 from format 1.3, SPEC.md §8.3).
   value_ref:
     doc: The bytes a chunk's pointers hold in one value chunk (its live bytes there).
     doc-ref: SPEC.md §6.4

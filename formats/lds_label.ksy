@@ -29,7 +29,10 @@ seq:
     doc: 1. A reader refuses a major version it does not know.
   - id: version_minor
     type: u2
-    doc: 0 in version 1.0; a higher minor version is readable by a 1.0 reader.
+    doc: |
+      The minor version that defined the highest incompatible feature bit
+      set, 0 with none (7 on a volume lds mkfs writes today). Not checked:
+      the feature bits decide what a reader may do (SPEC.md §4, §17).
   - id: len_label
     type: u4
     doc: 512.
@@ -108,13 +111,14 @@ instances:
   is_valid_except_crc:
     value: >-
       version_major == 1 and len_label == 512 and features_incompat <= 127
+      and generation >= 1
       and (has_devices ? devices.is_consistent : reserved.is_zero)
       and geometry.is_consistent
     doc: |
       The label passes the checks of SPEC.md §4.2 step 1 but the crc32c:
       known major version, `len_label`, no unknown incompatible feature
       (version 1.1 defines bit 0, 1.2 bit 1, 1.3 bit 2, 1.4 bit 3, 1.5 bit 4,
-      1.6 bit 5, 1.7 bit 6), zero reserved bytes or a
+      1.6 bit 5, 1.7 bit 6), `generation` at least 1, zero reserved bytes or a
       device table of 1 to 7 devices, and the geometry invariants (except the
       one against the device length).
 types:

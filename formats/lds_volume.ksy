@@ -30,6 +30,14 @@ doc: |
   (`primary`, `backup`, `slot::footer`, `slot::value_footer`) whenever its
   magic is there, usable or not.
 
+  A volume of several devices (SPEC.md §4.3) is parsed from its address
+  space, which the reader assembles by SPEC.md §15.1 rule 7, passing
+  `ofs_first_device_backup`: the backup label is then the first device's
+  backup copy at the address space's last sector, not where the primary's
+  geometry would put it (after an interrupted `lds device` command the
+  first device's two copies hold different tables, and only the copy with
+  the higher generation gives the address space its length).
+
   The physical walk never fails: it stops at a position where fewer than 64
   bytes remain, the magic is not "LDSO" (at that position, nor, when the
   position is not a multiple of `sector_size`, at the next multiple), or
@@ -46,6 +54,15 @@ doc-ref:
   - SPEC.md §3
   - SPEC.md §4.2
   - SPEC.md §15
+params:
+  - id: ofs_first_device_backup
+    type: u8
+    doc: |
+      0 for a volume of one device: the backup label is located by SPEC.md
+      §4.2 (at the primary's `volume_len - sector_size`, or by probing the
+      end). For the address space of a volume of several devices: its last
+      sector, where the reader mapped the first device's backup label copy
+      (SPEC.md §15.1 rule 7); both copies are then read at 0 and here.
 instances:
   primary_magic:
     pos: 0
@@ -67,18 +84,22 @@ instances:
     type: backup_candidate(512 << _index)
     repeat: until
     repeat-until: _.is_usable or _.sector_size >= 65536
-    if: not primary_usable
+    if: not primary_usable and ofs_first_device_backup == 0
     doc: |
       Without a usable primary, the last sector of the device is probed for
       each sector size 512, 1024, ..., 65536 (SPEC.md §4.2 step 2); the
       first usable label whose `sector_size` is the probed one is taken.
   has_ofs_backup_label:
-    value: primary_usable or backup_candidates.last.is_usable
+    value: >-
+      ofs_first_device_backup != 0 or primary_usable
+      or backup_candidates.last.is_usable
   ofs_backup_label:
     value: >-
-      (primary_usable
+      (ofs_first_device_backup != 0
+      ? ofs_first_device_backup
+      : (primary_usable
       ? primary.geometry.volume_len - primary.geometry.sector_size
-      : _io.size - backup_candidates.last.sector_size).as<u8>
+      : _io.size - backup_candidates.last.sector_size)).as<u8>
     if: has_ofs_backup_label
   backup_magic:
     pos: ofs_backup_label

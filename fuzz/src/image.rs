@@ -54,7 +54,8 @@ pub fn image(data: &[u8]) {
 }
 
 /// What the format crate's recovery makes of the volume: the chosen label, and whether every
-/// instance recovers with no unfinished compaction (which this engine cannot resume yet).
+/// instance recovers with at most one unfinished compaction (which the engine resumes, SPEC.md
+/// §12) and a backup log without damage.
 fn recover(image: &[u8]) -> Option<(Label, bool)> {
     let labels = read_labels(&MemoryImage(image)).ok()?;
     let label = labels.choose().ok()?.1.clone();

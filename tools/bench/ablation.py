@@ -35,6 +35,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import commit, measured_on, recorded_in  # noqa: E402
 from run import Loop, Throttle, parse_size, run_bench  # noqa: E402
 
 CONFIGS = [
@@ -217,8 +218,9 @@ def stored_summaries(out: Path):
     summaries = {}
     for group, workloads in GROUPS.items():
         for config in configs(group):
+            # `-[0-9]*`: the runs of `forest` only, not those of `forest-serial` too.
             documents = [json.loads(path.read_text())
-                         for path in sorted(out.glob(f"{group}-{config.replace(',', '+')}-*.json"))]
+                         for path in sorted(out.glob(f"{group}-{config.replace(',', '+')}-[0-9]*.json"))]
             if not documents:
                 # Never run (a subset of the configurations): no row, where a run that lacks a
                 # workload shows as failed.
@@ -234,6 +236,8 @@ def write_markdown(summaries, path: Path, args):
     throttled = f", device-bound: the disk under it throttled to {args.throttle.replace(',', ' MB/s and ')} IOPS" \
         if args.throttle else ""
     w(f"## Compaction techniques of the seed papers: ablation{' (device-bound)' if args.throttle else ''}\n")
+    # Written again from stored runs, the table keeps the commit they were measured on.
+    w(measured_on(recorded_in(path) if args.from_runs else commit(), "tools/bench/ablation.py"))
     w(f"LDS on a raw loop device ({args.size}{throttled}); each configuration run {args.repeat} times with seeds 1 to "
       f"{args.repeat}, medians shown. Uniform: fillrandom and overwrite of {args.num:,} keys (values 1 to 200 "
       f"bytes), then readrandom. Skewed: fillhot ({args.num * 2:,} puts, 99% of them to 1% of the keys), then "

@@ -24,6 +24,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import provenance
+
 PEERS = ["rocksdb", "leveldb", "fjall", "sled", "redb"]
 FILESYSTEMS = ["ext4", "xfs", "btrfs"]
 MKFS = {
@@ -245,6 +247,8 @@ def main():
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "backing_fs": sh("stat", "-f", "-c", "%T", str(work)),
         "args": vars(args),
+        # The build measured, which BENCHMARKS.md names for each section (provenance.py).
+        "commit": provenance.commit(),
     }
     (out / "machine.json").write_text(json.dumps(machine, indent=1))
     with ExitStack() as throttle:

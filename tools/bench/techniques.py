@@ -25,6 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import commit, measured_on  # noqa: E402
 from run import Loop, Mount, parse_size, run_bench  # noqa: E402
 
 VALUE_SIZES = [1024, 4096, 16384]
@@ -120,7 +121,9 @@ def main():
 def write_markdown(runs, pinning, path: Path, data, pinning_num):
     lines = []
     w = lines.append
+    measured = measured_on(commit(), "tools/bench/techniques.py")
     w("## Key-value separation (technique kv-separation)\n")
+    w(measured)
     w(f"Each fill writes {data >> 20} MiB of values (16-byte keys), then overwrites every key once in random "
       "order, then reads random keys. LDS on a raw loop device; RocksDB (BlobDB: `enable_blob_files`, "
       "`min_blob_size` 1 KiB, blob GC on) and fjall (kv separation at 1 KiB) on ext4 on a loop device of the same "
@@ -170,6 +173,7 @@ def write_markdown(runs, pinning, path: Path, data, pinning_num):
               f"| {over('fjall-blob')} | {wa} |")
     w("")
     w("## Level pinning (technique level-pinning)\n")
+    w(measured)
     w(f"{pinning_num:,} keys with values of 1 to 200 bytes, then random reads, LDS on a raw loop device with a 1 MiB block cache "
       "and a 256 KiB chunk-tail cache, far below the data; level pinning keeps the index and filter of every chunk "
       "of the upper levels in memory (within `pinned_bytes_max`), loaded at open and kept at each commit.\n")

@@ -135,10 +135,12 @@ class AddressSpace(io.RawIOBase):
 
 
 def open_volume(paths):
-    """The volume of `paths` (the first device first): a stream over one device, or over the
-    address space of several (SPEC.md §4.3)."""
+    """The volume of `paths` (the first device first, the others in any order): a stream over
+    one device, or over the address space of several (SPEC.md §4.3, §15.1 rule 7), which
+    carries `ofs_first_device_backup` for `parse_volume`."""
     first = open_image(paths[0])
     _load_parser()
+    # The device table is the first device's copy that §4.2 chooses on that device.
     label = device_label(first)
     if label is None or not label.has_devices:
         return first
@@ -147,6 +149,8 @@ def open_volume(paths):
     for path in paths[1:]:
         stream = open_image(path)
         own = device_label(stream)
+        # A device another volume's, or one the table does not list (removed, or joining when
+        # a crash came), is left out.
         if own is not None and own.has_devices and bytes(own.geometry.volume_uuid) == bytes(g.volume_uuid):
             by_uuid[bytes(own.devices.device_uuid)] = stream
     entries = list(table.devices)
@@ -158,7 +162,10 @@ def open_volume(paths):
             raise ValueError(f"device {index} of the volume ({uuid.UUID(bytes=bytes(entry.device_uuid))}) is not given")
         extents.append((g.ofs_slot_area + entry.first_slot * g.slot_size, entry.num_slots * g.slot_size,
                         stream, min(g.slot_size, 1 << 20)))
-    return io.BufferedReader(AddressSpace(g.volume_len, extents), buffer_size=1 << 16)
+    volume = io.BufferedReader(AddressSpace(g.volume_len, extents), buffer_size=1 << 16)
+    # The first device's backup copy, mapped to the last sector (lds_volume.ksy's parameter).
+    volume.ofs_first_device_backup = g.volume_len - g.sector_size
+    return volume
 
 
 # ---- the projection of view.json ----
@@ -232,7 +239,7 @@ def parse_volume(image):
 
     if isinstance(image, (bytes, bytearray)):
         image = io.BytesIO(image)
-    return lds_volume.LdsVolume(KaitaiStream(image))
+    return lds_volume.LdsVolume(getattr(image, "ofs_first_device_backup", 0), KaitaiStream(image))
 
 
 def label_json(image, label, ofs):

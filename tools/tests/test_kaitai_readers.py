@@ -588,6 +588,113 @@ def test_engine_written_triad_log_volume_matches(kaitai_dump, tmp_path):
     assert statuses.get(False, "ok") == "ok", statuses
 
 
+def test_first_device_label_copies_with_different_tables(kaitai_dump, tmp_path):
+    """SPEC.md §4.3 and §15.1 rule 7 on the two states a crash during `lds device add` of a
+    third device leaves. (a) The first device's backup label copy holds the new table (the
+    third device in it, generation + 1), its primary the old one: the table is the copy with
+    the higher generation, both copies read where they lie on the first device, and the
+    backup copy is the address space's last sector, not where the primary's geometry puts it.
+    (b) The third device is labeled, the first device's copies are old: the third device is
+    not part of the volume and a reader given it leaves it out. Each time the other devices
+    are given out of table order (the third before the second); every reader reads the volume
+    as lds does (lds finds the devices beside the first)."""
+
+    def lds(*args, **kwargs):
+        return subprocess.run([str(lds_bin()), *map(str, args)], check=True, capture_output=True, text=True, **kwargs)
+
+    built = tmp_path / "built"
+    built.mkdir()
+    first, second, third = (built / f"{name}.img" for name in ("first", "second", "third"))
+    lds("mkfs", "--size", "2MiB", "--sector-size", "512", "--slot-size", "64KiB",
+        "--version-log-size", "64KiB", "--backup-log-size", "16KiB", first)
+    lds("device", "add", first, second, "--size", "1MiB")
+    for rounds in range(1, 30):
+        lines = "".join(f"key{n:05}\tvalue-{rounds}-{n}-{'x' * (n % 90)}\n" for n in range(2000 * rounds))
+        lds("load", first, "--format", "tsv", input=lines)
+        listed = json.loads(lds("device", "list", first, "--json").stdout)
+        if listed["devices"][1]["slots_in_use"] > 0:
+            break
+    assert listed["devices"][1]["slots_in_use"] > 0, "no chunk reached the second device"
+    before = {path.name: path.read_bytes() for path in (first, second)}
+    lds("device", "add", first, third, "--size", "1MiB")
+    after = {path.name: path.read_bytes() for path in (first, third)}
+    sector = 512  # mkfs --sector-size above: the first device's backup copy is its last sector
+    len_first = len(before["first.img"])
+
+    def state(name, first_bytes):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "first.img").write_bytes(first_bytes)
+        (folder / "second.img").write_bytes(before["second.img"])
+        (folder / "third.img").write_bytes(after["third.img"])
+        return folder / "first.img", [folder / "third.img", folder / "second.img"]
+
+    # (a) Step 2 of the join interrupted after the backup copy: the rest is as before.
+    spliced = bytearray(before["first.img"])
+    spliced[len_first - sector:] = after["first.img"][len_first - sector:]
+    image, devices = state("backup-copy-new", bytes(spliced))
+    volume = compare(image, "first device's backup copy newer", devices)
+    primary, backup = volume["labels"]["primary"], volume["labels"]["backup"]
+    assert backup["generation"] == primary["generation"] + 1, (primary["generation"], backup["generation"])
+    assert primary["devices"]["num_devices"] == 2 and backup["devices"]["num_devices"] == 3
+    assert len(volume["slots"]) == backup["geometry"]["num_slots"] > primary["geometry"]["num_slots"]
+    assert len(compare_state(image, "first device's backup copy newer", volume, devices)) > 2000
+    compare_chunks(image, "first device's backup copy newer", devices)
+
+    # (b) Step 1 done: the third device labeled, the first device's copies old.
+    image, devices = state("third-labeled", before["first.img"])
+    volume = compare(image, "a labeled device the table does not list", devices)
+    assert volume["labels"]["primary"]["devices"]["num_devices"] == 2
+    assert len(volume["slots"]) == volume["labels"]["primary"]["geometry"]["num_slots"]
+    assert len(compare_state(image, "a labeled device the table does not list", volume, devices)) > 2000
+    compare_chunks(image, "a labeled device the table does not list", devices)
+
+
+def _state_by_key(image):
+    """Every reader's `state` of a one-instance fixture, checked equal: (summary, {key: line})."""
+    states = [run_reader(lang, "state", image) for lang in READERS]
+    assert all(state == states[0] for state in states), "the readers disagree on the state"
+    summary = states[0][0]
+    return summary, {bytes.fromhex(line["key"]).decode(): line for line in states[0][1:]}
+
+
+def test_spec_cases_read_as_spec_md_says(kaitai_dump, tmp_path):
+    """The fixtures of crates/lds-fixtures/src/spec_cases.rs read as SPEC.md says, in every
+    reader (the cross-check above holds them to lds scan too): an output that reuses a cleaned
+    input's chunk id is read (§12, §15.1 step 4); the read cap is the last replayed sequence
+    number (§15.1 step 6); sequence numbers past 2^30 in compact entries are exact (§15.1
+    "Widths", the Java reader once cut them at 32 bits)."""
+    fixtures = {}
+    for name in ("d_journal_reused_slot", "f_sequence_read_cap", "d_large_sequences"):
+        fixtures[name] = tmp_path / name
+        fixtures[name].write_bytes(fixture_bytes(name))
+
+    summary, state = _state_by_key(fixtures["d_journal_reused_slot"])
+    # Chunk 3 is the output in slot 3 (the cleaned input 3 is not read), 10 the first output,
+    # 5 and 6 the inputs read above the resume key; cleaned input 4's slot is zeroed.
+    assert summary["chunks"] == [3, 5, 6, 10], summary
+    keys = [f"key{n:05}" for n in range(60) if n % 7 != 6]
+    assert [k for k in state if k.startswith("key")] == keys
+    assert all(state[k]["value"] == f"new-{int(k[3:])}".encode().hex() for k in keys)
+
+    summary, state = _state_by_key(fixtures["f_sequence_read_cap"])
+    last = summary["last_sequence"]
+    assert state["below-cap"]["sequence"] == last + 2 and state["zzz-at-cap"]["sequence"] == last + 4
+    assert "above-cap" not in state
+    assert state["older-version"]["sequence"] == 2
+    assert state["replayed-1"] == dict(state["replayed-1"], sequence=last + 1, value=b"v-replayed-1".hex())
+
+    summary, state = _state_by_key(fixtures["d_large_sequences"])
+    assert {k: line["sequence"] for k, line in state.items()} == {
+        "at-2^30": 1 << 30,
+        "below-2^30": (1 << 30) - 1,
+        "past-2^32": (1 << 32) + 5,
+        "past-2^40": (1 << 40) + 7,
+        "twice": (1 << 40) + 9,
+    }
+    assert summary["last_sequence"] == (1 << 40) + 8 and bytes.fromhex(state["twice"]["value"]) == b"replayed"
+
+
 def test_large_volume_past_2_to_24_sequences(kaitai_dump, tmp_path):
     """A 3 GiB sparse volume (offsets past 2^31 and 2^32 bits of u4) whose chunks hold the
     newest version of keys at sequences on both sides of 2^24 (where 32-bit shifts of

@@ -64,7 +64,8 @@ pub enum CheckError {
 /// Options of a check.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CheckOptions {
-    /// Also recompute every chunk's blake3 digest and test every key against its filter.
+    /// Also recompute every chunk's digest (xxh3-128; blake3 before format 1.3), check every
+    /// value's crc32c and test every key against its filter.
     pub deep: bool,
     /// Threads checking the chunks of a large tree while one reads them; 0 (the default):
     /// one fewer than the cores, at least one, at most four.

@@ -39,8 +39,9 @@ pub enum Command {
     /// Check a volume completely, read-only.
     ///
     /// Labels, both logs of every instance, every chunk the trees reference (footer, index,
-    /// filter, every block's checksum, key order and range; with --deep the blake3 digest and
-    /// every key against its filter), the online map and the compaction journal. One line per
+    /// filter, every block's checksum, key order and range; with --deep the digest (xxh3-128,
+    /// blake3 for chunks written before format 1.3) and every key against its filter), value
+    /// chunks and pointers, the online map and the compaction journal. One line per
     /// problem with a stable code (E errors, W warnings, I info), then a summary.
     /// Exit codes as fsck(8): 0 clean, 4 errors left uncorrected, 8 operational error,
     /// 16 usage error. Refuses a volume another process holds unless --force-readonly.

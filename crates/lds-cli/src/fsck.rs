@@ -25,7 +25,8 @@ pub struct FsckOptions {
     /// Never write (the only mode: accepted for fsck(8) habits).
     #[arg(short = 'n', long = "no-changes")]
     pub read_only: bool,
-    /// Also recompute every chunk's blake3 digest and test every key against its filter.
+    /// Also recompute every chunk's digest (xxh3-128; blake3 before format 1.3), check every
+    /// value's crc32c and test every key against its filter.
     #[arg(long)]
     pub deep: bool,
     /// Print JSON (schema lds-fsck/1, docs/fsck-json.md).

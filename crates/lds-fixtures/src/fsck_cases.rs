@@ -728,6 +728,14 @@ fn value_cases() -> Vec<FsckCase> {
         Code::ValuePendingMissing,
         EXIT_UNCORRECTED,
     ));
+    cases.push(case(
+        "f_sequence_read_cap",
+        "a chunk's entries above the version's last sequence, some at or below the last replayed one (read) and \
+         some above it (not read: SPEC.md §15.1 step 6)",
+        crate::spec_cases::read_cap_image().bytes,
+        Code::SequenceImplausible,
+        EXIT_UNCORRECTED,
+    ));
     cases
 }
 

@@ -23,6 +23,7 @@ pub mod damage;
 pub mod fsck_cases;
 pub mod hostile;
 pub mod many_objects;
+pub mod spec_cases;
 
 use std::path::{Path, PathBuf};
 
@@ -555,7 +556,7 @@ pub fn sketches_image() -> ImageBuilder {
 
 /// Every fixture.
 pub fn all() -> Vec<Fixture> {
-    vec![
+    let mut fixtures = vec![
         Fixture {
             name: "d_empty",
             description: "a freshly formatted 4 MiB volume: labels and the initial base version",
@@ -582,7 +583,9 @@ pub fn all() -> Vec<Fixture> {
             description: "two instances with their own logs sharing one slot area",
             image: two_instances_image().bytes,
         },
-    ]
+    ];
+    fixtures.extend(spec_cases::all());
+    fixtures
 }
 
 /// gzip with a fixed header (no name, mtime 0), so the compressed bytes are reproducible too.

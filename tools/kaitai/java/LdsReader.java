@@ -1138,10 +1138,20 @@ public class LdsReader {
         }
     }
 
-    /** The volume of `files` (the first device first): null for a volume of one device. */
+    /**
+     * Where the address space maps the first device's backup label copy (its last sector),
+     * lds_volume.ksy's parameter; 0 for a volume of one device (SPEC.md §15.1 rule 7).
+     */
+    static long ofsFirstDeviceBackup = 0;
+
+    /**
+     * The volume of `files` (the first device first, the others in any order): null for a
+     * volume of one device (SPEC.md §4.3, §15.1 rule 7).
+     */
     static KaitaiStream addressSpace(List<String> files) throws IOException {
         List<DeviceFile> devices = new ArrayList<>();
         devices.add(new DeviceFile(files.get(0)));
+        // The device table is the first device's copy that §4.2 chooses on that device.
         LdsLabel label = deviceLabel(devices.get(0));
         if (label == null || !label.hasDevices()) {
             return null;
@@ -1169,6 +1179,7 @@ public class LdsReader {
             extents.add(new long[] {g.ofsSlotArea() + entry.firstSlot() * g.slotSize(), entry.numSlots() * g.slotSize(),
                 device, Math.min(g.slotSize(), 1L << 20)});
         }
+        ofsFirstDeviceBackup = g.volumeLen() - g.sectorSize();
         return new RandomAccessFileKaitaiStream(new AddressSpaceFile(g.volumeLen(), extents, devices));
     }
 
@@ -1195,7 +1206,7 @@ public class LdsReader {
         }
         StringBuilder out = new StringBuilder();
         try {
-            LdsVolume vol = new LdsVolume(image);
+            LdsVolume vol = new LdsVolume(image, ofsFirstDeviceBackup);
             if (args[0].equals("volume")) {
                 json(out, volumeJson(vol, args[1]));
                 out.append('\n');

@@ -104,6 +104,10 @@ class Image {
     const first = new DeviceFile(files[0]);
     let size = first.size;
     this.extents = [[0, first.size, first, 0]];
+    // 0: one device, the backup label located by SPEC.md §4.2 (lds_volume.ksy's parameter).
+    this.ofsFirstDeviceBackup = 0;
+    // The device table is the first device's copy that §4.2 chooses on that device; the
+    // others are matched by uuid, in any order (SPEC.md §15.1 rule 7).
     const label = deviceLabel(first);
     if (label && label.hasDevices) {
       const g = label.geometry;
@@ -117,6 +121,8 @@ class Image {
       }
       const entries = label.devices.devices;
       size = g.volumeLen;
+      // The first device's backup copy, mapped to the address space's last sector.
+      this.ofsFirstDeviceBackup = g.volumeLen - g.sectorSize;
       this.extents = [
         [0, g.ofsSlotArea + entries[0].numSlots * g.slotSize, first, 0],
         [g.volumeLen - g.sectorSize, g.sectorSize, first, entries[0].lenDevice - g.sectorSize],
@@ -159,7 +165,7 @@ function parseVolume(image) {
   const size = image.bytes.length;
   image.ensure(0, 65536);
   image.ensure(size - 65536, 65536);
-  const vol = new LdsVolume(image.stream());
+  const vol = new LdsVolume(image.stream(), null, null, image.ofsFirstDeviceBackup);
   if (vol.label) {
     const g = vol.label.geometry;
     image.ensure(g.ofsVersionLog, g.lenVersionLog * g.instanceCount);
