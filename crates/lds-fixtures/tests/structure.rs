@@ -10,13 +10,11 @@ use std::path::{Path, PathBuf};
 
 /// Crates whose files still import each other in a circle, each with why it is let pass. Empty
 /// this list as the circles go: a crate listed here whose circle is gone fails the test too.
-const KNOWN_CIRCLES: &[(&str, &str)] = &[
-    (
-        "lds-fixtures",
-        "hostile::walk lists every field by calling hostile::undo::fields, which walks with \
+const KNOWN_CIRCLES: &[(&str, &str)] = &[(
+    "lds-fixtures",
+    "hostile::walk lists every field by calling hostile::undo::fields, which walks with \
          walk's Walker: the walker in a file of its own (or the list in hostile/mod.rs) opens it",
-    ),
-];
+)];
 
 /// A module's path inside its crate (`["db", "open"]`; the crate root is empty).
 type Module = Vec<String>;
@@ -531,4 +529,59 @@ fn the_graph_finds_a_circle_of_files_and_a_cycle_of_top_level_modules() {
     assert_eq!(cycle, modules(&["a", "b", "c", "state", "a"]), "{files:?}");
     assert!(describe(&cycle, &files).contains("c -> state: super::state::Shared"), "{}", describe(&cycle, &files));
     let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// The crates a crate's Cargo.toml depends on among the workspace's, without the `lds-` prefix.
+fn workspace_dependencies(manifest: &str) -> BTreeSet<String> {
+    let mut in_dependencies = false;
+    let mut found = BTreeSet::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+        } else if in_dependencies {
+            if let Some(name) = line.split(['=', ' ', '.']).next().and_then(|name| name.strip_prefix("lds-")) {
+                found.insert(name.to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn architecture_md_names_each_crates_dependencies() {
+    // ARCHITECTURE.md's table of crates and what each depends on is what a newcomer reads
+    // first: it must say what the manifests say.
+    let root = workspace();
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_else(|error| panic!("{error}"));
+    let mut documented: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("lds-") else { continue };
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        let listed = rest.split_once("<-").map(|(_, list)| list.split('(').next().unwrap_or(list)).unwrap_or("");
+        let listed: BTreeSet<String> =
+            listed.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect();
+        documented.insert(name, listed);
+    }
+    let mut differences = Vec::new();
+    let crates = std::fs::read_dir(root.join("crates")).unwrap_or_else(|error| panic!("{error}"));
+    for entry in crates.flatten() {
+        let Some(name) = entry.file_name().to_str().and_then(|name| name.strip_prefix("lds-")).map(str::to_string)
+        else {
+            continue;
+        };
+        let manifest =
+            std::fs::read_to_string(entry.path().join("Cargo.toml")).unwrap_or_else(|error| panic!("{error}"));
+        let actual = workspace_dependencies(&manifest);
+        match documented.get(&name) {
+            None => differences.push(format!("lds-{name} is not in ARCHITECTURE.md's list")),
+            Some(listed) if listed.iter().any(|name| name == "all of the above") => {}
+            Some(listed) if *listed != actual => {
+                differences.push(format!("lds-{name}: ARCHITECTURE.md says {listed:?}, Cargo.toml {actual:?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    assert!(documented.len() >= 10, "the list was not found in ARCHITECTURE.md: {documented:?}");
 }
