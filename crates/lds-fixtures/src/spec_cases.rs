@@ -14,9 +14,9 @@
 //! order the devices are given (SPEC.md §4.3, §15.1 rule 7), needs a volume of several
 //! devices; tools/tests builds that one with the lds binary.
 
+use lds_format::algorithms::image::ImageBuilder;
 use lds_format::batch::BatchEntry;
 use lds_format::entry::EntryKind;
-use lds_format::algorithms::image::ImageBuilder;
 use lds_format::version::payload::{CompactionJournal, DeltaVersion};
 
 use crate::{added, expect, new_label, small, Fixture};
