@@ -242,7 +242,11 @@ pub enum Command {
     },
     /// List keys and values in key order (key TAB value, or JSON lines).
     ///
+    /// TSV escapes what a line cannot hold: \\ \t \n \r, and \xHH for control characters
+    /// and bytes that are not UTF-8, so that `lds scan a.img | lds load b.img` copies every
+    /// byte. With --hex, keys and values are hex (in JSON too: key_hex, value_hex).
     /// Example: lds scan volume.img --prefix user: --json
+    #[command(verbatim_doc_comment)]
     Scan {
         /// The volume.
         #[command(flatten)]
@@ -265,7 +269,8 @@ pub enum Command {
     },
     /// Load key/value lines from standard input in batches of 1000.
     ///
-    /// NDJSON lines {"key": "..", "value": ".."} (or key_hex/value_hex), or key TAB value;
+    /// NDJSON lines {"key": "..", "value": ".."} (or key_hex/value_hex), or key TAB value
+    /// with the escapes `lds scan` writes (\\ \t \n \r \xHH; a backslash is written \\);
     /// without --format the first non-blank line decides (NDJSON when it starts with '{').
     /// Example: lds load volume.img < pairs.tsv
     Load {
@@ -302,6 +307,25 @@ pub enum Command {
         #[command(flatten)]
         undo: crate::session::UndoChoice,
     },
+    /// Print a shell completion script for lds.
+    ///
+    /// Examples:
+    ///   lds completions bash > /etc/bash_completion.d/lds
+    ///   lds completions zsh > "${fpath[1]}/_lds"
+    ///   lds completions fish > ~/.config/fish/completions/lds.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of lds and of each subcommand (lds.1, lds-mkfs.1, ...) to a directory.
+    ///
+    /// Example: lds man /usr/local/share/man/man1
+    #[command(verbatim_doc_comment)]
+    Man {
+        /// The directory to write into (created if missing); existing pages are replaced.
+        directory: PathBuf,
+    },
 }
 
 /// Runs a parsed command; returns the process exit code.
@@ -331,6 +355,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
         }
         Command::Recover { target, json, undo } => crate::kv::recover(&target, json, &undo, out, err),
+        Command::Completions { shell } => crate::manual::completions(shell, out, err),
+        Command::Man { directory } => crate::manual::man_pages(&directory, out, err),
         Command::Compaction(command) => crate::compaction::run(&command, out, err),
         Command::Dump { path, what, id, instance, entries, resolve, json, wait } => {
             if resolve && what != "chunk" {

@@ -13,6 +13,7 @@ pub mod fsck;
 pub mod json;
 pub mod json_stream;
 pub mod kv;
+pub mod manual;
 pub mod metadump;
 pub mod mkfs;
 pub mod output;

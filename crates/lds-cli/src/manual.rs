@@ -1,0 +1,70 @@
+//! `lds completions SHELL` and `lds man DIR`: shell completion scripts and man pages, both
+//! generated from the clap definitions in `cli.rs`, so that they say what `--help` says.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::CommandFactory;
+
+use crate::cli::Cli;
+
+/// Prints the completion script for `shell`; returns the exit code (0, or 1 when the output
+/// cannot be written).
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mut command = Cli::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "lds", &mut script);
+    match out.write_all(&script) {
+        Ok(()) => 0,
+        Err(error) => {
+            let _ = writeln!(err, "lds completions: cannot write the script: {error}");
+            1
+        }
+    }
+}
+
+/// The man pages: `lds.1`, then one per subcommand and nested subcommand (`lds-mkfs.1`,
+/// `lds-device-add.1`), each with its file name and roff text.
+pub fn pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
+    let mut pages = Vec::new();
+    let root = Cli::command();
+    add_pages(&root, "lds", &mut pages)?;
+    Ok(pages)
+}
+
+fn add_pages(command: &clap::Command, name: &str, pages: &mut Vec<(String, Vec<u8>)>) -> Result<(), std::io::Error> {
+    // clap_mangen titles a page by the command's name: a subcommand's is its full name.
+    let named = command.clone().name(name.to_string()).bin_name(name.replace('-', " "));
+    let mut roff = Vec::new();
+    clap_mangen::Man::new(named).render(&mut roff)?;
+    pages.push((format!("{name}.1"), roff));
+    for sub in command.get_subcommands().filter(|sub| sub.get_name() != "help") {
+        add_pages(sub, &format!("{name}-{}", sub.get_name()), pages)?;
+    }
+    Ok(())
+}
+
+/// Writes every man page into `directory` (created if missing); returns the exit code (0, or
+/// 1 when a page cannot be written, naming which).
+pub fn man_pages(directory: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let pages = match pages() {
+        Ok(pages) => pages,
+        Err(error) => {
+            let _ = writeln!(err, "lds man: cannot render the pages: {error}");
+            return 1;
+        }
+    };
+    if let Err(error) = std::fs::create_dir_all(directory) {
+        let _ = writeln!(err, "lds man: {}: cannot create the directory: {error}", directory.display());
+        return 1;
+    }
+    for (name, roff) in &pages {
+        let path = directory.join(name);
+        if let Err(error) = std::fs::write(&path, roff) {
+            let _ = writeln!(err, "lds man: {}: cannot write: {error}", path.display());
+            return 1;
+        }
+    }
+    let _ = writeln!(out, "wrote {} man pages to {}", pages.len(), directory.display());
+    0
+}
