@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lds_engine::{Db, Error, Options, WriteOptions};
 use lds_format::error::hex;
-use lds_tools::load::{decode, Batches, HexError, LoadError};
+use lds_tools::load::{decode, escape_tsv, Batches, HexError, LoadError};
 use lds_tools::SessionError;
 use lds_volume::DeviceError;
 use serde_json::{json, Value};
@@ -256,7 +256,9 @@ fn scan_bounds(target: &Target, range: &ScanRange) -> Result<(Vec<u8>, Option<Ve
     Ok((start, end))
 }
 
-/// `lds scan`: key and value per line (tab-separated), or JSON lines.
+/// `lds scan`: key and value per line, tab-separated with TSV's escapes (`\t`, `\n`, `\\`,
+/// `\xHH` for bytes that are not UTF-8 text) or hex, or JSON lines (`key_hex`/`value_hex`
+/// for binary, or always with `--hex`). `lds load` reads each form back exactly.
 pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let opened = scan_bounds(target, range).and_then(|(start, end)| Ok((open_reader(target)?, start, end)));
     let (db, start, end) = match opened {
@@ -272,10 +274,12 @@ pub fn scan(target: &Target, range: &ScanRange, out: &mut dyn Write, err: &mut d
             Ok(pair) => pair,
             Err(error) => return fail(err, "scan", &error.into()),
         };
-        let line = if range.json {
-            crate::render::pair_json(&key, &value).to_string()
-        } else {
-            format!("{}\t{}", render(&key, target.hex), render(&value, target.hex))
+        let line = match (range.json, target.hex) {
+            (true, false) => crate::render::pair_json(&key, &value).to_string(),
+            (true, true) => json!({ "key_hex": hex(&key), "value_hex": hex(&value) }).to_string(),
+            (false, true) => format!("{}\t{}", hex(&key), hex(&value)),
+            // Escaped so that `lds load` reads every byte back (docs/kv.md).
+            (false, false) => format!("{}\t{}", escape_tsv(&key), escape_tsv(&value)),
         };
         if writeln!(out, "{line}").is_err() {
             break;

@@ -61,6 +61,72 @@ pub fn detect_format(line: &str) -> LoadFormat {
     }
 }
 
+/// Writes `bytes` as one TSV field that [`unescape_tsv`] reads back exactly: UTF-8 text as it
+/// is, except `\\`, `\t`, `\n` and `\r` for a backslash, tab, newline and carriage return,
+/// and `\xHH` for every other control character and every byte that is not UTF-8 (the
+/// escapes of PostgreSQL's COPY text format).
+pub fn escape_tsv(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for character in chunk.valid().chars() {
+            match character {
+                '\\' => text.push_str("\\\\"),
+                '\t' => text.push_str("\\t"),
+                '\n' => text.push_str("\\n"),
+                '\r' => text.push_str("\\r"),
+                control if control.is_ascii_control() => text.push_str(&format!("\\x{:02x}", u32::from(control))),
+                other => text.push(other),
+            }
+        }
+        for byte in chunk.invalid() {
+            text.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    text
+}
+
+/// Reads a TSV field [`escape_tsv`] wrote: its bytes, or where an escape is not one of
+/// `\\`, `\t`, `\n`, `\r`, `\xHH`, the error naming it and its place.
+pub fn unescape_tsv(text: &str) -> Result<Vec<u8>, LineError> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'\\' {
+            out.push(bytes[at]);
+            at += 1;
+            continue;
+        }
+        let escape = match bytes.get(at + 1) {
+            Some(b'\\') => b'\\',
+            Some(b't') => b'\t',
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b'x') => {
+                let byte = text
+                    .get(at + 2..at + 4)
+                    .filter(|digits| digits.bytes().all(|digit| digit.is_ascii_hexdigit()))
+                    .and_then(|digits| u8::from_str_radix(digits, 16).ok());
+                let Some(byte) = byte else {
+                    return Err(LineError::Escape { column: at + 1, found: escape_found(text, at) });
+                };
+                out.push(byte);
+                at += 4;
+                continue;
+            }
+            _ => return Err(LineError::Escape { column: at + 1, found: escape_found(text, at) }),
+        };
+        out.push(escape);
+        at += 2;
+    }
+    Ok(out)
+}
+
+/// The text of a bad escape at byte `at` (at most 4 characters), for the message.
+fn escape_found(text: &str, at: usize) -> String {
+    text[at..].chars().take(4).collect()
+}
+
 /// Why a line of input is not a key and a value.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -71,6 +137,14 @@ pub enum LineError {
     /// A key or value given as hex does not decode.
     #[error("{0}")]
     Hex(#[from] HexError),
+    /// A TSV field holds a backslash that starts no escape `escape_tsv` writes.
+    #[error("column {column}: '{found}' is not an escape (\\\\, \\t, \\n, \\r or \\xHH; a backslash is written \\\\)")]
+    Escape {
+        /// Where the backslash is, from 1, in bytes of the field.
+        column: usize,
+        /// The text from the backslash on.
+        found: String,
+    },
     /// An NDJSON line that is not JSON.
     #[error("not JSON: {0}")]
     NotJson(serde_json::Error),
@@ -87,7 +161,10 @@ pub fn parse_line(line: &str, format: LoadFormat, is_hex: bool) -> Result<(Vec<u
     match format {
         LoadFormat::Tsv => {
             let (key, value) = line.split_once('\t').ok_or(LineError::NoTab)?;
-            Ok((decode(key, is_hex)?, decode(value, is_hex)?))
+            if is_hex {
+                return Ok((decode(key, true)?, decode(value, true)?));
+            }
+            Ok((unescape_tsv(key)?, unescape_tsv(value)?))
         }
         LoadFormat::Ndjson => {
             let object: Value = serde_json::from_str(line).map_err(LineError::NotJson)?;
@@ -177,7 +254,9 @@ impl Iterator for Batches<'_> {
             }
             self.number += 1;
             let text = line.trim_end_matches(['\n', '\r']);
-            if text.trim().is_empty() {
+            // A blank line is skipped; a line holding a tab is a TSV pair even when key and
+            // value are spaces only.
+            if text.trim().is_empty() && !text.contains('\t') {
                 continue;
             }
             let format = *self.format.get_or_insert_with(|| detect_format(text));
@@ -200,6 +279,30 @@ impl Iterator for Batches<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_byte_value_round_trips_through_a_tsv_field() {
+        let every: Vec<u8> = (0..=255u8).collect();
+        let field = escape_tsv(&every);
+        assert!(!field.contains('\t') && !field.contains('\n') && !field.contains('\r'), "{field}");
+        assert_eq!(unescape_tsv(&field).ok(), Some(every));
+        for text in ["plain", "tab\there", "back\\slash", "é and ü", "", "\u{7f}\u{0}", "\\x41"] {
+            assert_eq!(unescape_tsv(&escape_tsv(text.as_bytes())).ok(), Some(text.as_bytes().to_vec()), "{text:?}");
+        }
+        assert_eq!(escape_tsv(b"a\tb\\c\xff"), "a\\tb\\\\c\\xff");
+    }
+
+    #[test]
+    fn a_bad_escape_is_named_with_its_column() {
+        for (text, column) in [("ab\\q", 3), ("\\x4", 1), ("x\\x+f", 2), ("end\\", 4), ("\\xzz", 1)] {
+            match unescape_tsv(text) {
+                Err(LineError::Escape { column: found, .. }) => assert_eq!(found, column, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let line = parse_line("k\\q\tv", LoadFormat::Tsv, false).map_err(|error| error.to_string());
+        assert!(matches!(&line, Err(message) if message.contains("column 2") && message.contains("\\q")), "{line:?}");
+    }
 
     #[test]
     fn hex_decodes_or_names_the_text() {
