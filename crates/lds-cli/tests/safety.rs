@@ -467,3 +467,46 @@ fn a_file_read_by_a_loop_device_is_in_use_by_any_of_its_names() {
         assert_eq!(hash(&directory.join("other-name.img")), before, "{command:?}");
     }
 }
+
+#[test]
+fn a_failed_export_says_how_many_bytes_got_out() {
+    if !common::skip_unless_root() {
+        return;
+    }
+    let _serial = common::serial();
+    let directory = directory("tiny");
+    volume(&directory, "v.img", 20_000);
+    // A file system that fills after 128 KiB, mounted for this test and unmounted even when
+    // an assertion fails.
+    let tiny = directory.join("tiny");
+    std::fs::create_dir_all(&tiny).unwrap_or_else(|error| panic!("{error}"));
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"]).arg(&tiny).status();
+    assert!(mounted.is_ok_and(|status| status.success()), "mount tmpfs");
+    struct Mounted(PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _mounted = Mounted(tiny.clone());
+    let file = std::fs::File::create(tiny.join("out")).unwrap_or_else(|error| panic!("{error}"));
+    let output = Command::new(env!("CARGO_BIN_EXE_lds"))
+        .args(["scan", "v.img"])
+        .current_dir(&directory)
+        .env_remove("LDS_DEVICES")
+        .stdout(file)
+        .output()
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(output.status.code(), Some(8), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("lds scan: writing standard output failed after "), "{message}");
+    let reported: u64 = message
+        .split("failed after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {message}"));
+    let landed = std::fs::metadata(tiny.join("out")).map(|metadata| metadata.len()).unwrap_or_default();
+    assert!(landed > 0 && landed < 20_000 * 16, "{landed}");
+    assert_eq!(reported, landed, "the count reported is not what reached the file");
+}
