@@ -63,6 +63,12 @@ pub fn format(path: &Path, volume: &BenchVolume, force: bool) -> Result<(), Benc
     Ok(mkfs(&request, &label)?)
 }
 
+/// Whether `label` is one a benchmark wrote (a volume `lds bench` may format again without
+/// `--force`): the one test, for both `refuse_replacing` and `holds_bench_volume`.
+fn is_bench_label(label: &lds_format::label::Label) -> bool {
+    label.volume_name == BENCH_VOLUME_NAME
+}
+
 /// Refuses to replace what `path` holds (an LDS volume other than one a benchmark formatted,
 /// a file system, a partition table) unless `force`; a path that does not exist is fine.
 pub fn refuse_replacing(path: &Path, force: bool) -> Result<(), BenchError> {
@@ -70,9 +76,7 @@ pub fn refuse_replacing(path: &Path, force: bool) -> Result<(), BenchError> {
         return Ok(());
     }
     let device = Device::open(path, OpenMode::ReadOnly)?;
-    Ok(lds_volume::safety::refuse_replacing(&device, false, "lds bench", |label| {
-        label.volume_name == BENCH_VOLUME_NAME
-    })?)
+    Ok(lds_volume::safety::refuse_replacing(&device, false, "lds bench", is_bench_label)?)
 }
 
 /// Whether `path` holds a volume a benchmark formatted (formatting it again needs no
@@ -81,5 +85,5 @@ pub fn holds_bench_volume(path: &Path) -> bool {
     Device::open(path, OpenMode::ReadOnly)
         .ok()
         .and_then(|device| lds_volume::read_labels(&device).ok())
-        .is_some_and(|labels| labels.choose().is_ok_and(|(_, label)| label.volume_name == BENCH_VOLUME_NAME))
+        .is_some_and(|labels| labels.choose().is_ok_and(|(_, label)| is_bench_label(label)))
 }

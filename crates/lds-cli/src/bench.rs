@@ -217,10 +217,7 @@ fn bench(options: &BenchOptions, out: &mut dyn Write) -> Result<(), BenchError> 
             }
             Box::new(LdsStore::open(&options.path, &settings, options.slot_size, &tuning)?)
         } else {
-            if fresh {
-                lds_bench::peers::wipe(&options.path, options.force)?;
-            }
-            lds_bench::peers::open(&options.engine, &options.path, &settings)?
+            lds_bench::peers::open(&options.engine, &options.path, &settings, fresh, options.force)?
         };
         engine_name = store.name();
         Ok(store)

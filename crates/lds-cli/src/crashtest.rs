@@ -449,9 +449,9 @@ fn report_tool_runs(
                 run.name, failure.oracle, failure.crash_point, failure.state, failure.message
             );
             let written = std::fs::create_dir_all(&folder)
-                .and_then(|()| std::fs::write(folder.join("before.img"), &run.initial))
-                .and_then(|()| std::fs::write(folder.join("crash.img"), &failure.image))
-                .and_then(|()| std::fs::write(folder.join("failure.txt"), text));
+                .and_then(|()| write_new(&folder.join("before.img"), &run.initial))
+                .and_then(|()| write_new(&folder.join("crash.img"), &failure.image))
+                .and_then(|()| write_new(&folder.join("failure.txt"), text.as_bytes()));
             bar.suspend(|| match written {
                 Ok(()) => writeln!(
                     err,
@@ -557,18 +557,36 @@ fn describe(ops: &[Op]) -> String {
     ops.iter().enumerate().map(|(index, op)| format!("{index}: {}\n", op.describe())).collect()
 }
 
+/// Writes `bytes` to a new file at `path`: an entry already there (a reproducer of an earlier
+/// run, or a symlink planted in its place) is removed first, never followed, and the file is
+/// created with `O_EXCL | O_NOFOLLOW`, so that a reproducer never writes through a link to
+/// somewhere else (docs/safety.md).
+fn write_new(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|metadata| !metadata.is_dir()) {
+        std::fs::remove_file(path)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 /// Writes crash.img, operations.txt (the reproducer's), operations-original.txt (the whole
 /// workload's, when minimized) and failure.txt.
 fn write_reproducer(folder: &std::path::Path, workload: &Workload, reproducer: &Reproducer) -> std::io::Result<()> {
     std::fs::create_dir_all(folder)?;
     let failure = &reproducer.failure;
-    std::fs::write(folder.join("crash.img"), &failure.image)?;
-    std::fs::write(folder.join("operations.txt"), describe(&reproducer.ops))?;
+    write_new(&folder.join("crash.img"), &failure.image)?;
+    write_new(&folder.join("operations.txt"), describe(&reproducer.ops).as_bytes())?;
     if reproducer.ops.len() != workload.ops.len() {
-        std::fs::write(folder.join("operations-original.txt"), describe(&workload.ops))?;
+        write_new(&folder.join("operations-original.txt"), describe(&workload.ops).as_bytes())?;
     }
-    std::fs::write(
-        folder.join("failure.txt"),
+    write_new(
+        &folder.join("failure.txt"),
         format!(
             "crash point {} ({})\n{}: {}\n{} operations, {}\ntechniques: {}\n",
             failure.crash_point,
@@ -581,7 +599,8 @@ fn write_reproducer(folder: &std::path::Path, workload: &Workload, reproducer: &
                 names if names.is_empty() => "none".to_string(),
                 names => names,
             }
-        ),
+        )
+        .as_bytes(),
     )
 }
 
@@ -612,6 +631,18 @@ mod tests {
             read("failure.txt")
         );
         assert_eq!(std::fs::read(folder.join("crash.img")).unwrap_or_default(), [1, 2, 3]);
+        // A reproducer written again over a symlink planted in its place replaces the link,
+        // not the file it names.
+        let target = folder.with_extension("target");
+        assert!(std::fs::write(&target, b"keep").is_ok());
+        assert!(std::fs::remove_file(folder.join("crash.img")).is_ok());
+        assert!(std::os::unix::fs::symlink(&target, folder.join("crash.img")).is_ok());
+        let again = write_reproducer(&folder, &workload, &reproducer);
+        assert!(again.is_ok(), "{again:?}");
+        assert_eq!(std::fs::read(&target).unwrap_or_default(), b"keep");
+        assert!(std::fs::symlink_metadata(folder.join("crash.img")).is_ok_and(|metadata| metadata.is_file()));
+        assert_eq!(std::fs::read(folder.join("crash.img")).unwrap_or_default(), [1, 2, 3]);
+        let _ = std::fs::remove_file(&target);
         let _ = std::fs::remove_dir_all(&folder);
     }
 }

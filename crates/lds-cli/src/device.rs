@@ -13,7 +13,6 @@ use lds_tools::Session;
 use lds_volume::error::uuid_string;
 use lds_volume::inspect::all_versions;
 use lds_volume::read_labels;
-use lds_volume::signature::find_signatures;
 use lds_volume::{Device, DeviceKind, OpenMode, ReadAt};
 use lds_volume::{Members, VolumeDevice};
 use serde_json::json;
@@ -228,8 +227,26 @@ fn report(
     Ok(())
 }
 
-/// Opens the joining device for writing: an existing one (refusing signatures but a label
-/// this volume left on it), or a new image file of `--size` bytes.
+/// Refuses a joining device whose labels name this volume and a device its table lists: the
+/// volume's devices were all found and `path` is none of them (`index_of`), so it is a copy
+/// of one (a cloned image, a dd of a member), never a new device, even with --force: joining
+/// it would give the volume two devices claiming one place (docs/safety.md).
+fn refuse_copy(path: &Path, label: &Label, device: &dyn lds_volume::BlockDevice) -> Result<(), (i32, String)> {
+    let Some(uuid) = device_uuid_of(&label.geometry.volume_uuid, device).map_err(refusal)? else { return Ok(()) };
+    let Some(index) = label.devices.as_ref().and_then(|table| table.index_of(&uuid)) else { return Ok(()) };
+    Err((
+        EXIT_REFUSED,
+        format!(
+            "{}: its labels name it device {index} of this volume, which is another device: it is a copy of a device already in the volume, not a new one (zero its first sector to join it)",
+            path.display()
+        ),
+    ))
+}
+
+/// Opens the joining device for writing: an existing one (refusing a copy of one of the
+/// volume's devices, and signatures but a label a join of this volume left on it), or a new
+/// image file of `--size` bytes. Every refusal comes before the first change to the device,
+/// the growth of an image file to `--size` included.
 fn open_joining(args: &AddArgs, label: &Label) -> Result<Device, (i32, String)> {
     let path = &args.new_device;
     if !path.exists() {
@@ -239,24 +256,21 @@ fn open_joining(args: &AddArgs, label: &Label) -> Result<Device, (i32, String)> 
         return Device::create_image(path, size).map_err(operational);
     }
     let mut device = Device::open(path, OpenMode::ReadWrite).map_err(operational)?;
+    refuse_copy(path, label, &device)?;
+    // A label a join of this volume left (an interrupted run, before the table lists the
+    // device) may be replaced; a copy of a single-device volume (no table) may not.
+    let volume_uuid = label.geometry.volume_uuid;
+    lds_volume::safety::refuse_replacing(&device, args.force, "lds device add", |found| {
+        found.geometry.volume_uuid == volume_uuid && found.devices.is_some()
+    })
+    .map_err(|error| match error {
+        lds_volume::safety::SafetyError::Device(error) => operational(error),
+        error => (EXIT_REFUSED, error.to_string()),
+    })?;
     if let Some(size) = args.size {
         if device.kind() == DeviceKind::ImageFile && device.len() < size {
             device.allocate(size).map_err(operational)?;
             device.set_image_len(size).map_err(operational)?;
-        }
-    }
-    let ours = device_uuid_of(&label.geometry.volume_uuid, &device).map_err(refusal)?.is_some();
-    if !args.force && !ours {
-        if let Some(first) = find_signatures(&device).map_err(operational)?.first() {
-            return Err((
-                EXIT_REFUSED,
-                format!(
-                    "{}: found {} (signature at offset {}); use --force to join it anyway",
-                    path.display(),
-                    first.name,
-                    first.offset
-                ),
-            ));
         }
     }
     Ok(device)
@@ -299,7 +313,10 @@ fn add(args: &AddArgs, out: &mut dyn Write, err: &mut dyn Write) -> Outcome {
     }
     if args.dry_run {
         let (len, uuid) = match Device::open(&args.new_device, OpenMode::ReadOnly) {
-            Ok(device) => (device.len(), device_uuid_of(&label.geometry.volume_uuid, &device).map_err(refusal)?),
+            Ok(device) => {
+                refuse_copy(&args.new_device, &label, &device)?;
+                (device.len(), device_uuid_of(&label.geometry.volume_uuid, &device).map_err(refusal)?)
+            }
             Err(_) => (args.size.unwrap_or(0), None),
         };
         let plan = plan_add(volume, len, uuid, uuids).map_err(refusal)?;

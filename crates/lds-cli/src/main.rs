@@ -1,13 +1,16 @@
 //! The `lds` binary: parses the command line and runs the library command.
 
-use std::io::Write;
-
-use clap::Parser;
+use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 
 fn main() {
     restore_sigpipe();
-    let cli = match lds_cli::cli::Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = lds_cli::cli::Cli::command()
+        .try_get_matches()
+        .and_then(|matches| Ok((lds_cli::cli::Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(error) => {
             let _ = error.print();
             // fsck(8) and e2fsck report usage errors as 16; the other commands use clap's 2.
@@ -23,8 +26,22 @@ fn main() {
             std::process::exit(code);
         }
     };
-    let command = std::env::args().nth(1).unwrap_or_default();
-    let mut out = lds_cli::output::CheckedOutput::new(std::io::stdout().lock());
+    // The subcommand as parsed (an argument before it could be a flag).
+    let command = matches.subcommand_name().unwrap_or("").to_string();
+    // Standard output's descriptor, unbuffered: CheckedOutput buffers, so that the bytes it
+    // reports written are bytes written (docs/safety.md).
+    let stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(descriptor) => std::fs::File::from(descriptor),
+        Err(error) => {
+            eprintln!("lds {command}: standard output: {error}");
+            std::process::exit(8);
+        }
+    };
+    let mut out = if std::io::stdout().is_terminal() {
+        lds_cli::output::CheckedOutput::line_buffered(stdout)
+    } else {
+        lds_cli::output::CheckedOutput::new(stdout)
+    };
     let mut err = std::io::stderr().lock();
     let mut code = lds_cli::cli::run(cli, &mut out, &mut err);
     // A write error on the output fails the command, whatever it returned (docs/safety.md).

@@ -2,8 +2,8 @@
 //! sparse file: only pages that are not zeros take space.
 
 use std::io::{IsTerminal, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::PathBuf;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -38,11 +38,35 @@ fn partial_path(output: &std::path::Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// A new (or emptied) file of `len` bytes, all holes.
+/// A new file of `len` bytes, all holes. Created with `O_CREAT | O_EXCL | O_NOFOLLOW`: a file
+/// (or a symlink, to anything) already at `path` is never opened, so never truncated.
 fn create_image(path: &std::path::Path, len: u64) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(path)?;
     file.set_len(len)?;
     Ok(file)
+}
+
+/// Refuses to write the image at `output` (through `partial`): either path naming the same
+/// bytes as the volume or one of its devices, or in use (docs/safety.md); an output that is a
+/// block device (metadump writes an image file and renames it into place, which would
+/// replace the device node, not write the device: write the file, then copy it).
+fn refuse_output(output: &Path, partial: &Path, sources: &[&Path]) -> Result<(), String> {
+    for path in [output, partial] {
+        lds_volume::safety::refuse_output(path, sources).map_err(|error| error.to_string())?;
+    }
+    if std::fs::metadata(output).is_ok_and(|metadata| metadata.file_type().is_block_device()) {
+        return Err(format!(
+            "{}: is a block device; metadump writes an image file, never a device (give a file name)",
+            output.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `lds metadump`; returns the exit code: 0 written, 8 operational error, 16 usage error.
@@ -60,9 +84,26 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     // devices (docs/safety.md).
     let sources: Vec<&std::path::Path> =
         std::iter::once(args.path.as_path()).chain(device.devices().iter().map(|member| member.path())).collect();
-    if let Err(error) = lds_volume::safety::refuse_output(&args.output, &sources) {
-        let _ = writeln!(err, "lds metadump: {error}");
+    let partial = partial_path(&args.output);
+    if let Err(message) = refuse_output(&args.output, &partial, &sources) {
+        let _ = writeln!(err, "lds metadump: {message}");
         return 16;
+    }
+    // A partial image left by an interrupted run: removed with --force (the entry itself,
+    // never what a symlink there names), else refused.
+    if std::fs::symlink_metadata(&partial).is_ok() {
+        if !args.force {
+            let _ = writeln!(
+                err,
+                "lds metadump: {} exists (left by an interrupted metadump?); remove it or give --force",
+                partial.display()
+            );
+            return 16;
+        }
+        if let Err(error) = std::fs::remove_file(&partial) {
+            let _ = writeln!(err, "lds metadump: {}: cannot remove: {error}", partial.display());
+            return 8;
+        }
     }
     let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
@@ -71,7 +112,6 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     );
     // The image is written beside the output as it is made, and renamed over it once whole:
     // a failure leaves no half image (and a file given with --force as it was).
-    let partial = partial_path(&args.output);
     let file = match create_image(&partial, lds_volume::ReadAt::len(&device)) {
         Ok(file) => file,
         Err(error) => {
@@ -101,9 +141,14 @@ pub fn run(args: &MetadumpArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     bar.finish_and_clear();
     let output = |error: std::io::Error| format!("{}: {error}", args.output.display());
     let finished = match result {
-        Ok(dump) => {
-            file.sync_all().and_then(|()| std::fs::rename(&partial, &args.output)).map(|()| dump).map_err(output)
-        }
+        // The output is judged again right before the rename: it may have changed while the
+        // volume was read.
+        Ok(dump) => match refuse_output(&args.output, &partial, &sources) {
+            Ok(()) => {
+                file.sync_all().and_then(|()| std::fs::rename(&partial, &args.output)).map(|()| dump).map_err(output)
+            }
+            Err(message) => Err(message),
+        },
         Err(MetadumpError::Output(error)) => Err(output(error)),
         Err(error) => Err(error.to_string()),
     };

@@ -61,12 +61,18 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         Ok(device) => device,
         Err(code) => return code,
     };
+    // Never the damaged volume: not its path, a link to it, nor any of its devices
+    // (docs/safety.md). Judged now, and again right before the output is formatted (the read
+    // in between may take hours).
+    let sources: Vec<PathBuf> = std::iter::once(args.path.clone())
+        .chain(device.devices().iter().map(|member| member.path().to_path_buf()))
+        .collect();
+    let refuse = |output: &Path| {
+        let sources: Vec<&Path> = sources.iter().map(PathBuf::as_path).collect();
+        lds_volume::safety::refuse_output(output, &sources)
+    };
     if let Some(output) = &args.output {
-        // Never the damaged volume: not its path, a link to it, nor any of its devices
-        // (docs/safety.md).
-        let sources: Vec<&Path> =
-            std::iter::once(args.path.as_path()).chain(device.devices().iter().map(|member| member.path())).collect();
-        if let Err(error) = lds_volume::safety::refuse_output(output, &sources) {
+        if let Err(error) = refuse(output) {
             let _ = writeln!(err, "lds salvage: {error}");
             return EXIT_USAGE;
         }
@@ -94,7 +100,13 @@ pub fn run(args: &SalvageArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     let source_len = lds_volume::ReadAt::len(&device);
     drop(device);
     let written = match (&args.output, &args.export) {
-        (Some(output), _) => write_output(args, output, source_len, &salvaged),
+        (Some(output), _) => match refuse(output) {
+            Ok(()) => write_output(args, output, source_len, &salvaged),
+            Err(error) => {
+                let _ = writeln!(err, "lds salvage: {error}");
+                return EXIT_USAGE;
+            }
+        },
         (None, _) => export(&salvaged, out),
     };
     let written = match written {

@@ -112,6 +112,75 @@ fn metadump_never_writes_over_its_source() {
 }
 
 #[test]
+fn metadump_never_writes_through_its_partial_file() {
+    let directory = directory("metadump-partial");
+    let source = volume(&directory, "q.img", 50);
+    let before = hash(&source);
+    let other = directory.join("other");
+    std::fs::write(&other, b"someone's file").unwrap_or_else(|error| panic!("{error}"));
+    let partial = directory.join("out.img.lds-metadump-partial");
+    // A partial file that is a symlink to the volume: refused, with or without --force.
+    std::os::unix::fs::symlink(&source, &partial).unwrap_or_else(|error| panic!("{error}"));
+    for force in [&[][..], &["--force"]] {
+        let refused = lds(&[&["metadump", "q.img", "out.img"][..], force].concat(), &directory);
+        assert_eq!(refused.status.code(), Some(16), "{force:?}: {}", stderr(&refused));
+        assert!(stderr(&refused).contains("never writes its own input"), "{}", stderr(&refused));
+        assert_eq!(hash(&source), before, "metadump wrote the volume through its partial file");
+        assert!(!directory.join("out.img").exists());
+    }
+    // A symlink to someone's file: refused without --force; with it, the link (not the file it
+    // names) is replaced.
+    std::fs::remove_file(&partial).unwrap_or_else(|error| panic!("{error}"));
+    std::os::unix::fs::symlink(&other, &partial).unwrap_or_else(|error| panic!("{error}"));
+    let refused = lds(&["metadump", "q.img", "out.img"], &directory);
+    assert_eq!(refused.status.code(), Some(16), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("lds-metadump-partial exists"), "{}", stderr(&refused));
+    assert_eq!(std::fs::read(&other).ok().as_deref(), Some(&b"someone's file"[..]));
+    succeeds(&lds(&["metadump", "q.img", "out.img", "--force"], &directory));
+    assert_eq!(std::fs::read(&other).ok().as_deref(), Some(&b"someone's file"[..]));
+    assert!(std::fs::symlink_metadata(&partial).is_err(), "the partial file was left");
+    assert!(std::fs::symlink_metadata(directory.join("out.img")).is_ok_and(|metadata| metadata.is_file()));
+    assert_eq!(hash(&source), before);
+    // An output that is a symlink to the volume, given with --force: refused.
+    std::os::unix::fs::symlink(&source, directory.join("to-source.img")).unwrap_or_else(|error| panic!("{error}"));
+    let refused = lds(&["metadump", "q.img", "to-source.img", "--force"], &directory);
+    assert_eq!(refused.status.code(), Some(16), "{}", stderr(&refused));
+    assert_eq!(hash(&source), before);
+}
+
+#[test]
+fn metadump_never_writes_a_block_device() {
+    if !common::skip_unless_root() {
+        return;
+    }
+    let _serial = common::serial();
+    let directory = directory("metadump-device");
+    volume(&directory, "q.img", 50);
+    let Some(device) = common::LoopDevice::attach(&directory.join("target.img"), 64 << 20) else {
+        panic!("cannot attach a loop device")
+    };
+    let path = device.device.to_string_lossy().into_owned();
+    std::fs::write(&device.device, vec![0xA5u8; 1 << 20]).unwrap_or_else(|error| panic!("{error}"));
+    let device_before = hash(&device.device);
+    let refused = lds(&["metadump", "q.img", &path, "--force"], &directory);
+    assert_eq!(refused.status.code(), Some(16), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("is a block device"), "{}", stderr(&refused));
+    assert!(std::fs::metadata(&device.device).is_ok_and(|metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        metadata.file_type().is_block_device()
+    }));
+    assert_eq!(hash(&device.device), device_before);
+    let partial = format!("{path}.lds-metadump-partial");
+    assert!(std::fs::symlink_metadata(&partial).is_err(), "{partial} was left");
+    // A symlink to the device is the device.
+    std::os::unix::fs::symlink(&device.device, directory.join("dev-link")).unwrap_or_else(|error| panic!("{error}"));
+    let refused = lds(&["metadump", "q.img", "dev-link", "--force"], &directory);
+    assert_eq!(refused.status.code(), Some(16), "{}", stderr(&refused));
+    assert!(std::fs::symlink_metadata(directory.join("dev-link")).is_ok_and(|metadata| metadata.is_symlink()));
+    assert_eq!(hash(&device.device), device_before);
+}
+
+#[test]
 fn a_volume_never_joins_itself() {
     let directory = directory("join-self");
     let path = volume(&directory, "r.img", 20);
@@ -132,6 +201,36 @@ fn a_volume_never_joins_itself() {
     assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to do"), "{}", stderr(&again));
     let first = lds(&["device", "add", "r-2.img", "r.img"], &directory);
     assert_eq!(first.status.code(), Some(1), "{}", stderr(&first));
+    // Copies of the volume's devices, where discovery does not look (a subdirectory): their
+    // labels name this volume and a device its table lists. Refused, even with --force, and
+    // neither written nor grown to --size.
+    let copies = directory.join("copies");
+    std::fs::create_dir_all(&copies).unwrap_or_else(|error| panic!("{error}"));
+    for (member, copy) in [("r.img", "copies/r-copy.img"), ("r-2.img", "copies/r-2-copy.img")] {
+        std::fs::copy(directory.join(member), directory.join(copy)).unwrap_or_else(|error| panic!("{error}"));
+        let before = (hash(&directory.join("r.img")), hash(&directory.join("r-2.img")), hash(&directory.join(copy)));
+        let len = std::fs::metadata(directory.join(copy)).map(|metadata| metadata.len()).unwrap_or_default();
+        for force in [&[][..], &["--force"]] {
+            let refused = lds(&[&["device", "add", "r.img", copy, "--size", "128MiB"][..], force].concat(), &directory);
+            assert_eq!(refused.status.code(), Some(1), "{copy} {force:?}: {}", stderr(&refused));
+            assert!(stderr(&refused).contains("is a copy of a device already in the volume"), "{}", stderr(&refused));
+            let after = (hash(&directory.join("r.img")), hash(&directory.join("r-2.img")), hash(&directory.join(copy)));
+            assert_eq!(before, after, "{copy} {force:?}: a refused join wrote");
+            let grown = std::fs::metadata(directory.join(copy)).map(|metadata| metadata.len()).unwrap_or_default();
+            assert_eq!(grown, len, "{copy}: a refused join grew the file");
+        }
+        let dry = lds(&["device", "add", "-n", "r.img", copy], &directory);
+        assert_eq!(dry.status.code(), Some(1), "{copy}: {}", stderr(&dry));
+    }
+    // Another volume's device: refused without --force, and not grown either.
+    succeeds(&lds(&["mkfs", "--size", "64MiB", "copies/other.img"], &directory));
+    let other = hash(&directory.join("copies/other.img"));
+    let refused = lds(&["device", "add", "r.img", "copies/other.img", "--size", "128MiB"], &directory);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+    assert_eq!(hash(&directory.join("copies/other.img")), other);
+    assert_eq!(std::fs::metadata(directory.join("copies/other.img")).map(|m| m.len()).ok(), Some(64 << 20));
+    assert_eq!(scan(&directory, "r.img").lines().count(), 20);
 }
 
 #[test]
@@ -158,9 +257,23 @@ fn bench_replaces_only_its_own_volumes_without_force() {
     let data = directory.join("data");
     std::fs::create_dir_all(&data).unwrap_or_else(|error| panic!("{error}"));
     std::fs::write(data.join("precious"), b"keep me").unwrap_or_else(|error| panic!("{error}"));
-    let peer = lds(&["bench", "--engine", "nosuch", "--num", "10", "--benchmarks", "fillseq", "data"], &directory);
+    // A read benchmark first opens the peer without a fresh fill: that open must not mark
+    // the directory as a benchmark's (the next fill would then empty it).
+    for benchmarks in ["readrandom", "fillseq", "readrandom,fillseq"] {
+        let peer = lds(&["bench", "--engine", "nosuch", "--num", "10", "--benchmarks", benchmarks, "data"], &directory);
+        assert!(!peer.status.success(), "{benchmarks}");
+        assert!(data.join("precious").exists(), "{benchmarks}: {}", stderr(&peer));
+        assert!(!data.join(".lds-bench").exists(), "{benchmarks}: the marker was written into someone's directory");
+    }
+    // A peer that is not built here touches nothing: not even a directory that is missing.
+    let peer = lds(&["bench", "--engine", "rocksdb", "--num", "10", "--benchmarks", "readrandom", "fresh"], &directory);
     assert!(!peer.status.success());
-    assert!(data.join("precious").exists(), "{}", stderr(&peer));
+    assert!(!directory.join("fresh").exists() || lds_bench_peers_built(), "{}", stderr(&peer));
+}
+
+/// Whether this `lds` was built with the peers (`--features peers`): a peer then runs.
+fn lds_bench_peers_built() -> bool {
+    cfg!(feature = "peers")
 }
 
 #[test]
@@ -320,4 +433,80 @@ fn mkfs_never_formats_a_mounted_or_held_device() {
         assert!(stderr(&refused).contains("opened exclusively"), "{}", stderr(&refused));
     }
     succeeds(&lds(&["mkfs", "-f", &path], &directory));
+}
+
+#[test]
+fn a_file_read_by_a_loop_device_is_in_use_by_any_of_its_names() {
+    if !common::skip_unless_root() {
+        return;
+    }
+    let _serial = common::serial();
+    let directory = directory("loop-inode");
+    let Some(device) = common::LoopDevice::attach(&directory.join("attached.img"), 64 << 20) else {
+        panic!("cannot attach a loop device")
+    };
+    // Another name for the file, and the one the loop device was attached by gone: the path
+    // sysfs gives for the loop device ("... (deleted)") names nothing, the kernel's inode
+    // still is this file.
+    std::fs::hard_link(&device.backing, directory.join("other-name.img")).unwrap_or_else(|error| panic!("{error}"));
+    std::fs::remove_file(&device.backing).unwrap_or_else(|error| panic!("{error}"));
+    let before = hash(&directory.join("other-name.img"));
+    let refused = lds(&["mkfs", "-f", "other-name.img"], &directory);
+    assert!(!refused.status.success(), "mkfs wrote a file a loop device reads");
+    assert!(stderr(&refused).contains("attached to"), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains(&device.device.display().to_string()), "{}", stderr(&refused));
+    assert_eq!(hash(&directory.join("other-name.img")), before);
+    // As the output of salvage or metadump, too.
+    volume(&directory, "v.img", 10);
+    for command in [
+        &["metadump", "v.img", "other-name.img", "--force"][..],
+        &["salvage", "v.img", "--output", "other-name.img", "--force"],
+    ] {
+        let refused = lds(command, &directory);
+        assert_eq!(refused.status.code(), Some(16), "{command:?}: {}", stderr(&refused));
+        assert_eq!(hash(&directory.join("other-name.img")), before, "{command:?}");
+    }
+}
+
+#[test]
+fn a_failed_export_says_how_many_bytes_got_out() {
+    if !common::skip_unless_root() {
+        return;
+    }
+    let _serial = common::serial();
+    let directory = directory("tiny");
+    volume(&directory, "v.img", 20_000);
+    // A file system that fills after 128 KiB, mounted for this test and unmounted even when
+    // an assertion fails.
+    let tiny = directory.join("tiny");
+    std::fs::create_dir_all(&tiny).unwrap_or_else(|error| panic!("{error}"));
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=128k", "tmpfs"]).arg(&tiny).status();
+    assert!(mounted.is_ok_and(|status| status.success()), "mount tmpfs");
+    struct Mounted(PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _mounted = Mounted(tiny.clone());
+    let file = std::fs::File::create(tiny.join("out")).unwrap_or_else(|error| panic!("{error}"));
+    let output = Command::new(env!("CARGO_BIN_EXE_lds"))
+        .args(["scan", "v.img"])
+        .current_dir(&directory)
+        .env_remove("LDS_DEVICES")
+        .stdout(file)
+        .output()
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(output.status.code(), Some(8), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(message.contains("lds scan: writing standard output failed after "), "{message}");
+    let reported: u64 = message
+        .split("failed after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {message}"));
+    let landed = std::fs::metadata(tiny.join("out")).map(|metadata| metadata.len()).unwrap_or_default();
+    assert!(landed > 0 && landed < 20_000 * 16, "{landed}");
+    assert_eq!(reported, landed, "the count reported is not what reached the file");
 }

@@ -66,17 +66,29 @@ impl Repaired {
     }
 
     /// Writes `bytes` as the undo file and runs `lds undo` without --force: it must refuse,
-    /// name the file and an offset, and leave the volume as the repair left it.
-    fn refused(&self, bytes: &[u8], what: &str) {
+    /// name the file and the offset of the damage (at most `limit`: where the bytes were cut
+    /// or flipped), and leave the volume as the repair left it.
+    fn refused(&self, bytes: &[u8], limit: usize, what: &str) {
         let path = self.scratch();
         assert!(std::fs::write(&path, bytes).is_ok());
         let (code, out, err) = self.undo(&path, false, false);
         assert_eq!(code, 1, "{what}: lds undo exits {code}\n{out}{err}");
         assert!(read(&self.image) == self.repaired, "{what}: a refused undo changed the volume");
         assert!(err.contains(&path.display().to_string()), "{what}: the message does not name the file: {err}");
-        assert!(err.contains("byte"), "{what}: the message names no offset: {err}");
+        // The offset named is a place in the file given: at or before the damage.
+        let offset = damaged_at(&err).unwrap_or_else(|| panic!("{what}: the message names no byte offset: {err}"));
+        assert!(offset <= limit, "{what}: the message names byte {offset}, past the damage at {limit}: {err}");
         assert!(err.contains("nothing was written"), "{what}: {err}");
     }
+}
+
+/// The offset in "at byte N" (or "bytes N..M") of an undo error message.
+fn damaged_at(message: &str) -> Option<usize> {
+    message.split(" byte").skip(1).find_map(|rest| {
+        let rest = rest.strip_prefix("s ").or_else(|| rest.strip_prefix(' '))?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -95,7 +107,7 @@ fn a_truncated_or_flipped_undo_file_is_refused_and_the_intact_one_restores() {
     cuts.extend((301..len).step_by(97));
     cuts.extend(len - 40..len);
     for cut in cuts {
-        repaired.refused(&bytes[..cut], &format!("cut to {cut} bytes"));
+        repaired.refused(&bytes[..cut], cut, &format!("cut to {cut} bytes"));
     }
     // Byte flips: every byte of the header and state block, then one byte in 41 through the
     // batches, and the last bytes.
@@ -105,12 +117,12 @@ fn a_truncated_or_flipped_undo_file_is_refused_and_the_intact_one_restores() {
     for at in flips {
         let mut damaged = bytes.clone();
         damaged[at] ^= 0x10;
-        repaired.refused(&damaged, &format!("byte {at} flipped"));
+        repaired.refused(&damaged, at, &format!("byte {at} flipped"));
     }
     // Bytes added after a finished file.
     let mut longer = bytes.clone();
     longer.extend_from_slice(&[0; 512]);
-    repaired.refused(&longer, "512 bytes appended");
+    repaired.refused(&longer, longer.len(), "512 bytes appended");
 
     let (code, out, err) = repaired.undo(&repaired.undo, false, false);
     assert_eq!(code, 0, "{out}{err}");
@@ -175,13 +187,19 @@ fn forced_a_damaged_file_restores_only_the_records_that_verify() {
     assert!(repaired.repaired[sector.clone()] != repaired.damaged[sector.clone()], "repair left that sector as it was");
     let mut damaged = bytes.clone();
     damaged[FIRST_RECORD + RECORD_HEADER + 10] ^= 0x10;
-    repaired.refused(&damaged, "a flip in the first original sector");
+    repaired.refused(&damaged, FIRST_RECORD + RECORD_HEADER + 10, "a flip in the first original sector");
 
     let (code, out, err) = repaired.undo(&repaired.scratch(), true, false);
     assert_eq!(code, 1, "--force with a damaged file must not claim success\n{out}{err}");
     assert!(err.contains("NOT verified"), "{err}");
     assert!(err.contains("--force restored only the records that verify"), "{err}");
-    assert!(err.contains(&format!("{}", sector.start)), "the unrestored sector is not named: {err}");
+    // The sector not restored is named by its device offset, not merely a number somewhere.
+    let named = err.contains(&format!("device offset {}", sector.start))
+        || err.lines().any(|line| {
+            line.contains("not restorable")
+                && line.rsplit(": ").next().is_some_and(|list| list.split(", ").any(|offset| offset == sector.start.to_string()))
+        });
+    assert!(named, "the unrestored sector {} is not named: {err}", sector.start);
     let after = read(&repaired.image);
     // Every sector but that one is back as it was before the repair; that one is as the
     // repair left it.

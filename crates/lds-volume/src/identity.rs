@@ -47,11 +47,163 @@ fn parse_dev(text: &str) -> Option<u64> {
     Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The file a loop device reads, by `/sys/dev/block/M:m/loop/backing_file`.
+/// The major number of loop devices (Documentation/admin-guide/devices.txt).
+const LOOP_MAJOR: u32 = 7;
+
+/// `LOOP_GET_STATUS64` (linux/loop.h), which libc does not name.
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
+
+/// `struct loop_info64` (linux/loop.h): what `LOOP_GET_STATUS64` fills.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// The device node of the block device `rdev`: `/dev/NAME`, NAME from its sysfs directory,
+/// when that node is the device.
+fn device_node(rdev: u64) -> Option<PathBuf> {
+    let directory = std::fs::canonicalize(sysfs_block(rdev)).ok()?;
+    let node = Path::new("/dev").join(directory.file_name()?);
+    let metadata = std::fs::metadata(&node).ok()?;
+    (metadata.file_type().is_block_device() && metadata.rdev() == rdev).then_some(node)
+}
+
+/// The file a loop device reads, `(st_dev, st_ino)`, from the kernel's own record of it
+/// (`LOOP_GET_STATUS64`: `lo_device`, `lo_inode`): right even when the file was renamed, or
+/// unlinked with another hard link left, where the path sysfs gives names nothing or another
+/// file. `None` for a device that is not a loop device or reads nothing.
+fn loop_status(rdev: u64) -> Option<(u64, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    if libc::major(rdev) != LOOP_MAJOR {
+        return None;
+    }
+    // O_NONBLOCK: an open that never waits on media; read only, no claim.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(device_node(rdev)?)
+        .ok()?;
+    let mut info = LoopInfo64 {
+        lo_device: 0,
+        lo_inode: 0,
+        lo_rdevice: 0,
+        lo_offset: 0,
+        lo_sizelimit: 0,
+        lo_number: 0,
+        lo_encrypt_type: 0,
+        lo_encrypt_key_size: 0,
+        lo_flags: 0,
+        lo_file_name: [0; 64],
+        lo_crypt_name: [0; 64],
+        lo_encrypt_key: [0; 32],
+        lo_init: [0; 2],
+    };
+    #[expect(unsafe_code, reason = "LOOP_GET_STATUS64 on an owned descriptor; neither rustix nor libc wraps it")]
+    // SAFETY: the descriptor is open for the call; `info` is a live, writable loop_info64 the
+    // kernel fills and does not keep.
+    let result = unsafe { libc::ioctl(file.as_raw_fd(), LOOP_GET_STATUS64, &mut info as *mut LoopInfo64) };
+    // ENXIO: a loop device with no file attached.
+    (result == 0).then_some((info.lo_device, info.lo_inode))
+}
+
+/// The file a loop device reads: by `LOOP_GET_STATUS64` (`loop_status`), else by the path in
+/// `/sys/dev/block/M:m/loop/backing_file`.
 fn loop_backing(rdev: u64) -> Option<(u64, u64)> {
+    if let Some(backing) = loop_status(rdev) {
+        return Some(backing);
+    }
     let name = std::fs::read_to_string(sysfs_block(rdev).join("loop/backing_file")).ok()?;
     let metadata = std::fs::metadata(name.trim_end_matches('\n')).ok()?;
     Some((metadata.dev(), metadata.ino()))
+}
+
+/// Devices stacked on a device at most this deep (a device-mapper device over an md array
+/// over partitions is three).
+const STACK_DEPTH_MAX: usize = 8;
+
+/// Devices read at most when following a stack of devices.
+const STACK_DEVICES_MAX: usize = 256;
+
+/// The device numbers listed in a sysfs directory of links to block devices (`slaves`,
+/// `holders`), at most `STACK_DEVICES_MAX`.
+fn linked_devices(rdev: u64, directory: &str) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir(sysfs_block(rdev).join(directory)) else { return Vec::new() };
+    entries
+        .take(STACK_DEVICES_MAX)
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| parse_dev(&std::fs::read_to_string(entry.path().join("dev")).ok()?))
+        .collect()
+}
+
+/// `rdev` and every device it is built on (device mapper, md: its `slaves`, theirs, ...),
+/// by `slaves_of`, bounded by depth and count.
+fn built_on(rdev: u64, slaves_of: &dyn Fn(u64) -> Vec<u64>) -> Vec<u64> {
+    let mut found = vec![rdev];
+    let mut frontier = vec![rdev];
+    for _ in 0..STACK_DEPTH_MAX {
+        let mut next = Vec::new();
+        for device in frontier {
+            for slave in slaves_of(device) {
+                if !found.contains(&slave) && found.len() < STACK_DEVICES_MAX {
+                    found.push(slave);
+                    next.push(slave);
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    found
+}
+
+/// Whether writing one of the block devices `a` or `b` changes what the other reads through
+/// a device stacked on another (device mapper, md): a device either is built on shares a
+/// device, a partition and its disk, or a loop device's file with one the other is built on.
+/// The devices themselves are compared by `Identity::overlap`; this looks below them.
+fn stacked_overlap(
+    a: u64,
+    b: u64,
+    slaves_of: &dyn Fn(u64) -> Vec<u64>,
+    disk_of: &dyn Fn(u64) -> Option<u64>,
+    backing_of: &dyn Fn(u64) -> Option<(u64, u64)>,
+) -> bool {
+    let (below_a, below_b) = (built_on(a, slaves_of), built_on(b, slaves_of));
+    if below_a.len() == 1 && below_b.len() == 1 {
+        return false;
+    }
+    below_a.iter().any(|&x| {
+        below_b.iter().any(|&y| {
+            x == y
+                || disk_of(x) == Some(y)
+                || disk_of(y) == Some(x)
+                || backing_of(x).is_some_and(|file| backing_of(y) == Some(file))
+        })
+    })
+}
+
+/// Whether the file `(device, inode)` is read by a loop device among those the block device
+/// `rdev` is built on (below a device mapper or md device: `rdev` itself is compared by
+/// `Identity::overlap`).
+fn stacked_on_file(rdev: u64, file: (u64, u64)) -> bool {
+    built_on(rdev, &|device| linked_devices(device, "slaves"))
+        .iter()
+        .skip(1)
+        .any(|&below| loop_backing(below) == Some(file))
 }
 
 /// The disk a partition is on (its sysfs directory's parent).
@@ -82,6 +234,20 @@ pub fn identity_of(metadata: &std::fs::Metadata) -> std::io::Result<Identity> {
 }
 
 impl Identity {
+    /// Whether the two are the same file (device and inode) or the same block device (device
+    /// number): what a descriptor opened by a path must still be to be the one judged.
+    pub fn same(&self, other: &Identity) -> bool {
+        use Identity::{Block, File, Other};
+        match (self, other) {
+            (File { device, inode }, File { device: other_device, inode: other_inode })
+            | (Other { device, inode }, Other { device: other_device, inode: other_inode }) => {
+                device == other_device && inode == other_inode
+            }
+            (Block { rdev, .. }, Block { rdev: other_rdev, .. }) => rdev == other_rdev,
+            _ => false,
+        }
+    }
+
     /// How writing through one of the two would change what the other reads: `None` when
     /// it would not.
     pub fn overlap(&self, other: &Identity) -> Option<&'static str> {
@@ -91,11 +257,19 @@ impl Identity {
             | (Other { device, inode }, Other { device: other_device, inode: other_inode }) => {
                 (device == other_device && inode == other_inode).then_some("is the same file as")
             }
-            (File { device, inode }, Block { backing: Some(backing), .. }) => {
-                (*backing == (*device, *inode)).then_some("is the file behind the loop device")
+            (File { device, inode }, Block { backing, rdev, .. }) => {
+                if *backing == Some((*device, *inode)) {
+                    Some("is the file behind the loop device")
+                } else {
+                    stacked_on_file(*rdev, (*device, *inode)).then_some("is the file behind a device stacked under")
+                }
             }
-            (Block { backing: Some(backing), .. }, File { device, inode }) => {
-                (*backing == (*device, *inode)).then_some("is a loop device reading the file")
+            (Block { backing, rdev, .. }, File { device, inode }) => {
+                if *backing == Some((*device, *inode)) {
+                    Some("is a loop device reading the file")
+                } else {
+                    stacked_on_file(*rdev, (*device, *inode)).then_some("is stacked on a loop device reading the file")
+                }
             }
             (Block { rdev, disk, backing }, Block { rdev: other_rdev, disk: other_disk, backing: other_backing }) => {
                 if rdev == other_rdev {
@@ -106,6 +280,14 @@ impl Identity {
                     Some("is the disk holding the partition")
                 } else if backing.is_some() && backing == other_backing {
                     Some("reads the same file as the loop device")
+                } else if stacked_overlap(
+                    *rdev,
+                    *other_rdev,
+                    &|device| linked_devices(device, "slaves"),
+                    &partition_disk,
+                    &loop_backing,
+                ) {
+                    Some("shares bytes, through a device-mapper or md device, with")
                 } else {
                     None
                 }
@@ -127,12 +309,31 @@ fn mount_point(rdev: u64) -> Option<String> {
     })
 }
 
-/// The kernel devices holding `rdev` (device mapper, md), from its `holders` directory.
+/// The kernel devices holding `rdev` or one of its partitions (device mapper, md), from
+/// their `holders` directories.
 fn holders(rdev: u64) -> Option<String> {
-    let names: Vec<String> = std::fs::read_dir(sysfs_block(rdev).join("holders"))
-        .ok()?
+    let mut devices = vec![rdev];
+    // A disk's partitions are the subdirectories of its sysfs directory with a `partition`
+    // file.
+    if let Ok(entries) = std::fs::read_dir(sysfs_block(rdev)) {
+        devices.extend(
+            entries
+                .take(STACK_DEVICES_MAX)
+                .filter_map(|entry| entry.ok())
+                .filter(|entry| entry.path().join("partition").exists())
+                .filter_map(|entry| parse_dev(&std::fs::read_to_string(entry.path().join("dev")).ok()?)),
+        );
+    }
+    let names: Vec<String> = devices
+        .iter()
+        .flat_map(|device| {
+            std::fs::read_dir(sysfs_block(*device).join("holders"))
+                .into_iter()
+                .flatten()
+                .take(16)
+                .filter_map(|entry| entry.ok().map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        })
         .take(16)
-        .filter_map(|entry| entry.ok().map(|entry| entry.file_name().to_string_lossy().into_owned()))
         .collect();
     (!names.is_empty()).then(|| format!("held by {}", names.join(", ")))
 }
@@ -159,9 +360,8 @@ fn loop_devices_of(file: (u64, u64)) -> Vec<String> {
             if !name.starts_with("loop") {
                 return None;
             }
-            let backing = std::fs::read_to_string(entry.path().join("loop/backing_file")).ok()?;
-            let metadata = std::fs::metadata(backing.trim_end_matches('\n')).ok()?;
-            ((metadata.dev(), metadata.ino()) == file).then(|| format!("/dev/{name}"))
+            let rdev = parse_dev(&std::fs::read_to_string(entry.path().join("dev")).ok()?)?;
+            (loop_backing(rdev)? == file).then(|| format!("/dev/{name}"))
         })
         .collect();
     found.sort();
@@ -184,5 +384,58 @@ pub fn in_use(identity: &Identity) -> Option<String> {
             swap(identity)
         }
         Identity::Other { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up machine: dm-0 (253:0) on sda1 (8:1) and md0 (9:0) on loop0 (7:0) and sdb
+    /// (8:16); sda (8:0) holds sda1 and sda2 (8:2); loop1 (7:1) reads loop0's file.
+    fn slaves(rdev: u64) -> Vec<u64> {
+        match (libc::major(rdev), libc::minor(rdev)) {
+            (253, 0) => vec![libc::makedev(8, 1)],
+            (9, 0) => vec![libc::makedev(7, 0), libc::makedev(8, 16)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn disk(rdev: u64) -> Option<u64> {
+        matches!((libc::major(rdev), libc::minor(rdev)), (8, 1) | (8, 2)).then(|| libc::makedev(8, 0))
+    }
+
+    fn backing(rdev: u64) -> Option<(u64, u64)> {
+        matches!((libc::major(rdev), libc::minor(rdev)), (7, 0) | (7, 1)).then_some((1, 42))
+    }
+
+    fn overlaps(a: (u32, u32), b: (u32, u32)) -> bool {
+        stacked_overlap(libc::makedev(a.0, a.1), libc::makedev(b.0, b.1), &slaves, &disk, &backing)
+    }
+
+    #[test]
+    fn a_device_stacked_on_another_overlaps_it() {
+        // dm-0 and what it is built on: its slave, the slave's disk; not the disk's other
+        // partition.
+        assert!(overlaps((253, 0), (8, 1)));
+        assert!(overlaps((8, 1), (253, 0)));
+        assert!(overlaps((253, 0), (8, 0)));
+        assert!(!overlaps((253, 0), (8, 2)));
+        // md0 over loop0 and sdb: those, and loop1, which reads loop0's file.
+        assert!(overlaps((9, 0), (7, 0)));
+        assert!(overlaps((9, 0), (8, 16)));
+        assert!(overlaps((7, 1), (9, 0)));
+        assert!(!overlaps((9, 0), (253, 0)));
+        // Devices stacked on nothing are left to `Identity::overlap`.
+        assert!(!overlaps((8, 1), (8, 2)));
+    }
+
+    #[test]
+    fn a_stack_is_followed_a_bounded_depth() {
+        // A chain deeper than the bound, and a cycle: both end.
+        let chain = |rdev: u64| vec![rdev + 1];
+        assert_eq!(built_on(0, &chain).len(), STACK_DEPTH_MAX + 1);
+        let cycle = |rdev: u64| vec![(rdev + 1) % 3];
+        assert_eq!(built_on(0, &cycle).len(), 3);
     }
 }

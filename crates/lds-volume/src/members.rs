@@ -479,6 +479,32 @@ fn claimant_of<'a>(
     }
 }
 
+/// Opens `claimant`'s device in `mode` (waiting at most `wait` for its lock) and proves it is
+/// the device the probe judged: the descriptor opened names the same file or block device as
+/// the path did when it was probed (`fstat`, not the path again), and its labels, read again
+/// now that the lock is held, are the ones probed. A path swapped or relabeled between the
+/// probe and the open (another file renamed over it, a device node replaced) is refused
+/// instead of written.
+fn open_claimant(claimant: &Claimant, mode: OpenMode, wait: Duration) -> Result<Device, VolumeError> {
+    let device = Device::open_waiting(&claimant.path, mode, wait)?;
+    let changed = |what: &str| VolumeError::Devices {
+        path: claimant.path.display().to_string(),
+        reason: format!("{what} between the search for the volume's devices and its open; run the command again"),
+    };
+    let opened = device.identity().ok();
+    let same = match (&claimant.identity, &opened) {
+        (Some(probed), Some(opened)) => probed.same(opened),
+        _ => false,
+    };
+    if !same {
+        return Err(changed("it was replaced by another file or device"));
+    }
+    match identify(&device) {
+        Some((_, device_uuid, label)) if device_uuid == claimant.device_uuid && label == claimant.label => Ok(device),
+        _ => Err(changed("its labels changed")),
+    }
+}
+
 impl Members<Device> {
     /// Opens the volume that the device at `path` belongs to, every device of it in `mode`
     /// (waiting at most `wait` for each lock). A device without a usable label, or with the
@@ -508,7 +534,7 @@ impl Members<Device> {
         let mut given = Some(device);
         let first = match given.take_if(|_| first_is_given) {
             Some(device) => device,
-            None => Device::open_waiting(&first_path, mode, wait)?,
+            None => open_claimant(first_claimant, mode, wait)?,
         };
         let labels = read_device_labels(&first)?;
         let Ok((_, authority)) = labels.choose() else {
@@ -551,7 +577,7 @@ impl Members<Device> {
             }
             let device = match given.take_if(|_| std::ptr::eq(claimant, &found[0])) {
                 Some(device) => device,
-                None => Device::open_waiting(&claimant.path, mode, wait)?,
+                None => open_claimant(claimant, mode, wait)?,
             };
             devices.push(device);
         }
@@ -612,4 +638,54 @@ pub fn member_label_problem(authority: &Label, index: usize, label: &Result<Labe
         return Some("its own entry differs from the first device's table".into());
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::geometry::{plan_layout, LayoutRequest};
+
+    fn scratch(name: &str) -> PathBuf {
+        let directory = std::env::temp_dir().join(format!("lds-members-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&directory);
+        directory.join(name)
+    }
+
+    /// A device probed, then swapped or relabeled before its open for writing, is refused.
+    #[test]
+    fn a_device_changed_between_probe_and_open_is_refused() {
+        let Ok(geometry) = plan_layout(&LayoutRequest { volume_len: 64 << 20, ..LayoutRequest::default() }, [7; 16])
+        else {
+            panic!("layout")
+        };
+        let label = Label::new(geometry, "probed");
+        let path = scratch("member.img");
+        let other = scratch("other.img");
+        assert!(std::fs::write(&path, vec![0u8; 1 << 16]).is_ok());
+        assert!(std::fs::write(&other, vec![0u8; 1 << 16]).is_ok());
+        let claimant = |identity| Claimant {
+            path: path.clone(),
+            identity,
+            device_uuid: [1; 16],
+            label: label.clone(),
+            listed: false,
+        };
+        let probed = claimant(identity(&path).ok());
+        // Another file renamed over the path after the probe.
+        assert!(std::fs::rename(&other, &path).is_ok());
+        let swapped = open_claimant(&probed, OpenMode::ReadWrite, Duration::ZERO);
+        assert!(
+            matches!(&swapped, Err(VolumeError::Devices { reason, .. }) if reason.contains("replaced by another file")),
+            "{:?}",
+            swapped.err()
+        );
+        // The same file, but its labels are not the ones probed (here: none).
+        let relabeled = open_claimant(&claimant(identity(&path).ok()), OpenMode::ReadWrite, Duration::ZERO);
+        assert!(
+            matches!(&relabeled, Err(VolumeError::Devices { reason, .. }) if reason.contains("labels changed")),
+            "{:?}",
+            relabeled.err()
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 }

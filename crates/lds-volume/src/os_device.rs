@@ -149,6 +149,21 @@ impl Device {
                 ),
                 _ => open_error(source),
             })?;
+        // What was judged is what was opened: the path is examined again through the
+        // descriptor (`fstat`), so that a file or node swapped in between is not written, and
+        // a writer's in-use check is repeated on the file opened.
+        let opened =
+            file.metadata().and_then(|metadata| crate::identity::identity_of(&metadata)).map_err(open_error)?;
+        if !opened.same(&identity) {
+            return Err(open_error(std::io::Error::other(
+                "it was replaced by another file or device while being opened; run the command again",
+            )));
+        }
+        if writable {
+            if let Some(by) = crate::identity::in_use(&opened) {
+                return Err(in_use(by));
+            }
+        }
         match mode {
             OpenMode::ReadOnly => {}
             OpenMode::ReadOnlyLocked => lock(&file, path, false, wait)?,
@@ -212,6 +227,12 @@ impl Device {
         self.file.set_len(len).map_err(|source| DeviceError::Allocate { path: self.path.clone(), len, source })?;
         self.len = len;
         Ok(())
+    }
+
+    /// What the open descriptor names (`fstat`): the file or device actually opened, whatever
+    /// its path names now.
+    pub fn identity(&self) -> std::io::Result<crate::identity::Identity> {
+        crate::identity::identity_of(&self.file.metadata()?)
     }
 
     /// The path it was opened by.

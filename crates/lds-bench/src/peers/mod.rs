@@ -36,11 +36,37 @@ pub fn available() -> Vec<&'static str> {
     KNOWN.iter().zip(built).filter(|(_, built)| *built).map(|(name, _)| *name).collect()
 }
 
-/// Opens peer `engine` in directory `dir` (created if missing).
-pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<dyn Store>, BenchError> {
-    std::fs::create_dir_all(dir).map_err(BenchError::file(dir, "cannot create"))?;
-    std::fs::write(dir.join(MARKER), b"made by lds bench; the next run empties this directory\n")
-        .map_err(BenchError::file(&dir.join(MARKER), "cannot write"))?;
+/// Opens peer `engine` in directory `dir`. `fresh` empties the directory first (`wipe`); a
+/// directory that does not exist is created. The marker that lets the next run empty the
+/// directory is written only into a directory made here (fresh or created), never into one
+/// that already held something: a directory of someone's data must not become "ours" by
+/// being opened once (docs/safety.md). A directory that holds files but not the marker is
+/// refused unless `force`, fresh or not: the peer would write its own files among them.
+pub fn open(
+    engine: &str,
+    dir: &Path,
+    settings: &EngineSettings,
+    fresh: bool,
+    force: bool,
+) -> Result<Box<dyn Store>, BenchError> {
+    // The engine is known before the directory is touched.
+    if !available().contains(&engine) {
+        return Err(if KNOWN.contains(&engine) {
+            BenchError::NotBuilt(engine.to_string())
+        } else {
+            BenchError::UnknownEngine { name: engine.to_string(), known: KNOWN.join(", ") }
+        });
+    }
+    if fresh {
+        wipe(dir, force)?;
+    } else {
+        refuse_foreign(dir, force)?;
+    }
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(BenchError::file(dir, "cannot create"))?;
+        std::fs::write(dir.join(MARKER), b"made by lds bench; the next run empties this directory\n")
+            .map_err(BenchError::file(&dir.join(MARKER), "cannot write"))?;
+    }
     let _ = settings;
     let store = match engine {
         #[cfg(feature = "rocksdb")]
@@ -57,8 +83,7 @@ pub fn open(engine: &str, dir: &Path, settings: &EngineSettings) -> Result<Box<d
         "sled" => sled::open(dir, settings),
         #[cfg(feature = "redb")]
         "redb" => redb::open(dir, settings),
-        other if KNOWN.contains(&other) => Err(BenchError::NotBuilt(other.to_string())),
-        other => Err(BenchError::UnknownEngine { name: other.to_string(), known: KNOWN.join(", ") }),
+        other => Err(BenchError::NotBuilt(other.to_string())),
     }?;
     Ok(Box::new(InDir { store, dir: dir.to_path_buf() }))
 }
@@ -113,20 +138,70 @@ impl Store for InDir {
     }
 }
 
-/// Empties a peer's directory for a fresh store.
+/// Whether `dir` may be emptied or written by a benchmark: it does not exist, is empty, or
+/// holds the marker a benchmark left in it.
+fn ours(dir: &Path) -> Result<bool, BenchError> {
+    if !dir.exists() {
+        return Ok(true);
+    }
+    let mut entries = std::fs::read_dir(dir).map_err(BenchError::file(dir, "cannot read"))?;
+    // `symlink_metadata`: a marker that is a symlink (to anywhere) is not a marker.
+    Ok(std::fs::symlink_metadata(dir.join(MARKER)).is_ok_and(|metadata| metadata.is_file()) || entries.next().is_none())
+}
+
+/// Refuses a directory of someone's data (not empty, no marker) unless `force`.
+fn refuse_foreign(dir: &Path, force: bool) -> Result<(), BenchError> {
+    if force || ours(dir)? {
+        return Ok(());
+    }
+    Err(BenchError::NotOurs { path: dir.to_path_buf(), marker: MARKER })
+}
+
+/// Empties a peer's directory for a fresh store (removes it: `open` makes it again, with the
+/// marker).
 pub fn wipe(dir: &Path, force: bool) -> Result<(), BenchError> {
     if !dir.exists() {
         return Ok(());
     }
-    let mut entries = std::fs::read_dir(dir).map_err(BenchError::file(dir, "cannot read"))?;
     // Only a directory a benchmark made (its marker inside), an empty one, or --force: never
     // a directory of someone's data (docs/safety.md).
-    let ours = dir.join(MARKER).exists() || entries.next().is_none();
-    if !ours && !force {
-        return Err(BenchError::NotOurs { path: dir.to_path_buf(), marker: MARKER });
-    }
+    refuse_foreign(dir, force)?;
     std::fs::remove_dir_all(dir).map_err(BenchError::file(dir, "cannot empty"))
 }
 
 /// The file a benchmark leaves in each peer's directory, so that the next run may empty it.
 pub const MARKER: &str = ".lds-bench";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_empty_or_marked_directory_is_emptied() {
+        let dir = std::env::temp_dir().join(format!("lds-bench-peers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(std::fs::create_dir_all(&dir).is_ok());
+        assert!(std::fs::write(dir.join("precious"), b"keep me").is_ok());
+        // A marker that is a symlink is not a marker.
+        assert!(std::os::unix::fs::symlink(dir.join("precious"), dir.join(MARKER)).is_ok());
+        assert!(matches!(wipe(&dir, false), Err(BenchError::NotOurs { .. })));
+        assert!(matches!(refuse_foreign(&dir, false), Err(BenchError::NotOurs { .. })));
+        assert!(dir.join("precious").exists());
+        // An engine this binary does not have touches nothing, fresh or not.
+        let settings = crate::store::EngineSettings {
+            write_buffer_bytes: 1 << 20,
+            cache_bytes: 1 << 20,
+            file_bytes: 1 << 20,
+            level1_bytes: 1 << 20,
+            bloom_bits: 10,
+        };
+        for fresh in [false, true] {
+            assert!(open("nosuch", &dir, &settings, fresh, true).is_err());
+            assert!(dir.join("precious").exists());
+        }
+        assert!(std::fs::remove_file(dir.join(MARKER)).is_ok());
+        assert!(std::fs::write(dir.join(MARKER), b"").is_ok());
+        assert!(wipe(&dir, false).is_ok());
+        assert!(!dir.exists());
+    }
+}
