@@ -257,7 +257,7 @@ fn read_batches<'a>(bytes: &'a [u8], header: &UndoHeader, state: State) -> Conte
         let Some((count, _, records_len, stored)) = found else {
             // From `at` itself: a later batch sitting where this one should (this one lost)
             // is damage, not a tear.
-            let torn = next_batch_header(bytes, at, number + 1);
+            let torn = next_batch_header(bytes, at, number.saturating_add(1));
             if state == State::Running && torn.is_none() {
                 // The header of the last batch is torn: the tool crashed appending it.
                 break;
@@ -317,7 +317,8 @@ fn read_batches<'a>(bytes: &'a [u8], header: &UndoHeader, state: State) -> Conte
         // damaged header, the chain verifies again from here.
         contents.chain = Some(stored);
         contents.batches += 1;
-        number += 1;
+        // A header may carry any number (the resync above takes it): saturate, never wrap.
+        number = number.saturating_add(1);
         at = end;
         contents.end = end;
     }
