@@ -335,14 +335,30 @@ fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogSt
     } else {
         // Nothing written since the last flush is normal; an object newer than the start
         // point standing there is not, nor one written after the version (SPEC.md §9.6).
-        if let Ok(object) = read_valid_object(area, start, context) {
-            if object.header.lsn > version.lsn_backup_start || written_after_version(area, context, &object, version) {
+        let found = read_valid_object(area, start, context);
+        if let Ok(object) = &found {
+            if object.header.lsn > version.lsn_backup_start {
                 return BackupRecovery::StartMismatch {
                     offset: start,
                     recorded_lsn: version.lsn_backup_start,
                     found_lsn: object.header.lsn,
                 };
             }
+        }
+        // The object at the start point, or where none is valid the WOR at the next sector
+        // boundary, which a chain from the start point takes for its first object (§9.1).
+        let boundary = start.div_ceil(u64::from(context.sector_size)) * u64::from(context.sector_size);
+        let first = found.ok().or_else(|| {
+            read_valid_object(area, boundary, context)
+                .ok()
+                .filter(|wrap| boundary != start && wrap.object_type == ObjectType::WrapRight)
+        });
+        if let Some(object) = first.filter(|object| written_after_version(area, context, object, version)) {
+            return BackupRecovery::StartMismatch {
+                offset: start,
+                recorded_lsn: version.lsn_backup_start,
+                found_lsn: object.header.lsn,
+            };
         }
         // The start object itself may be damaged with valid objects after it.
         let end = ChainEnd::Invalid {
@@ -360,16 +376,20 @@ fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogSt
     BackupRecovery::Recovered { state: Box::new(state), end, stale_ahead }
 }
 
-/// True when `object`, valid at the version's backup start point with a smaller lsn than the
-/// version records (so not the object the start names), was written after the version
-/// (SPEC.md §9.6, `E_BACKUP_START_MISMATCH`): it is a batch holding a sequence number above
-/// the version's `last_sequence`, or the chain from it (§9.3, from its own lsn) reaches the
-/// recorded lsn at another offset; and no valid object with a smaller lsn has a larger `sn`
-/// (a crashed session's leftover, whose lsns and sequence numbers the next session reused,
-/// has a smaller `sn` than that session's objects, §9.5). A writer records as the start the
-/// position of its next append (§10.2): what it appended before holds no sequence number the
-/// version's chunks lack, and a stale object of an earlier lap there chains at most up to the
-/// recorded lsn's predecessor, whose end is the start point.
+/// True when `object`, valid at the version's backup start point (or the WOR at the next
+/// sector boundary) with a smaller lsn than the version records (so not the object the start
+/// names), was written after the version (SPEC.md §9.6, `E_BACKUP_START_MISMATCH`): the chain
+/// from it (§9.3, from its own lsn, wraps included) reaches the recorded lsn at another
+/// offset; or it holds a batch with a sequence number above the version's `last_sequence`
+/// while no valid object of the area has the recorded lsn's predecessor or a later lsn. And
+/// in either case no valid object with a smaller lsn has a larger `sn` (a crashed session's
+/// leftover, whose lsns and sequence numbers the next session reused, has a smaller `sn` than
+/// that session's objects, §9.5).
+///
+/// A writer records as the start the position of its next append (§10.2), after the object
+/// with the lsn before; what it appended before holds no sequence number the version's chunks
+/// lack, so a stale object of an earlier lap there chains only up to that predecessor. Repair
+/// restarts a log one lsn above the largest it holds, which no chain reaches either.
 fn written_after_version(
     area: &[u8],
     context: &AreaContext,
@@ -381,20 +401,12 @@ fn written_after_version(
     if found_lsn >= recorded_lsn {
         return false;
     }
-    let above_last_sequence = match object.payload {
-        Payload::Batch { first_sequence, num_entries, .. } => {
-            first_sequence.saturating_add(u64::from(num_entries).saturating_sub(1)) > version.last_sequence
-        }
-        _ => false,
-    };
-    // Followed without the `sn` ceiling: only whether the recorded lsn stands in it counts.
-    let passes_recorded = || {
-        recover_backup_log_prefix(area, context, object.offset, found_lsn, version.last_sequence, 0)
-            .objects
-            .iter()
-            .any(|chained| chained.header.lsn == recorded_lsn)
-    };
-    (above_last_sequence || passes_recorded()) && !newer_sn_below(area, context, found_lsn, object.header.sn)
+    // Followed without the `sn` ceiling: the batches above `last_sequence` and the lsns count.
+    let chained = recover_backup_log_prefix(area, context, object.offset, found_lsn, version.last_sequence, 0);
+    let reaches_recorded = chained.objects.iter().any(|chained| chained.header.lsn == recorded_lsn);
+    let unreached = || later_objects(area, context, recorded_lsn.saturating_sub(2)).is_none();
+    let replays_past_unreached = !chained.batches.is_empty() && unreached();
+    (reaches_recorded || replays_past_unreached) && !newer_sn_below(area, context, found_lsn, object.header.sn)
 }
 
 /// True when a valid object of the area has an lsn below `lsn` and an `sn` above `sn`.
