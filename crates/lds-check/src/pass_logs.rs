@@ -125,12 +125,20 @@ pub(crate) fn check_backup_log(geometry: &Geometry, recovery: &InstanceRecovery,
             context.ofs_area,
             format!("the backup start point {ofs_backup_start} is not an object position of the {len_area}-byte area"),
         ),
-        BackupRecovery::StartMismatch { offset, recorded_lsn, found_lsn } => report.add(
-            Code::BackupStartMismatch,
-            structure,
-            context.ofs_area + offset,
-            format!("the version says the backup log restarts with lsn {recorded_lsn}, but the object there has lsn {found_lsn}: its writes are not replayed"),
-        ),
+        BackupRecovery::StartMismatch { offset, recorded_lsn, found_lsn } => {
+            // SPEC.md §9.6: a larger lsn, or a smaller one on an object written after the version.
+            let why = if found_lsn > recorded_lsn {
+                ""
+            } else {
+                ", written after the version (it holds sequence numbers above the version's last sequence, or its chain passes the recorded lsn elsewhere)"
+            };
+            report.add(
+                Code::BackupStartMismatch,
+                structure,
+                context.ofs_area + offset,
+                format!("the version says the backup log restarts with lsn {recorded_lsn}, but the object there has lsn {found_lsn}{why}: its writes are not replayed"),
+            );
+        }
         BackupRecovery::Sequence(error) => {
             let offset = match error {
                 lds_format::algorithms::recovery::BackupLogError::SequenceNotIncreasing { offset, .. } => *offset,
@@ -140,6 +148,20 @@ pub(crate) fn check_backup_log(geometry: &Geometry, recovery: &InstanceRecovery,
         BackupRecovery::Recovered { state, end, .. } => {
             report.summary.live_log_objects += state.objects.len() as u64;
             report_chain_end(end, &context, report, &structure);
+            if let Some(above) = &state.sn_above {
+                report.add(
+                    Code::BackupLogSnAbove,
+                    structure,
+                    context.ofs_area + above.offset,
+                    format!(
+                        "the {} with lsn {} has sn {}, above the version log's {}: no writer writes one; recovery counts it as the sn before it",
+                        above.object_type.name(),
+                        above.lsn,
+                        above.sn,
+                        above.ceiling
+                    ),
+                );
+            }
         }
     }
 }

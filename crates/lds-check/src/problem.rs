@@ -151,7 +151,7 @@ problems! {
     BackupLogChainBroken = 303, Error, "the live chain of the backup log ends at a damaged object of ours inside one sector (at most one identifying header field differs from the expected append), or a later batch's sync watermark records the missing object as durable (SPEC.md §7.1), and valid later objects follow: no crash leaves this (SPEC.md §9.6), synced writes are lost; the engine refuses to open",
         Fix("keep every batch before the damage (written to level-0 chunks) and restart the backup log; the later batches are reported as dropped");
     /// 304.
-    BackupStartMismatch = 304, Error, "the object at the backup start point is newer than the start point recorded; the engine refuses to open",
+    BackupStartMismatch = 304, Error, "the object at the backup start point is not the one the version's start names and was written after the version: its lsn is larger than the one recorded, or smaller while it holds sequence numbers above the version's last sequence or its chain passes the recorded lsn elsewhere (SPEC.md §9.6); recovery would replay nothing; the engine refuses to open",
         Fix("replay the backup log from the object found at the start point, write its batches to level-0 chunks and restart the backup log");
     /// 305.
     BackupStartOutside = 305, Error, "the backup start point lies outside the backup log",
@@ -162,6 +162,9 @@ problems! {
     /// 307.
     BackupLogUnflushedAfterGap = 307, Info, "valid backup log objects stand after a position the next append never reached (stale or empty bytes there): unflushed writes a crash reordered; recovery ignores them",
         Nothing;
+    /// 308.
+    BackupLogSnAbove = 308, Error, "an object of the backup log's live chain has an sn above the version log's (a WOL above its WOR's, or any object): no writer writes one (SPEC.md §9.6); recovery counts it as the sn before it and replays the batches after it; the engine refuses to open",
+        Fix("write the batches recovery replays (those past the object included) to level-0 chunks and restart the backup log");
     /// 401.
     FooterInvalid = 401, Error, "a chunk footer is not valid",
         Fix("rewrite the chunk's readable blocks into a new chunk; entries of unreadable blocks are reported as dropped");

@@ -26,15 +26,21 @@ const CASES: &[&str] = &[
     "wrapped:vlog.wol.ofs_first_live=cycle",
     "wrapped:blog.wol.ofs_first_live=past_end",
     "wrapped:blog.wb.num_entries=max",
+    // Found by the full set: a WOL above the version log's SN ended the chain after the wrap.
+    "wrapped:blog.wol.header.sn=max",
     "wrapped:chunk[live].block[0].entry[0].seq_kind=cycle",
     "values:value_chunk[0].footer.len_body=past_end",
     "values:vlog.bv.value_chunk[0].slot=overlap",
     "values:chunk[live].block[0].entry[0].pointer.extent[0].len=max",
     // Found by the full set: a delta version's last_sequence of 2^56 hid every batch.
     "values:vlog.dv.last_sequence=past_end",
+    // Found by the full set: a backup start lsn above the batch there replayed nothing.
+    "values:vlog.dv.lsn_backup_start=past_end",
     "sketches:chunk[live].sketch.precision=past_end",
     "log_chunks:chunk[live].block[0].entry[0].log_ref.ofs_object=past_end",
     "log_chunks:vlog.dv.added[0].lsn_log_start=cycle",
+    // Found by the full set: a backup start moved to offset 0 replayed nothing.
+    "log_chunks:vlog.dv.ofs_backup_start=0",
     "two_devices:label.devices.entry[1].first_slot=overlap",
     "two_devices:label.devices.entry[1].device_uuid=cycle",
     "two_devices:device1.label.devices.num_devices=past_end",

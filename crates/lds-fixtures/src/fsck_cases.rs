@@ -367,6 +367,25 @@ pub fn all() -> Vec<FsckCase> {
         EXIT_UNCORRECTED,
     ));
 
+    let mut image = versions_image();
+    let (ofs, lsn) = image.instances[0].backup_log.next_position();
+    let reset = DeltaVersion {
+        ofs_backup_start: ofs,
+        lsn_backup_start: lsn + 1000,
+        ..added(&image, 0, Vec::new(), image.last_sequence(0))
+    };
+    append_raw_delta(&mut image, &reset);
+    expect(image.append_batch(0, crate::puts(&["after-the-reset"])));
+    cases.push(case(
+        "f_reset_lsn_ahead",
+        "the backup start point's lsn is 1000 above the batch written there after the version (SPEC.md §9.6): recovery would replay nothing",
+        image.bytes,
+        Code::BackupStartMismatch,
+        EXIT_UNCORRECTED,
+    ));
+
+    cases.push(wol_sn_above());
+
     // Chunk 8 of d_versions (level 1, key00030 to key00054, one block).
     let chunk_slot = 8u64;
 
@@ -775,6 +794,28 @@ fn log_ref_unresolved() -> FsckCase {
 }
 
 /// Appends a delta version without applying it to the builder's version (it may contradict).
+/// d_wrapped with the backup log's WOL one SN above the version log's (SPEC.md §9.6): the
+/// batches after it carry the WOR's SN, and recovery that took the WOL's would lose them.
+fn wol_sn_above() -> FsckCase {
+    let image = crate::wrapped_image();
+    let mut bytes = image.bytes.clone();
+    let (ofs_area, _) = image.label.geometry.log_area(LogKind::Backup, 0);
+    let at = ofs_area as usize;
+    assert_eq!(bytes[at + 8], ObjectType::WrapLeft.code(), "d_wrapped's backup log starts with a WOL");
+    let sn = image.instances[0].sn + 1;
+    // SPEC.md §5: `sn` at header bytes 16..24, `header_crc32c` over bytes 8..64 at 4..8.
+    bytes[at + 16..at + 24].copy_from_slice(&sn.to_le_bytes());
+    let crc = crc32c(&bytes[at + 8..at + 64]);
+    bytes[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+    case(
+        "f_blog_wol_sn_above",
+        "the backup log's WOL has an sn one above the version log's (its WOR's is the version log's): the batches after the wrap carry the smaller sn",
+        bytes,
+        Code::BackupLogSnAbove,
+        EXIT_UNCORRECTED,
+    )
+}
+
 fn append_raw_delta(image: &mut ImageBuilder, delta: &DeltaVersion) {
     append_raw_delta_instance(image, 0, delta);
 }

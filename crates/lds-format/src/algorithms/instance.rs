@@ -5,8 +5,8 @@
 //! read the same result. Every caller that recovers an instance calls [`recover_instance`].
 
 use crate::algorithms::recovery::{
-    read_valid_object, recover_backup_log, recover_version_log, BackupLogError, BackupLogState, ChainEnd, Payload,
-    VersionLogError, VersionLogState,
+    read_valid_object, recover_backup_log, recover_backup_log_prefix, recover_version_log, BackupLogError,
+    BackupLogState, ChainEnd, ChainObject, Payload, SnAbove, VersionLogError, VersionLogState,
 };
 use crate::batch::{decode_entries, synced_lsn};
 use crate::entry::EntryKind;
@@ -102,8 +102,10 @@ pub enum BackupRecovery {
         /// Bytes of the area.
         len_area: u64,
     },
-    /// The object at the start point is valid with a larger lsn than the version records:
-    /// the version is older than the log (damage lost later versions).
+    /// The object at the start point is valid and cannot be what the version's start names
+    /// (SPEC.md §9.6): it has a larger lsn than the version records (damage lost later
+    /// versions), or a smaller one and was written after the version (the recorded lsn or
+    /// offset is damaged), so its batches must be replayed from it.
     StartMismatch {
         /// The start point.
         offset: u64,
@@ -181,6 +183,13 @@ pub enum LogDamage {
         /// The lsn found.
         found_lsn: u64,
     },
+    /// `E_BLOG_SN_ABOVE` (fsck 308): a live backup log object has an `sn` above the version
+    /// log's.
+    #[error(
+        "the {} at offset {} of the backup log (lsn {}) has sn {}, above the version log's {}",
+        .0.object_type.name(), .0.offset, .0.lsn, .0.sn, .0.ceiling
+    )]
+    BackupSnAbove(SnAbove),
     /// The backup start point lies outside the area (fsck 305).
     #[error("the backup start point {ofs_backup_start} is not an object position of the {len_area}-byte area")]
     BackupStartOutside {
@@ -203,6 +212,7 @@ impl LogDamage {
             Self::BackupStartMismatch { .. } => 304,
             Self::BackupStartOutside { .. } => 305,
             Self::BackupSequence(_) => 302,
+            Self::BackupSnAbove(_) => 308,
         }
     }
 }
@@ -226,7 +236,7 @@ impl InstanceRecovery {
             BackupRecovery::Recovered { end: ChainEndVerdict::Broken { offset, end, later }, .. } => {
                 Some(LogDamage::BackupLogChainBroken { offset: *offset, end: end.clone(), later: *later })
             }
-            BackupRecovery::Recovered { .. } => None,
+            BackupRecovery::Recovered { state, .. } => state.sn_above.map(LogDamage::BackupSnAbove),
         }
     }
 
@@ -324,8 +334,9 @@ fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogSt
         classify_chain_end(area, context, &state.end, (state.head.next_lsn, state.head.sn))
     } else {
         // Nothing written since the last flush is normal; an object newer than the start
-        // point standing there is not.
-        if let Ok(object) = read_valid_object(area, start, context) {
+        // point standing there is not, nor one written after the version (SPEC.md §9.6).
+        let found = read_valid_object(area, start, context);
+        if let Ok(object) = &found {
             if object.header.lsn > version.lsn_backup_start {
                 return BackupRecovery::StartMismatch {
                     offset: start,
@@ -333,6 +344,21 @@ fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogSt
                     found_lsn: object.header.lsn,
                 };
             }
+        }
+        // The object at the start point, or where none is valid the WOR at the next sector
+        // boundary, which a chain from the start point takes for its first object (§9.1).
+        let boundary = start.div_ceil(u64::from(context.sector_size)) * u64::from(context.sector_size);
+        let first = found.ok().or_else(|| {
+            read_valid_object(area, boundary, context)
+                .ok()
+                .filter(|wrap| boundary != start && wrap.object_type == ObjectType::WrapRight)
+        });
+        if let Some(object) = first.filter(|object| written_after_version(area, context, object, version)) {
+            return BackupRecovery::StartMismatch {
+                offset: start,
+                recorded_lsn: version.lsn_backup_start,
+                found_lsn: object.header.lsn,
+            };
         }
         // The start object itself may be damaged with valid objects after it.
         let end = ChainEnd::Invalid {
@@ -348,6 +374,51 @@ fn recover_backup(area: &[u8], context: &AreaContext, version_log: &VersionLogSt
     };
     let stale_ahead = headers_at_or_past(area, context, state.head.next_lsn);
     BackupRecovery::Recovered { state: Box::new(state), end, stale_ahead }
+}
+
+/// True when `object`, valid at the version's backup start point (or the WOR at the next
+/// sector boundary) with a smaller lsn than the version records (so not the object the start
+/// names), was written after the version (SPEC.md §9.6, `E_BACKUP_START_MISMATCH`): the chain
+/// from it (§9.3, from its own lsn, wraps included) reaches the recorded lsn at another
+/// offset; or it holds a batch with a sequence number above the version's `last_sequence`
+/// while no valid object of the area has the recorded lsn's predecessor or a later lsn. And
+/// in either case no valid object with a smaller lsn has a larger `sn` (a crashed session's
+/// leftover, whose lsns and sequence numbers the next session reused, has a smaller `sn` than
+/// that session's objects, §9.5).
+///
+/// A writer records as the start the position of its next append (§10.2), after the object
+/// with the lsn before; what it appended before holds no sequence number the version's chunks
+/// lack, so a stale object of an earlier lap there chains only up to that predecessor. Repair
+/// restarts a log one lsn above the largest it holds, which no chain reaches either.
+fn written_after_version(
+    area: &[u8],
+    context: &AreaContext,
+    object: &ChainObject,
+    version: &crate::version::Version,
+) -> bool {
+    let found_lsn = object.header.lsn;
+    let recorded_lsn = version.lsn_backup_start;
+    if found_lsn >= recorded_lsn {
+        return false;
+    }
+    // Followed without the `sn` ceiling: the batches above `last_sequence` and the lsns count.
+    let chained = recover_backup_log_prefix(area, context, object.offset, found_lsn, version.last_sequence, 0);
+    let reaches_recorded = chained.objects.iter().any(|chained| chained.header.lsn == recorded_lsn);
+    let unreached = || later_objects(area, context, recorded_lsn.saturating_sub(2)).is_none();
+    let replays_past_unreached = !chained.batches.is_empty() && unreached();
+    (reaches_recorded || replays_past_unreached) && !newer_sn_below(area, context, found_lsn, object.header.sn)
+}
+
+/// True when a valid object of the area has an lsn below `lsn` and an `sn` above `sn`.
+fn newer_sn_below(area: &[u8], context: &AreaContext, lsn: u64, sn: u64) -> bool {
+    magic_positions(area).any(|position| {
+        // The stated lsn first: most positions are ruled out without checking a checksum.
+        if raw_lsn(area, position).is_none_or(|found| found >= lsn) {
+            return false;
+        }
+        read_valid_object(area, position as u64, context)
+            .is_ok_and(|found| found.header.lsn < lsn && found.header.sn > sn)
+    })
 }
 
 /// How a live chain that ended at `end` with the head's next lsn and SN ends (SPEC.md §9.6).

@@ -134,6 +134,9 @@ pub struct ChainWalk<'a> {
     /// Steps left: each advances by at least 64 bytes within one area, so the area bounds the
     /// walk; the explicit bound guards against a logic error turning into a hang.
     steps_left: u64,
+    /// The largest `sn` an object may carry (a backup log's: the version log's SN, SPEC.md
+    /// §9.6), and the `sn` an object above it counts as when it starts the walk.
+    sn_ceiling: Option<(u64, u64)>,
     /// Why the chain ended, once it has.
     end: Option<ChainEnd>,
 }
@@ -148,8 +151,24 @@ impl<'a> ChainWalk<'a> {
             expected_lsn,
             previous: None,
             steps_left: context.len_area / HEADER_LEN as u64 + 1,
+            sn_ceiling: None,
             end: None,
         }
+    }
+
+    /// The walk of a backup log chain under SPEC.md §9.6's `sn` ceiling: an object whose `sn`
+    /// is above `ceiling` (damage, `E_BLOG_SN_ABOVE`) continues the chain, and counts as the
+    /// `sn` before it (`start_sn` when it is the first: for a WOL, its WOR's, §5.2), so that
+    /// the objects after it are not cut off by their smaller `sn`.
+    pub fn with_sn_ceiling(mut self, ceiling: u64, start_sn: u64) -> Self {
+        self.sn_ceiling = Some((ceiling, start_sn));
+        self
+    }
+
+    /// The `sn` the last object yielded counts as (its own, or under a ceiling the one before
+    /// it): what the next object's `sn` is compared with.
+    pub fn last_sn(&self) -> Option<u64> {
+        self.previous.map(|(_, sn)| sn)
     }
 
     /// Why the chain ended; `None` while it has not.
@@ -222,7 +241,11 @@ impl Iterator for ChainWalk<'_> {
             }
         };
         self.offset = object.header.next_offset();
-        self.previous = Some((object.header.lsn, object.header.sn));
+        let counted_sn = match self.sn_ceiling {
+            Some((ceiling, start_sn)) if object.header.sn > ceiling => previous_sn.unwrap_or(start_sn),
+            _ => object.header.sn,
+        };
+        self.previous = Some((object.header.lsn, counted_sn));
         if object.object_type == ObjectType::WrapRight {
             self.end = Some(ChainEnd::WrapRight);
         }
@@ -598,10 +621,28 @@ pub struct BackupLogState {
     pub head: LogHead,
     /// Why the chain ended.
     pub end: ChainEnd,
+    /// The first object of the live chain whose `sn` is above the version log's: damage
+    /// (SPEC.md §9.6, `E_BLOG_SN_ABOVE`); the chain went on past it.
+    pub sn_above: Option<SnAbove>,
 }
 
-/// Recovers one instance's backup log (SPEC.md §9.3). `current_sn` is the version log's SN,
-/// used for the head when nothing is found.
+/// A backup log object whose `sn` is above the version log's (SPEC.md §9.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnAbove {
+    /// Offset in the area.
+    pub offset: u64,
+    /// Its lsn.
+    pub lsn: u64,
+    /// Its type.
+    pub object_type: ObjectType,
+    /// Its `sn`.
+    pub sn: u64,
+    /// The version log's SN, the largest a backup log object may carry.
+    pub ceiling: u64,
+}
+
+/// Recovers one instance's backup log (SPEC.md §9.3). `current_sn` is the version log's SN:
+/// the head's when nothing is found, and the largest `sn` a live object may carry (§9.6).
 pub fn recover_backup_log(
     area: &[u8],
     context: &AreaContext,
@@ -610,11 +651,19 @@ pub fn recover_backup_log(
     last_sequence: u64,
     current_sn: u64,
 ) -> Result<BackupLogState, BackupLogError> {
-    recover_backup_log_checked(area, context, (ofs_backup_start, lsn_backup_start), last_sequence, current_sn, true)
+    recover_backup_log_checked(
+        area,
+        context,
+        (ofs_backup_start, lsn_backup_start),
+        last_sequence,
+        (current_sn, Some(current_sn)),
+        true,
+    )
 }
 
 /// As [`recover_backup_log`], but a batch whose sequence numbers do not increase ends the
 /// chain (with the objects before it) instead of failing: what repair keeps of such a log.
+/// No `sn` ceiling applies (`current_sn` is only the head's when nothing is found).
 pub fn recover_backup_log_prefix(
     area: &[u8],
     context: &AreaContext,
@@ -628,7 +677,7 @@ pub fn recover_backup_log_prefix(
         context,
         (ofs_backup_start, lsn_backup_start),
         last_sequence,
-        current_sn,
+        (current_sn, None),
         false,
     ) {
         Ok(state) => state,
@@ -644,6 +693,7 @@ pub fn recover_backup_log_prefix(
                 sn: current_sn,
             },
             end: ChainEnd::AreaEnd,
+            sn_above: None,
         },
     }
 }
@@ -653,7 +703,7 @@ fn recover_backup_log_checked(
     context: &AreaContext,
     (ofs_backup_start, lsn_backup_start): (u64, u64),
     last_sequence: u64,
-    current_sn: u64,
+    (current_sn, sn_ceiling): (u64, Option<u64>),
     strict: bool,
 ) -> Result<BackupLogState, BackupLogError> {
     let empty_head =
@@ -664,15 +714,24 @@ fn recover_backup_log_checked(
     let mut followed = 0u64;
     let bytes_max = context.len_area + u64::from(context.sector_size);
     let mut end = ChainEnd::AreaEnd;
+    // The `sn` the last object counts as (under the ceiling, an object above it counts as the
+    // one before it, SPEC.md §9.6).
+    let mut last_sn: Option<u64> = None;
     // Each segment either ends the walk or ends in a WOR; the byte budget bounds the loop.
     for segment_number in 0.. {
-        let segment = chain(area, context, start, Some(expected));
+        let mut walk = ChainWalk::new(area, context, start, Some(expected));
+        if let Some(ceiling) = sn_ceiling {
+            // A WOL above the ceiling counts as its WOR's `sn` (SPEC.md §5.2).
+            walk = walk.with_sn_ceiling(ceiling, last_sn.unwrap_or(0));
+        }
+        let segment_objects: Vec<ChainObject> = walk.by_ref().collect();
+        let segment_sn = walk.last_sn();
+        let segment = Chain { objects: segment_objects, end: walk.into_end() };
         let segment_is_continuation = segment_number > 0;
         // SPEC.md §9.3 step 2: the WOL continues the WOR's chain only with an SN not
         // smaller than the WOR's (§9.1), as within a chain: a WOL of an earlier session that
         // a crash cut off does not.
-        let wrap_sn = objects.last().map(|wrap| wrap.header.sn);
-        if let (true, Some(first), Some(wrap_sn)) = (segment_is_continuation, segment.objects.first(), wrap_sn) {
+        if let (true, Some(first), Some(wrap_sn)) = (segment_is_continuation, segment.objects.first(), last_sn) {
             if first.header.sn < wrap_sn {
                 end = ChainEnd::Stale { offset: 0, lsn: first.header.lsn, expected_lsn: expected };
                 break;
@@ -697,6 +756,7 @@ fn recover_backup_log_checked(
         end = segment.end;
         let next = segment.objects.last().map(|last| last.header.lsn.checked_add(1));
         objects.extend(segment.objects);
+        last_sn = segment_sn.or(last_sn);
         match next {
             Some(Some(next)) => expected = next,
             Some(None) => break,
@@ -708,7 +768,14 @@ fn recover_backup_log_checked(
         start = 0;
     }
     if objects.is_empty() {
-        return Ok(BackupLogState { start_found: false, objects, batches: Vec::new(), head: empty_head, end });
+        return Ok(BackupLogState {
+            start_found: false,
+            objects,
+            batches: Vec::new(),
+            head: empty_head,
+            end,
+            sn_above: None,
+        });
     }
     let mut batches = Vec::new();
     let mut previous_last = 0u64;
@@ -743,8 +810,24 @@ fn recover_backup_log_checked(
         }
     }
     objects.truncate(kept);
-    let head = objects.last().map_or(empty_head, |last| head_after(&last.header, last.object_type, context));
-    Ok(BackupLogState { start_found: true, objects, batches, head, end })
+    let sn_above = sn_ceiling.and_then(|ceiling| {
+        objects.iter().find(|object| object.header.sn > ceiling).map(|object| SnAbove {
+            offset: object.offset,
+            lsn: object.header.lsn,
+            object_type: object.object_type,
+            sn: object.header.sn,
+            ceiling,
+        })
+    });
+    let head = objects.last().map_or(empty_head, |last| {
+        let mut head = head_after(&last.header, last.object_type, context);
+        // The next append carries an `sn` no live object may exceed (SPEC.md §9.6).
+        if let Some(ceiling) = sn_ceiling {
+            head.sn = head.sn.min(ceiling);
+        }
+        head
+    });
+    Ok(BackupLogState { start_found: true, objects, batches, head, end, sn_above })
 }
 
 /// The physical walk of SPEC.md §15 from `start`, collected: each position whose bytes start

@@ -148,6 +148,27 @@ pub(crate) fn plan<'a>(
     // What the version and the free slots hold: the backup log adds what is newer.
     let known = extra.iter().map(|entry| entry.sequence).max().unwrap_or(0).max(version.last_sequence);
     let (batches, backup_head, mut backup_fixes) = backup_batches(source, &version, lost, known, &backup_context);
+    // SPEC.md §9.6 (`E_BLOG_SN_ABOVE`): recovery followed the backup log past an object whose
+    // sn is above the version log's, counting it as the sn before it; the batches it replays
+    // go to level 0 below and the backup log restarts, which leaves the object behind.
+    let sn_above = source.recovery.as_ref().ok().filter(|_| !lost).and_then(|recovery| recovery.backup_state());
+    if let Some(above) = sn_above.and_then(|state| state.sn_above) {
+        backup_fixes.insert(
+            0,
+            Fix::new(
+                vec![Code::BackupLogSnAbove],
+                format!("backup log of instance {instance}"),
+                backup_context.ofs_area + above.offset,
+                format!(
+                    "replayed the backup log past the {} with sn {} (above the version log's {}) as recovery follows it: its {} batches go to level 0 and the backup log restarts",
+                    above.object_type.name(),
+                    above.sn,
+                    above.ceiling,
+                    batches.len()
+                ),
+            ),
+        );
+    }
     // The new base version: the backup log restarts at its head (or offset 0) with an lsn
     // above any it holds, so that nothing there is replayed again. The objects from the log
     // starts of the log chunks that stay to that head are retained (SPEC.md §8.9): where the
