@@ -13,6 +13,13 @@ fn main() {
         Ok(parsed) => parsed,
         Err(error) => {
             let _ = error.print();
+            let arguments: Vec<String> = std::env::args().collect();
+            if arguments.get(1).map(String::as_str) == Some("fsck")
+                && arguments.iter().skip(2).any(|argument| ["-p", "-y", "-a", "-f"].contains(&argument.as_str()))
+            {
+                // e2fsck's habits: fsck here only checks; the fixing modes are repair's.
+                eprintln!("hint: lds fsck only checks (e2fsck -n); to fix, run lds repair -p or -y on the volume");
+            }
             // fsck(8) and e2fsck report usage errors as 16; the other commands use clap's 2.
             let fsck = matches!(
                 std::env::args().nth(1).as_deref(),

@@ -197,7 +197,10 @@ fn forced_a_damaged_file_restores_only_the_records_that_verify() {
     let named = err.contains(&format!("device offset {}", sector.start))
         || err.lines().any(|line| {
             line.contains("not restorable")
-                && line.rsplit(": ").next().is_some_and(|list| list.split(", ").any(|offset| offset == sector.start.to_string()))
+                && line
+                    .rsplit(": ")
+                    .next()
+                    .is_some_and(|list| list.split(", ").any(|offset| offset == sector.start.to_string()))
         });
     assert!(named, "the unrestored sector {} is not named: {err}", sector.start);
     let after = read(&repaired.image);
