@@ -156,7 +156,12 @@ impl<D: BlockDevice + 'static> Session<D> {
         if choice.none || self.undo.is_some() {
             return Ok(());
         }
-        let path = choice.file.clone().unwrap_or_else(|| default_undo_path(&self.path, self.kind));
+        // A path the user gave is theirs: refused if it exists. The default never collides
+        // with an earlier run's file, so that routine work is never blocked by one.
+        let path = match &choice.file {
+            Some(file) => file.clone(),
+            None => free_undo_path(&default_undo_path(&self.path, self.kind), &self.tool, now_seconds()),
+        };
         let log = undo_log(self.device.as_ref(), &path, &self.tool)?;
         let inner = Arc::clone(&self.device) as Arc<dyn BlockDevice>;
         self.undo = Some(Arc::new(UndoDevice::new(inner, log)));
@@ -200,6 +205,11 @@ impl<D: BlockDevice + 'static> Session<D> {
     }
 
     fn end(self, error: Option<UndoError>) -> Finished<D> {
+        // An undo file through which no write was issued restores nothing: a header that a
+        // full disk cut short would only block the next run (`lds undo` cannot read it).
+        if let Some(undo) = &self.undo {
+            undo.discard_if_unused();
+        }
         let undo_file = self.undo_file();
         // The undo log holds the volume too: dropped, the volume is the caller's alone again.
         drop(self.undo);
@@ -245,6 +255,48 @@ pub fn default_undo_path(path: &Path, kind: DeviceKind) -> PathBuf {
     }
 }
 
+/// `default` when no file is there; else the same name with the tool and the time (UTC) in
+/// it, `IMAGE.resize-20261129T012345Z.lds-undo`, and a count after it when even that exists.
+pub fn free_undo_path(default: &Path, tool: &str, seconds: u64) -> PathBuf {
+    if !default.exists() && default.symlink_metadata().is_err() {
+        return default.to_path_buf();
+    }
+    let text = default.to_string_lossy();
+    let stem = text.strip_suffix(".lds-undo").unwrap_or(&text);
+    // The tool's name as a file name part: `compaction resume` -> `compaction-resume`.
+    let tool: String = tool.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+    let stamp = utc_stamp(seconds);
+    // Bounded: the count only grows past files that exist.
+    (1..=10_000u32)
+        .map(|count| match count {
+            1 => PathBuf::from(format!("{stem}.{tool}-{stamp}.lds-undo")),
+            count => PathBuf::from(format!("{stem}.{tool}-{stamp}-{count}.lds-undo")),
+        })
+        .find(|path| path.symlink_metadata().is_err())
+        .unwrap_or_else(|| PathBuf::from(format!("{stem}.{tool}-{stamp}-{seconds}.lds-undo")))
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs())
+}
+
+/// `YYYYMMDDTHHMMSSZ` of `seconds` since the Unix epoch (the proleptic Gregorian calendar).
+fn utc_stamp(seconds: u64) -> String {
+    let days = seconds / 86_400;
+    let in_day = seconds % 86_400;
+    // Howard Hinnant's days-to-civil, for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", in_day / 3600, in_day % 3600 / 60, in_day % 60)
+}
+
 /// The header of an undo file for `tool` about to write to `device` (its label, if readable,
 /// names the volume and the sector size the records use), made at `created` (seconds since
 /// the Unix epoch). With no valid label the header names no volume and the log refuses the
@@ -263,8 +315,7 @@ pub fn undo_header(device: &dyn BlockDevice, tool: &str, created: u64) -> UndoHe
 
 /// An undo log in the file `undo_path` for `tool` about to write to `device`.
 fn undo_log(device: &dyn BlockDevice, undo_path: &Path, tool: &str) -> Result<UndoLog, UndoError> {
-    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs());
-    UndoLog::create(undo_path, undo_header(device, tool, created))
+    UndoLog::create(undo_path, undo_header(device, tool, now_seconds()))
 }
 
 /// The regions that hold a volume's state (both label sectors and every log area), by the
@@ -283,4 +334,42 @@ pub fn metadata_regions(device: &dyn BlockDevice) -> Vec<(u64, u64)> {
         }
     }
     regions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_follow_the_calendar() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z", "a leap day of a century year");
+        assert_eq!(utc_stamp(1_764_380_000), "20251129T013320Z");
+        assert_eq!(utc_stamp(4_102_444_799), "20991231T235959Z");
+    }
+
+    #[test]
+    fn a_default_undo_path_never_names_an_existing_file() {
+        let directory = std::env::temp_dir().join(format!("lds-undo-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap_or_else(|error| panic!("{error}"));
+        let default = directory.join("a.img.lds-undo");
+        let result = std::panic::catch_unwind(|| {
+            assert_eq!(free_undo_path(&default, "repair", 0), default, "free: the plain name");
+            std::fs::write(&default, b"earlier run").unwrap_or_else(|error| panic!("{error}"));
+            let second = free_undo_path(&default, "compaction resume", 1_764_380_000);
+            assert_eq!(second, directory.join("a.img.compaction-resume-20251129T013320Z.lds-undo"));
+            std::fs::write(&second, b"").unwrap_or_else(|error| panic!("{error}"));
+            let third = free_undo_path(&default, "compaction resume", 1_764_380_000);
+            assert_eq!(third, directory.join("a.img.compaction-resume-20251129T013320Z-2.lds-undo"));
+            // A dangling symlink is a name taken too: never written through.
+            std::os::unix::fs::symlink(directory.join("nowhere"), &third).unwrap_or_else(|error| panic!("{error}"));
+            let fourth = free_undo_path(&default, "compaction resume", 1_764_380_000);
+            assert_eq!(fourth, directory.join("a.img.compaction-resume-20251129T013320Z-3.lds-undo"));
+        });
+        let _ = std::fs::remove_dir_all(&directory);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    }
 }

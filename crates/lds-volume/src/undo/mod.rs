@@ -179,6 +179,11 @@ pub trait UndoSink: Send {
     fn overwrite(&mut self, offset: u64, bytes: &[u8]) -> std::io::Result<()>;
     /// Makes everything appended or overwritten durable.
     fn sync(&mut self) -> std::io::Result<()>;
+    /// Removes what this sink created (a file it made), when it created anything; the
+    /// default keeps everything.
+    fn discard(&mut self) -> std::io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// An undo file in memory, shared with whoever reads it afterwards.

@@ -49,6 +49,12 @@ impl UndoLog {
         self.written_bytes
     }
 
+    /// Batches made durable so far: 0 means no write was ever issued through the log, so
+    /// the file (if any: a header a full disk cut short) restores nothing.
+    pub fn batches(&self) -> u64 {
+        self.batches
+    }
+
     /// True before the first record.
     pub fn is_empty(&self) -> bool {
         !self.started
@@ -235,12 +241,13 @@ impl UndoSink for LazyFile {
     fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         if self.file.is_none() {
             let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&self.path)?;
+            // Ours from here on (`discard` may remove it), even if syncing its directory fails.
+            self.file = Some(file);
             let directory = match self.path.parent() {
                 Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
                 _ => PathBuf::from("."),
             };
             std::fs::File::open(directory)?.sync_all()?;
-            self.file = Some(file);
         }
         match &mut self.file {
             Some(file) => file.write_all(bytes),
@@ -261,6 +268,14 @@ impl UndoSink for LazyFile {
             None => Ok(()),
         }
     }
+    fn discard(&mut self) -> std::io::Result<bool> {
+        // Only a file this sink created (create_new): never one that was there before.
+        if self.file.take().is_none() {
+            return Ok(false);
+        }
+        std::fs::remove_file(&self.path)?;
+        Ok(true)
+    }
 }
 
 /// A device whose every write is first recorded in an undo log.
@@ -279,6 +294,19 @@ impl UndoDevice {
     pub fn finish(&self, regions: &[(u64, u64)]) -> Result<(), UndoError> {
         let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         log.finish(self.inner.as_ref(), regions)
+    }
+
+    /// Removes the undo file when no write was ever issued through this device (no batch is
+    /// durable: the file, if the first append left one, restores nothing), and says whether
+    /// it did; a file that holds a batch is kept, whatever happened since.
+    pub fn discard_if_unused(&self) -> bool {
+        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if log.batches() > 0 {
+            return false;
+        }
+        // Nothing more may go into it once it is gone.
+        log.closed = Some("the undo file was discarded: no write had been issued through it");
+        log.sink.discard().unwrap_or(false)
     }
 
     /// The undo log's path and its length so far (0: nothing was written).
