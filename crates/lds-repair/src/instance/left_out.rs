@@ -92,8 +92,9 @@ mod tests {
     }
 
     /// A chunk of two sub-chunks lies intact in slots 2 and 3; slot 1 holds a copy of its
-    /// second sub-chunk that another chunk (id 9) wrote: same bytes, same digest, another
-    /// chunk id. The search passes over slot 1 and finds slots 2 and 3.
+    /// second sub-chunk whose footer names another chunk id (9), its checksum recomputed and
+    /// its digest left as it was (as a hostile volume's can be). The search passes over slot 1
+    /// and finds slots 2 and 3.
     #[test]
     fn a_sub_chunk_whose_footer_names_another_chunk_is_passed_over() {
         let request = LayoutRequest {
@@ -114,13 +115,16 @@ mod tests {
         let mut chunk = pack();
         assert_eq!(chunk.len(), 2, "the entries fill two sub-chunks");
         let meta = place_group(&mut chunk, &[2, 3], 1, 1).unwrap_or_else(|| panic!("placed"));
-        let mut copy = pack();
-        let _ = place_group(&mut copy, &[9, 1], 1, 1);
+        let mut copy = chunk[1].slot_image();
+        let at = copy.len() - FOOTER_LEN;
+        let mut footer = expect(Footer::decode(&copy[at..], 0, geometry.slot_size));
+        footer.chunk_id = 9;
+        copy[at..].copy_from_slice(&footer.encode());
         let mut put = |slot: u64, bytes: Vec<u8>| {
             let at = geometry.slot_offset(slot) as usize;
             image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
         };
-        put(1, copy[1].slot_image());
+        put(1, copy);
         put(2, chunk[0].slot_image());
         put(3, chunk[1].slot_image());
         let path = std::env::temp_dir().join(format!("lds-repair-left-out-{}.img", std::process::id()));
