@@ -41,6 +41,12 @@ const CASES: &[&str] = &[
     "log_chunks:vlog.dv.added[0].lsn_log_start=cycle",
     // Found by the full set: a backup start moved to offset 0 replayed nothing.
     "log_chunks:vlog.dv.ofs_backup_start=0",
+    // Found by the full set (issue 39): a log reference turned into a delete or a put of
+    // sequence 0 (repair kept its 24 bytes as the value), and a batch whose first sequence
+    // repeats the one before it (repair dropped key-14 without a range naming it).
+    "log_chunks:chunk[live].block[0].entry[0].seq_kind=0",
+    "log_chunks:chunk[live].block[0].entry[0].seq_kind=1",
+    "wrapped:blog.wb.first_sequence=cycle",
     "two_devices:label.devices.entry[1].first_slot=overlap",
     "two_devices:label.devices.entry[1].device_uuid=cycle",
     "two_devices:device1.label.devices.num_devices=past_end",

@@ -155,6 +155,69 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    /// The sequence number and value of the put that `value`, read as a log reference, names
+    /// for `key`: the batch it names is valid with the lsn named, and its entry there is a put
+    /// of `key` with the length named. The sequence is the batch's (its first sequence plus
+    /// the entry's index), not one the caller gives: for an entry whose kind or sequence
+    /// number is damaged.
+    fn resolve_at_batch_sequence(&mut self, key: &[u8], value: &[u8]) -> Option<(u64, Vec<u8>)> {
+        let reference = LogRef::decode(value, 0).ok()?;
+        let first_sequence = match self.batch(reference.ofs_object) {
+            Ok(read) => read.batch.at.first_sequence,
+            Err(_) => return None,
+        };
+        let sequence = first_sequence.checked_add(u64::from(reference.entry_index))?;
+        self.resolve(key, sequence, value).ok().map(|found| (sequence, found.value))
+    }
+
+    /// Recovers the log references of a log chunk whose kind or sequence number damage
+    /// changed (a put or a delete of another sequence number whose 24 value bytes are a log
+    /// reference): each entry among `entries` that is not a log reference but whose value
+    /// resolves, as a reference, to a put of its key in the backup log (checked as
+    /// [`Resolver::resolve`] checks, at the sequence number the batch gives) is replaced by
+    /// that put, so that the reference's bytes never stand as the key's value. Where the
+    /// damaged entry claims a newer sequence number than the put it names, it is reported
+    /// dropped (were it an entry of its own, the repaired volume would lack it). Returns how
+    /// many entries were recovered, what is dropped, and the first recovery, described.
+    pub(crate) fn recover_mistyped(&mut self, entries: &mut Vec<Entry>) -> (usize, Vec<Dropped>, Option<String>) {
+        let mut recovered = 0;
+        let mut dropped = Vec::new();
+        let mut first = None;
+        for entry in entries.iter_mut() {
+            // Only what has a log reference's shape is looked at (a cheap decode first).
+            if entry.kind == EntryKind::LogRef || LogRef::decode(&entry.value, 0).is_err() {
+                continue;
+            }
+            let Some((sequence, value)) = self.resolve_at_batch_sequence(&entry.key, &entry.value) else { continue };
+            let was = format!("a {} of sequence {}", entry.kind.name(), entry.sequence);
+            if entry.sequence > sequence {
+                dropped.push(Dropped::entry(
+                    self.context.instance,
+                    entry,
+                    &format!(
+                        "its 24 value bytes are a log reference to the put of sequence {sequence} in the backup log, \
+                         which replaces it"
+                    ),
+                ));
+            }
+            first.get_or_insert_with(|| {
+                format!(
+                    "key {} ({was}, its value a log reference) is the put of sequence {sequence} it names",
+                    display_key(&entry.key)
+                )
+            });
+            *entry = Entry { key: std::mem::take(&mut entry.key), sequence, kind: EntryKind::Put, value };
+            recovered += 1;
+        }
+        if recovered > 0 {
+            // Sequence numbers changed: back to internal order, one entry per key and
+            // sequence (a recovered put the chunk also held under its own kind counts once).
+            entries.sort_by(Entry::cmp_internal);
+            entries.dedup_by(|later, earlier| later.key == earlier.key && later.sequence == earlier.sequence);
+        }
+        (recovered, dropped, first)
+    }
+
     /// Turns every log reference among `entries` into a put of the value it names; the
     /// entries whose reference does not resolve are removed and returned, described.
     /// Returns how many became puts.
@@ -495,6 +558,68 @@ mod tests {
                 if entry.key == b"k4" { b"short".to_vec() } else { value(&String::from_utf8_lossy(&entry.key)) };
             assert_eq!(entry.value, expected);
         }
+    }
+
+    /// `lds-hostile`'s `log_chunks:chunk[live].block[0].entry[0].seq_kind=0` and `=1`: a log
+    /// reference whose kind and sequence were overwritten reads as a delete or a put of
+    /// sequence 0 whose value is the reference's 24 bytes.
+    #[test]
+    fn a_reference_whose_kind_or_sequence_is_damaged_is_read_as_the_put_it_names() {
+        let geometry = geometry();
+        let (area, a, b, _) = area(&geometry);
+        let context = area_context(&geometry, LogKind::Backup, 0);
+        let reference = |position: LogPosition, entry_index: u32, key: &str| {
+            let len_value = value(key).len() as u32;
+            LogRef { lsn: position.lsn, ofs_object: position.offset, entry_index, len_value }.encode().to_vec()
+        };
+        let entry = |key: &str, sequence: u64, kind: EntryKind, value: Vec<u8>| Entry {
+            key: key.as_bytes().to_vec(),
+            sequence,
+            kind,
+            value,
+        };
+        // k1 (A's entry 0, sequence 10) as a put of sequence 0; k2 (A's entry 1, 11) as a
+        // delete of sequence 0; k3 (B's entry 0, 12) as a put claiming sequence 40; k4 a put
+        // whose 24 bytes name k1's put (another key: an ordinary value); k5 a short put.
+        let mut entries = vec![
+            entry("k1", 0, EntryKind::Put, reference(a, 0, "k1")),
+            entry("k2", 0, EntryKind::Delete, reference(a, 1, "k2")),
+            entry("k3", 40, EntryKind::Put, reference(b, 0, "k3")),
+            entry("k4", 13, EntryKind::Put, reference(a, 0, "k1")),
+            entry("k5", 14, EntryKind::Put, b"short".to_vec()),
+        ];
+        entries.sort_by(Entry::cmp_internal);
+        let mut resolver = Resolver::new(&area, context);
+        let (recovered, dropped, first) = resolver.recover_mistyped(&mut entries);
+        assert_eq!(recovered, 3, "{entries:?}");
+        let read: Vec<(String, u64, EntryKind, Vec<u8>)> = entries
+            .iter()
+            .map(|entry| {
+                (String::from_utf8_lossy(&entry.key).into_owned(), entry.sequence, entry.kind, entry.value.clone())
+            })
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                ("k1".into(), 10, EntryKind::Put, value("k1")),
+                ("k2".into(), 11, EntryKind::Put, value("k2")),
+                ("k3".into(), 12, EntryKind::Put, value("k3")),
+                ("k4".into(), 13, EntryKind::Put, reference(a, 0, "k1")),
+                ("k5".into(), 14, EntryKind::Put, b"short".to_vec()),
+            ]
+        );
+        // k3's damaged entry claimed sequence 40: were it a put of its own, it is lost, and
+        // the report says so; k1 and k2 lose nothing (the put they name is newer).
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        assert!(dropped[0].lost[0].covers(0, b"k3", 40) && !dropped[0].lost[0].covers(0, b"k3", 12), "{dropped:?}");
+        assert!(first.is_some_and(|first| first.contains("\"k1\"") && first.contains("sequence 10")));
+        // A batch that no longer reads: nothing is recovered, the entry stays as it is (the
+        // chunk's own faults decide).
+        let mut damaged = area.clone();
+        damaged[a.offset as usize + 70] ^= 1;
+        let mut entries = vec![entry("k1", 0, EntryKind::Put, reference(a, 0, "k1"))];
+        let (recovered, dropped, _) = Resolver::new(&damaged, context).recover_mistyped(&mut entries);
+        assert_eq!((recovered, dropped.len(), entries[0].sequence), (0, 0, 0));
     }
 
     #[test]

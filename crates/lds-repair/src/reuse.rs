@@ -154,7 +154,12 @@ impl<'a> FreeSlots<'a> {
         let (image, _) = read_tolerant(self.device, offset, geometry.slot_size, sector)?;
         match salvage_value_chunk(&image, offset) {
             Some(Ok(chunk)) if chunk.footer.volume_uuid == geometry.volume_uuid => return Ok(Content::ValueChunk),
-            Some(_) => return Ok(Content::Nothing),
+            // A checked footer proves another volume's value chunk.
+            Some(Ok(_)) => return Ok(Content::Nothing),
+            // A value chunk footer's magic whose footer does not check: nothing proves it is
+            // not this volume's (salvage reads its values where a version lists the slot,
+            // and a damaged uuid field would name any volume), so it is left alone.
+            Some(Err(_)) => return Ok(Content::ValueChunk),
             None => {}
         }
         let read = salvage_sub_chunk(&image, offset);
@@ -258,7 +263,8 @@ mod tests {
     /// A volume whose slot 3 holds a chunk the rebuilt tree keeps (a@10, b@11, c@12, f@20);
     /// free slots: 0 a stale chunk the tree holds newer (a@5, b@6), 1 one with a key held
     /// nowhere else (d@7), 2 one held by the rewritten entries (e@8, rewritten at e@9), 4 a
-    /// value chunk of the volume, 5 and 6 empty, 7 a stale f@30 (newer than the tree's f).
+    /// value chunk of the volume, 5 and 6 empty, 7 a stale f@30 (newer than the tree's f), 8 a
+    /// value chunk of the volume whose footer is damaged.
     #[test]
     fn a_free_slot_is_taken_when_salvage_reads_nothing_there_or_the_tree_holds_all_of_it() {
         let request = LayoutRequest {
@@ -287,16 +293,26 @@ mod tests {
             let bytes = built.slot_image();
             image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
         }
+        // Slot 8: a value chunk of the volume whose footer is damaged (a flipped bit in it).
+        let mut packer = ValuePacker::new(format);
+        expect(packer.add(&[8u8; 3000], || Ok::<_, String>((2, 8))));
+        for built in packer.finish() {
+            let at = geometry.slot_offset(built.slot) as usize;
+            let mut bytes = built.slot_image();
+            let footer = bytes.len() - lds_format::value::VALUE_FOOTER_LEN;
+            bytes[footer + 20] ^= 1;
+            image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
         let path = std::env::temp_dir().join(format!("lds-repair-reuse-{}.img", std::process::id()));
         expect(std::fs::write(&path, &image.bytes));
         let device = expect(lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly));
         let rewritten = [Entry { key: b"e".to_vec(), sequence: 9, kind: EntryKind::Put, value: b"w".to_vec() }];
         let holds = || BTreeMap::from([(0, Holds::new(std::slice::from_ref(&kept), rewritten.iter()))]);
-        let candidates = [0, 1, 2, 4, 5, 6, 7];
+        let candidates = [0, 1, 2, 4, 5, 6, 7, 8];
         let mut free = FreeSlots::new(&device, &geometry, candidates.into_iter(), holds(), true);
         let taken = expect(free.take(candidates.len()));
         assert_eq!(taken, vec![5, 6, 0, 2], "the empty slots first, then those the tree holds, in order");
-        assert_eq!(free.left, 3, "d@7, the value chunk and f@30 stay");
+        assert_eq!(free.left, 4, "d@7, the value chunk, f@30 and the damaged value chunk stay");
         // As many as asked for, the empty ones first.
         let mut free = FreeSlots::new(&device, &geometry, candidates.into_iter(), holds(), true);
         assert_eq!(expect(free.take(1)), vec![5]);

@@ -570,6 +570,9 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     // past the device's end (media cut short: a truncated image, a smaller device) without
     // reading there.
     let read_part = |offset: u64, len: u64| -> Result<(Vec<u8>, Vec<u64>), SalvageError> {
+        // Never more than the device holds: a label may give a log area far larger than the
+        // device (a hostile one, or one cut short), and nothing past the end is read.
+        let len = len.min(device_len);
         let on_device = device_len.saturating_sub(offset).min(len);
         if on_device == 0 {
             return Ok((vec![0u8; len as usize], Vec::new()));
@@ -578,23 +581,27 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
         bytes.resize(len as usize, 0);
         Ok((bytes, unreadable))
     };
-    let mut past_end: Vec<u64> = Vec::new();
+    // The slots past the device's end: the first, the last and how many (a hostile geometry
+    // may give 2^48 slots, far too many to list).
+    let mut past_end: Option<(u64, u64, u64)> = None;
     let single_instance = geometry.is_none_or(|geometry| geometry.instance_count == 1);
     let mut found = FoundKeys::default();
     let mut values = ValueChunks { device, slot_size, ofs_slots, slot_count, sources: BTreeMap::new() };
     // The (instance, id) each slot's value chunk footer names.
     let mut value_footers: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+    // Bounded by the device's length: the loop ends at the first slot past its end.
     for slot in 0..slot_count {
+        let offset = ofs_slots + slot * slot_size;
+        if offset >= device_len {
+            // Every later slot lies further on: counted, not visited.
+            past_end = present_slots(label.as_ref(), slot, slot_count);
+            break;
+        }
         // A slot no device holds (a removed device's, SPEC.md §4.3) has nothing to read.
         if label.as_ref().is_some_and(|label| !label.slot_present(slot)) {
             continue;
         }
-        let offset = ofs_slots + slot * slot_size;
         progress((slot + 1) * slot_size, slot_count * slot_size);
-        if offset >= device_len {
-            past_end.push(slot);
-            continue;
-        }
         if offset + slot_size > device_len {
             salvaged.damaged.push(format!(
                 "slot {slot}: only {} of its {slot_size} bytes lie on the device, which ends at offset {device_len}; \
@@ -677,12 +684,11 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
             found.keep(instance, &entry.key, entry.sequence, entry.kind, &entry.value);
         }
     }
-    if let (Some(first), Some(last)) = (past_end.first(), past_end.last()) {
-        salvaged.slots_past_end = past_end.len() as u64;
+    if let Some((first, last, count)) = past_end {
+        salvaged.slots_past_end = count;
         salvaged.damaged.push(format!(
-            "slots {first} to {last} ({} slots): past the device's end at offset {device_len} (the label gives the \
-             volume {} bytes); whatever they held is lost",
-            past_end.len(),
+            "slots {first} to {last} ({count} slots): past the device's end at offset {device_len} (the label gives \
+             the volume {} bytes); whatever they held is lost",
             geometry.map_or(0, |geometry| geometry.volume_len)
         ));
     }
@@ -720,15 +726,6 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     // is lost); they are read only when there is a pointer to follow.
     let has_pointers = found.has_pointers();
     if has_pointers {
-        if let (Some(first), Some(last)) = (past_end.first(), past_end.last()) {
-            salvaged.slots_past_end = past_end.len() as u64;
-            salvaged.damaged.push(format!(
-            "slots {first} to {last} ({} slots): past the device's end at offset {device_len} (the label gives the \
-             volume {} bytes); whatever they held is lost",
-            past_end.len(),
-            geometry.map_or(0, |geometry| geometry.volume_len)
-        ));
-        }
         let contexts: Vec<AreaContext> = match geometry {
             Some(geometry) => (0..geometry.instance_count)
                 .map(|instance| area_context(&geometry, LogKind::Version, instance))
@@ -805,6 +802,33 @@ pub fn salvage(device: &dyn BlockDevice, progress: &mut dyn FnMut(u64, u64)) -> 
     Ok(salvaged)
 }
 
+/// The slots from `from` to before `to` that the volume has (`label`'s device table leaves
+/// out a removed device's; without a label, every slot): the first, the last and how many, or
+/// `None` when there is none. Bounded by the device table's entries, whatever the count.
+fn present_slots(label: Option<&lds_format::label::Label>, from: u64, to: u64) -> Option<(u64, u64, u64)> {
+    let Some(table) = label.and_then(|label| label.devices.as_ref()) else {
+        return (from < to).then(|| (from, to - 1, to - from));
+    };
+    // The devices' slot ranges within `from..to`, merged (a hostile table may list a range
+    // twice or overlap two).
+    let mut ranges: Vec<(u64, u64)> = table
+        .devices
+        .iter()
+        .map(|entry| (entry.first_slot.max(from), entry.first_slot.saturating_add(entry.num_slots).min(to)))
+        .filter(|(start, end)| start < end)
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    let (first, last) = (merged.first()?.0, merged.last()?.1 - 1);
+    Some((first, last, merged.iter().map(|(start, end)| end - start).sum()))
+}
+
 /// The instances salvage found data of.
 pub fn instances(salvaged: &Salvaged) -> BTreeSet<u32> {
     salvaged.keys.keys().copied().collect()
@@ -853,6 +877,64 @@ mod tests {
         let device =
             lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
         (device, context, path)
+    }
+
+    /// A label giving a volume of 2^50 bytes in 64 KiB slots (2^34 of them) on a device of
+    /// 1 MiB: the slots past the end are counted, not listed one by one, and said once.
+    #[test]
+    fn a_volume_cut_far_short_is_counted_not_listed() {
+        let request = lds_format::geometry::LayoutRequest {
+            volume_len: 1 << 50,
+            slot_size: Some(64 << 10),
+            len_version_log: Some(256 << 10),
+            len_backup_log: Some(256 << 10),
+            ..Default::default()
+        };
+        let geometry = lds_format::geometry::plan_layout(&request, [9; 16]).unwrap_or_else(|error| panic!("{error}"));
+        assert!(geometry.num_slots > 1 << 33, "{geometry:?}");
+        let label = lds_format::label::Label::new(geometry, "cut short");
+        let mut image = vec![0u8; 1 << 20];
+        image[..512].copy_from_slice(&label.encode());
+        let path = std::env::temp_dir().join(format!("lds-repair-salvage-{}-cut.img", std::process::id()));
+        std::fs::write(&path, &image).unwrap_or_else(|error| panic!("{error}"));
+        let device =
+            lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly).unwrap_or_else(|error| panic!("{error}"));
+        let salvaged = salvage(&device, &mut |_, _| {}).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(salvaged.layout_from, "label");
+        // The slots from the first that starts at or past the device's end of 1 MiB.
+        let first = (1u64 << 20).saturating_sub(geometry.ofs_slot_area).div_ceil(geometry.slot_size);
+        assert_eq!(salvaged.slots_past_end, geometry.num_slots - first);
+        let notes: Vec<&String> =
+            salvaged.damaged.iter().filter(|note| note.contains("past the device's end")).collect();
+        assert_eq!(notes.len(), 1, "{:?}", salvaged.damaged);
+        assert!(notes[0].contains(&format!("slots {first} to {}", geometry.num_slots - 1)), "{}", notes[0]);
+        drop(device);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn present_slots_counts_a_device_tables_ranges_once() {
+        assert_eq!(present_slots(None, 5, 10), Some((5, 9, 5)));
+        assert_eq!(present_slots(None, 10, 10), None);
+        let request = lds_format::geometry::LayoutRequest {
+            volume_len: 16 << 20,
+            slot_size: Some(64 << 10),
+            ..Default::default()
+        };
+        let geometry = lds_format::geometry::plan_layout(&request, [9; 16]).unwrap_or_else(|error| panic!("{error}"));
+        let entry = |first_slot, num_slots| lds_format::device_table::DeviceEntry {
+            device_uuid: [1; 16],
+            first_slot,
+            num_slots,
+            len_device: 0,
+        };
+        // Slots 0..10 and 20..30, one range listed twice, one overlapping, one past u64.
+        let devices = vec![entry(0, 10), entry(20, 10), entry(20, 10), entry(25, 3), entry(u64::MAX - 1, 5)];
+        let label = lds_format::label::Label::new(geometry, "table")
+            .with_devices(Some(lds_format::device_table::DeviceTable { device_uuid: [1; 16], devices }));
+        assert_eq!(present_slots(Some(&label), 5, 40), Some((5, 29, 15)));
+        assert_eq!(present_slots(Some(&label), 10, 20), None);
+        assert_eq!(present_slots(Some(&label), 28, u64::MAX), Some((28, u64::MAX - 1, 3)));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 use crate::enumerate::{Counts, Failure};
 use crate::images::{recipes, Bounds, Builder};
 use crate::media::{build_volume, faulty_device, targets, MediaFault, Structure, Volume};
-use crate::salvage_oracle::{kept_for_salvage, kept_live, salvage_image, stable};
+use crate::salvage_oracle::{held_sequences, kept_for_salvage, kept_live, salvage_image, stable, Held};
 use crate::sim_device::{Event, History, SimDevice};
 use crate::workload::{options, Model, Random};
 
@@ -220,7 +220,8 @@ pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, S
     let completed = repair_outcome(&recording.undo_device, || recording.device.current())?;
     kept_for_salvage(&salvaged, &salvage_image(&recording.device.current())?, &completed.lost)?;
     if let Ok(reads) = &completed.reads {
-        kept_live(&salvaged, &damaged.live, reads, &completed.lost)?;
+        let held = held_sequences(&recording.device.current()).map_err(|error| format!("I10: {error}"))?;
+        kept_live(&salvaged, &damaged.live, reads, &held, &completed.lost)?;
     }
     let (undo_file, undo_len_at_write) = recording.undo();
     finished_undo_restores(&recording, &damaged.image)?;
@@ -513,6 +514,9 @@ pub struct SweepCounts {
     /// Entries salvage of the damaged volumes reads that I10 held the repairs to (both
     /// forms, docs/reliability.md).
     pub salvage_entries_held: u64,
+    /// Cases whose two salvages (damaged, repaired) read other layouts, so that I10's first
+    /// form was not compared, and why.
+    pub salvage_not_compared: Vec<String>,
     /// Repairs refused with nothing written, and why (too few free slots, no room in the
     /// version log: `lds salvage` is the way out).
     pub refused: Vec<String>,
@@ -724,7 +728,11 @@ pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, Stri
         // I10: repair keeps what salvage of the damaged image reads (or names it dropped).
         let kept = salvage_image(&device.current()).and_then(|after| {
             let held = kept_for_salvage(&salvaged, &after, &outcome.lost)?;
-            Ok(held + kept_live(&salvaged, &live, &model, &outcome.lost)?)
+            if let Held::NotCompared(why) = &held {
+                counts.salvage_not_compared.push(format!("{name}: {why}"));
+            }
+            let sequences = held_sequences(&device.current())?;
+            Ok(held.checked() + kept_live(&salvaged, &live, &model, &sequences, &outcome.lost)?)
         });
         match kept {
             Ok(held) => counts.salvage_entries_held += held,

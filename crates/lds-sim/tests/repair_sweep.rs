@@ -27,7 +27,14 @@ fn after_repair_fsck_is_clean_and_undamaged_keys_read_their_values() {
         counts.keys_exposed,
         counts.exposed_kept
     );
-    eprintln!("I10: {} salvaged entries held to", counts.salvage_entries_held);
+    eprintln!(
+        "I10: {} salvaged entries held to; {} cases not compared (another layout)",
+        counts.salvage_entries_held,
+        counts.salvage_not_compared.len()
+    );
+    for not_compared in counts.salvage_not_compared.iter().take(3) {
+        eprintln!("not compared: {not_compared}");
+    }
     for failure in counts.failures.iter().take(40) {
         eprintln!("failure: {failure}");
     }

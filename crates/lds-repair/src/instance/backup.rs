@@ -99,7 +99,8 @@ pub(super) fn backup_batches(
             let batches = if reach(&continuing) > reach(&recorded_batches) { continuing } else { recorded_batches };
             // Valid batches later in the log than those kept hold entries nothing replays.
             let floor = reach(&batches).saturating_sub(1).max(known);
-            let later = later_batches(&source.backup_area, context, kept_until(&batches, recorded.1), floor);
+            let later =
+                later_batches(&source.backup_area, context, kept_until(&batches, recorded.1), floor, BelowFloor::Held);
             let mut fixes = Vec::new();
             if !later.is_empty() {
                 let first = batches.first().map_or(recorded.0, |batch| batch.offset);
@@ -140,6 +141,7 @@ pub(super) fn backup_batches(
                             context,
                             kept_until(&state.batches, recorded.1),
                             reach(&state.batches).saturating_sub(1).max(version.last_sequence),
+                            BelowFloor::Named,
                         ),
                     )]),
                 );
@@ -165,6 +167,7 @@ pub(super) fn backup_batches(
                     context,
                     kept_until(&state.batches, recorded.1),
                     reach(&state.batches).saturating_sub(1).max(version.last_sequence),
+                    BelowFloor::Named,
                 ),
             )]);
             (state.batches, None, vec![fix])
@@ -191,7 +194,13 @@ pub(super) fn backup_batches(
             )
             .dropping(vec![Dropped::new(
                 "whatever the backup log held",
-                later_batches(&source.backup_area, context, recorded.1.saturating_sub(1), version.last_sequence),
+                later_batches(
+                    &source.backup_area,
+                    context,
+                    recorded.1.saturating_sub(1),
+                    version.last_sequence,
+                    BelowFloor::Named,
+                ),
             )]);
             (Vec::new(), None, vec![fix])
         }
@@ -208,10 +217,25 @@ fn reach(batches: &[ReplayBatch]) -> u64 {
     batches.last().map_or(0, |batch| batch.first_sequence + u64::from(batch.num_entries))
 }
 
-/// The entries above sequence `floor` of the valid batches of a backup log area later than
-/// lsn `after` (past what a repair keeps of the log), one range per batch: what `lds salvage`
-/// still reads there that restarting the backup log drops.
-fn later_batches(area: &[u8], context: &AreaContext, after: u64, floor: u64) -> Vec<Lost> {
+/// What the entries of a dropped batch at or below the floor (the sequence numbers a repair
+/// keeps) are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BelowFloor {
+    /// Held by the free slots' chunks (versions were lost and the floor is the newest
+    /// sequence those chunks hold): not named.
+    Held,
+    /// Nothing says they are held: a batch later in the log than those kept whose sequence
+    /// numbers do not lie above theirs has a damaged `first_sequence` (or is a stale tail),
+    /// and salvage reads its entries at the numbers it gives, so they are named, from its
+    /// first sequence number on.
+    Named,
+}
+
+/// The entries of the valid batches of a backup log area later than lsn `after` (past what
+/// a repair keeps of the log), one range per batch: what `lds salvage` still reads there that
+/// restarting the backup log drops. Those at or below sequence `floor` are named or not as
+/// `below` says.
+fn later_batches(area: &[u8], context: &AreaContext, after: u64, floor: u64, below: BelowFloor) -> Vec<Lost> {
     let mut lost = Vec::new();
     for object in valid_objects(area, context).into_iter().filter(|object| object.header.lsn > after) {
         let Payload::Batch { first_sequence, .. } = object.payload else { continue };
@@ -225,12 +249,16 @@ fn later_batches(area: &[u8], context: &AreaContext, after: u64, floor: u64) -> 
         });
         if let (Ok(_), Some(low), Some(high)) = (decoded, low, high) {
             let (low, high) = (low.to_vec(), high.to_vec());
-            if sequence - 1 > floor {
+            let smallest_seq = match below {
+                BelowFloor::Held => first_sequence.max(floor + 1),
+                BelowFloor::Named => first_sequence,
+            };
+            if sequence - 1 > floor || below == BelowFloor::Named {
                 lost.push(Lost {
                     instance: context.instance,
                     from: KeyFrom::Key(low),
                     through: Some(high),
-                    smallest_seq: first_sequence.max(floor + 1),
+                    smallest_seq,
                     largest_seq: sequence - 1,
                 });
             }
@@ -278,4 +306,60 @@ pub(super) fn logged_entries(
     }
     logged.retain(|entry| !in_slots.contains(&entry.sequence));
     logged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::batch::{BatchEntry, WriteBatchRecord};
+    use lds_format::entry::EntryKind;
+    use lds_format::geometry::LogKind;
+    use lds_format::log::{area_context, encode_object, NewObject, ObjectType};
+
+    /// `lds-hostile`'s `wrapped:blog.wb.first_sequence=cycle`: the batch after the one kept
+    /// (lsn 5, sequences 10 and 11) has its first sequence set to the kept one's, so that
+    /// its entries ("k3", "k4") read at sequences 10 and 11, at or below what repair keeps.
+    /// Salvage reads them there; the drop names them.
+    #[test]
+    fn a_dropped_batch_at_or_below_the_floor_is_named_unless_held() {
+        let request = lds_format::geometry::LayoutRequest {
+            volume_len: 16 << 20,
+            slot_size: Some(64 << 10),
+            ..Default::default()
+        };
+        let geometry = lds_format::geometry::plan_layout(&request, [4; 16]).unwrap_or_else(|error| panic!("{error}"));
+        let context = area_context(&geometry, LogKind::Backup, 0);
+        let mut area = vec![0u8; context.len_area as usize];
+        let mut offset = 512u64;
+        for (lsn, first_sequence, keys) in
+            [(5u64, 10u64, ["k1", "k2"]), (6, 10, ["k3", "k4"]), (7, 12, ["k5", "k6"]), (3, 1, ["k0", "k00"])]
+        {
+            let entries = keys
+                .iter()
+                .map(|key| BatchEntry { kind: EntryKind::Put, key: key.as_bytes().to_vec(), value: b"v".to_vec() })
+                .collect();
+            let batch = WriteBatchRecord { first_sequence, entries, synced_lsn_low: 0 };
+            let object = NewObject {
+                object_type: ObjectType::WriteBatch,
+                kind: LogKind::Backup,
+                instance: 0,
+                sn: 1,
+                lsn,
+                log_offset: offset,
+                volume_uuid: geometry.volume_uuid,
+            };
+            let bytes = encode_object(&object, &batch.encode());
+            area[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+            offset = lds_format::codec::align8(offset + bytes.len() as u64);
+        }
+        let named = later_batches(&area, &context, 5, 11, BelowFloor::Named);
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named[0].covers(0, b"k3", 10) && named[0].covers(0, b"k4", 11), "{named:?}");
+        assert!(named[1].covers(0, b"k5", 12) && named[1].covers(0, b"k6", 13), "{named:?}");
+        assert!(!named.iter().any(|lost| lost.covers(0, b"k1", 10) || lost.covers(0, b"k0", 1)), "{named:?}");
+        // Where the free slots hold every sequence up to the floor, only what lies above it.
+        let held = later_batches(&area, &context, 5, 11, BelowFloor::Held);
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].covers(0, b"k5", 12) && !held[0].covers(0, b"k3", 10), "{held:?}");
+    }
 }

@@ -44,6 +44,9 @@ pub(super) fn locate_left_out(
         let count = meta.sub_chunks.len();
         let mut slots = Vec::with_capacity(count);
         for (index, sub_chunk) in meta.sub_chunks.iter().enumerate() {
+            // The chunk id is the slot of the first sub-chunk: a candidate whose footer names
+            // another (a copy of the same bytes left by another chunk) is passed over for the
+            // next one, never taken.
             let found = by_digest.get(&sub_chunk.digest).and_then(|candidates| {
                 candidates.iter().find(|(slot, footer)| {
                     !claimed.contains(slot)
@@ -51,24 +54,16 @@ pub(super) fn locate_left_out(
                         && footer.level == meta.level
                         && usize::from(footer.sub_chunk_index) == index
                         && usize::from(footer.num_sub_chunks) == count
+                        && footer.chunk_id == slots.first().copied().unwrap_or(*slot)
                 })
             });
             match found {
-                Some((slot, footer)) => {
-                    slots.push(*slot);
-                    if footer.chunk_id != slots[0] {
-                        break;
-                    }
-                }
+                Some((slot, _)) => slots.push(*slot),
                 None => break,
             }
         }
-        let whole = slots.len() == count
-            && count > 0
-            && by_digest.get(&meta.sub_chunks[0].digest).is_some_and(|candidates| {
-                candidates.iter().any(|(slot, footer)| *slot == slots[0] && footer.chunk_id == slots[0])
-            });
-        if !whole {
+        // Every sub-chunk found, each footer naming the first one's slot as the chunk id.
+        if slots.len() != count || count == 0 {
             located.push(None);
             continue;
         }
@@ -81,4 +76,81 @@ pub(super) fn locate_left_out(
         located.push(Some(found));
     }
     Ok(located)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lds_format::algorithms::image::ImageBuilder;
+    use lds_format::algorithms::pack::{place_group, ChunkFormat, ChunkPacker};
+    use lds_format::entry::EntryKind;
+    use lds_format::geometry::{plan_layout, LayoutRequest};
+    use lds_format::label::Label;
+
+    fn expect<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+        result.unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// A chunk of two sub-chunks lies intact in slots 2 and 3; slot 1 holds a copy of its
+    /// second sub-chunk whose footer names another chunk id (9), its checksum recomputed and
+    /// its digest left as it was (as a hostile volume's can be). The search passes over slot 1
+    /// and finds slots 2 and 3.
+    #[test]
+    fn a_sub_chunk_whose_footer_names_another_chunk_is_passed_over() {
+        let request = LayoutRequest {
+            volume_len: 4 << 20,
+            sector_size: Some(4096),
+            slot_size: Some(64 << 10),
+            ..Default::default()
+        };
+        let mut image = ImageBuilder::format(Label::new(expect(plan_layout(&request, [0x5b; 16])), "left out"));
+        let geometry = image.label.geometry;
+        let pack = || {
+            let mut packer = ChunkPacker::new(ChunkFormat::new(&geometry, 0, 4096, 10));
+            for index in 0..40u64 {
+                packer.push(format!("key{index:03}").as_bytes(), 100 + index, EntryKind::Put, &[index as u8; 2500]);
+            }
+            packer.finish().into_iter().map(|packed| packed.chunk).collect::<Vec<_>>()
+        };
+        let mut chunk = pack();
+        assert_eq!(chunk.len(), 2, "the entries fill two sub-chunks");
+        let meta = place_group(&mut chunk, &[2, 3], 1, 1).unwrap_or_else(|| panic!("placed"));
+        let mut copy = chunk[1].slot_image();
+        let at = copy.len() - FOOTER_LEN;
+        let mut footer = expect(Footer::decode(&copy[at..], 0, geometry.slot_size));
+        footer.chunk_id = 9;
+        copy[at..].copy_from_slice(&footer.encode());
+        let mut put = |slot: u64, bytes: Vec<u8>| {
+            let at = geometry.slot_offset(slot) as usize;
+            image.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
+        };
+        put(1, copy);
+        put(2, chunk[0].slot_image());
+        put(3, chunk[1].slot_image());
+        let path = std::env::temp_dir().join(format!("lds-repair-left-out-{}.img", std::process::id()));
+        expect(std::fs::write(&path, &image.bytes));
+        let device = expect(lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly));
+        // The version names the chunk with a slot past the slot area.
+        let mut named = meta.clone();
+        named.chunk_id = geometry.num_slots + 5;
+        for (sub_chunk, slot) in named.sub_chunks.iter_mut().zip(geometry.num_slots + 5..) {
+            sub_chunk.slot = slot;
+        }
+        let located = expect(locate_left_out(&device, &geometry, 0, &[&named], &BTreeSet::new()));
+        let found = located.first().cloned().flatten();
+        assert_eq!(found.as_ref().map(|found| found.slots().collect::<Vec<_>>()), Some(vec![2, 3]), "{found:?}");
+        assert_eq!(found.map(|found| found.chunk_id), Some(2));
+        // Without the right second sub-chunk the chunk is not found whole: the copy of
+        // another chunk is never taken.
+        drop(device);
+        let mut without = image.bytes.clone();
+        let at = geometry.slot_offset(3) as usize;
+        without[at..at + geometry.slot_size as usize].fill(0);
+        expect(std::fs::write(&path, &without));
+        let device = expect(lds_volume::Device::open(&path, lds_volume::OpenMode::ReadOnly));
+        let located = expect(locate_left_out(&device, &geometry, 0, &[&named], &BTreeSet::new()));
+        assert_eq!(located, vec![None]);
+        drop(device);
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -404,6 +404,14 @@ impl Rebuild<'_> {
             }
             self.tree.remove(&id);
             let mut read = self.read_entries(&meta)?;
+            // A log chunk's reference whose kind or sequence damage changed is read as the
+            // put it names, never kept as a value of 24 reference bytes (logchunks.rs).
+            let (mistyped, mistyped_dropped, first_mistyped) = if meta.is_log_chunk() {
+                self.resolver.recover_mistyped(&mut read.entries)
+            } else {
+                (0, Vec::new(), None)
+            };
+            read.dropped.extend(mistyped_dropped);
             let (resolved, unresolved) = self.resolver.resolve_entries(&mut read.entries);
             let count = read.entries.len();
             let mut action = if count == 0 {
@@ -418,6 +426,17 @@ impl Rebuild<'_> {
                 if !log.keeps() {
                     action.push_str(&format!(": {}", log.summary()));
                 }
+            }
+            if let Some(first) = first_mistyped {
+                let (count, verb) = if mistyped == 1 {
+                    (
+                        "1 entry whose kind or sequence number is damaged and whose value is a log reference".into(),
+                        "became the put it names",
+                    )
+                } else {
+                    (format!("{mistyped} entries whose kind or sequence number is damaged and whose value is a log reference"), "became the puts they name")
+                };
+                action.push_str(&format!("; {count} {verb} ({first})"));
             }
             read.dropped.extend(unresolved);
             // Reading references into puts loses nothing: only the entries dropped decide.
