@@ -17,6 +17,7 @@ use lds_sim::mkfs::{enumerate_mkfs, mkfs_cases, record_mkfs};
 use lds_sim::repair::{damaged_volumes, enumerate_repair, record_repair};
 use lds_sim::resize::{enumerate_resize, record_resize, resize_cases};
 use lds_sim::workload::{formatted_image, named, run, seeded, Op, Workload};
+use lds_sim::SimError;
 use serde_json::json;
 
 /// Options of `lds crashtest`.
@@ -252,7 +253,7 @@ fn run_repair_crashtest(options: &CrashtestOptions, out: &mut dyn Write, err: &m
     let bounds = tool_bounds(options);
     let runs = cases.iter().map(|case| {
         let recorded = record_repair(case, volume.geometry.sector())
-            .map_err(|error| format!("repair of {}: {error}", case.name))?;
+            .map_err(SimError::within(format!("repair of {}", case.name)))?;
         let (counts, first) = first_of(|on_failure| enumerate_repair(&recorded, &bounds, on_failure));
         let summary =
             format!("repair exits {}, {} writes", recorded.completed.exit_code, recorded.history.writes.len());
@@ -403,7 +404,7 @@ fn first_of(enumerate: impl FnOnce(&mut dyn FnMut(Failure) -> ControlFlow<()>) -
 fn report_tool_runs(
     tool: &str,
     oracles: &str,
-    runs: (usize, impl Iterator<Item = Result<ToolRun, String>>),
+    runs: (usize, impl Iterator<Item = Result<ToolRun, SimError>>),
     options: &CrashtestOptions,
     started: Instant,
     out: &mut dyn Write,

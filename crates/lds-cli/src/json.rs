@@ -294,36 +294,54 @@ pub fn compaction_journal(journal: &CompactionJournal) -> Value {
     })
 }
 
+/// Why a log object's payload cannot be shown as JSON.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The object's type code is none of SPEC.md §5.
+    #[error("unknown object type {code}")]
+    UnknownType {
+        /// The code in the object's header.
+        code: u8,
+    },
+    /// The payload does not decode as its type says (the decoder's message gives the offset).
+    #[error("{source}")]
+    Decode {
+        /// The object's type.
+        object_type: ObjectType,
+        /// The decoder's error.
+        #[source]
+        source: lds_format::FormatError,
+    },
+}
+
 /// Decodes a payload by type into its JSON; `Err` says why it cannot be decoded.
-pub fn payload(object_type_code: u8, payload: &[u8], offset: u64) -> Result<Value, String> {
+pub fn payload(object_type_code: u8, payload: &[u8], offset: u64) -> Result<Value, PayloadError> {
     let Some(object_type) = ObjectType::from_code(object_type_code) else {
-        return Err(format!("unknown object type {object_type_code}"));
+        return Err(PayloadError::UnknownType { code: object_type_code });
     };
+    let decode = |source| PayloadError::Decode { object_type, source };
     let value = match object_type {
-        ObjectType::BaseVersion => {
-            base_version(&BaseVersion::decode(payload, offset).map_err(|error| error.to_string())?)
-        }
-        ObjectType::DeltaVersion => {
-            delta_version(&DeltaVersion::decode(payload, offset).map_err(|error| error.to_string())?)
-        }
+        ObjectType::BaseVersion => base_version(&BaseVersion::decode(payload, offset).map_err(decode)?),
+        ObjectType::DeltaVersion => delta_version(&DeltaVersion::decode(payload, offset).map_err(decode)?),
         ObjectType::CompactionJournal => {
-            compaction_journal(&CompactionJournal::decode(payload, offset).map_err(|error| error.to_string())?)
+            compaction_journal(&CompactionJournal::decode(payload, offset).map_err(decode)?)
         }
         ObjectType::WriteBatch => {
             let mut entries = Vec::new();
             let first_sequence = decode_entries(payload, offset, |kind, key, value| {
                 entries.push(batch_entry(kind, key, value));
             })
-            .map_err(|error| error.to_string())?;
+            .map_err(decode)?;
             let synced_lsn_low = lds_format::batch::synced_lsn_low(payload);
             json!({"first_sequence": first_sequence, "num_entries": entries.len(), "synced_lsn_low": synced_lsn_low, "entries": entries})
         }
         ObjectType::WrapLeft => {
-            let wrap = WrapLeft::decode(payload, offset).map_err(|error| error.to_string())?;
+            let wrap = WrapLeft::decode(payload, offset).map_err(decode)?;
             json!({"ofs_first_live": wrap.ofs_first_live, "lsn_first_live": wrap.lsn_first_live})
         }
         ObjectType::WrapRight => {
-            lds_format::log::check_wrap_right(payload, offset).map_err(|error| error.to_string())?;
+            lds_format::log::check_wrap_right(payload, offset).map_err(decode)?;
             json!({})
         }
     };

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use lds_format::label::Label;
-use lds_tools::mkfs::{format, plan, Request, FORMAT_MINOR_DEFAULT};
+use lds_tools::mkfs::{format, plan, MkfsError, Request, FORMAT_MINOR_DEFAULT};
 
 use crate::json;
 
@@ -130,26 +130,45 @@ impl MkfsOptions {
     }
 }
 
-fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), String> {
+/// Why `lds mkfs` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MkfsCommandError {
+    /// The layout could not be planned, or the format was refused or failed (the library's
+    /// error names the device and what is wrong).
+    #[error("{0}")]
+    Mkfs(#[from] MkfsError),
+    /// The layout could not be printed (standard output closed).
+    #[error("{0}")]
+    Output(#[from] std::io::Error),
+}
+
+fn mkfs(options: &MkfsOptions, out: &mut dyn Write) -> Result<(), MkfsCommandError> {
     let request = options.request();
-    let label = plan(&request).map_err(|error| error.to_string())?;
+    let label = plan(&request)?;
     if options.dry_run {
         let heading = format!("dry run: nothing written to {}", options.path.display());
         return report(out, options, "mkfs-plan", &heading, &label);
     }
-    format(&request, &label).map_err(|error| error.to_string())?;
+    format(&request, &label)?;
     report(out, options, "mkfs", &format!("formatted {} as an LDS volume", options.path.display()), &label)
 }
 
 /// Prints the layout, as text under `heading` or as a JSON document `what`.
-fn report(out: &mut dyn Write, options: &MkfsOptions, what: &str, heading: &str, label: &Label) -> Result<(), String> {
-    let io = |error: std::io::Error| error.to_string();
+fn report(
+    out: &mut dyn Write,
+    options: &MkfsOptions,
+    what: &str,
+    heading: &str,
+    label: &Label,
+) -> Result<(), MkfsCommandError> {
     if options.json {
         let mut document = json::document(what, &options.path.display().to_string());
         document.insert("label".into(), json::label(label));
         document.insert("usable_capacity".into(), serde_json::json!(label.geometry.usable_capacity()));
-        return writeln!(out, "{}", serde_json::Value::Object(document)).map_err(io);
+        writeln!(out, "{}", serde_json::Value::Object(document))?;
+        return Ok(());
     }
-    writeln!(out, "{heading}").map_err(io)?;
-    crate::render::print_layout(out, &label.geometry).map_err(io)
+    writeln!(out, "{heading}")?;
+    Ok(crate::render::print_layout(out, &label.geometry)?)
 }

@@ -28,6 +28,7 @@ use lds_volume::Members;
 use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
 use crate::enumerate::{Counts, Failure};
+use crate::error::SimError;
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, Verdict};
@@ -122,8 +123,8 @@ pub fn windows(device: &SimDevice, sizes: &[u64]) -> Vec<Window> {
 
 /// The volume the windows hold, found as `lds` finds a volume's devices (the first window is
 /// the first device).
-pub fn volume_of(device: &SimDevice, sizes: &[u64]) -> Result<Members<Window>, String> {
-    Members::assemble_found(windows(device, sizes)).map_err(|error| error.to_string())
+pub fn volume_of(device: &SimDevice, sizes: &[u64]) -> Result<Members<Window>, SimError> {
+    Ok(Members::assemble_found(windows(device, sizes))?)
 }
 
 /// A device change to check.
@@ -156,20 +157,25 @@ fn uuids(index: usize) -> JoinUuids {
 
 /// Applies `change` to the volume on `device` (windows of `sizes`) as `lds device` does, with
 /// fixed uuids; returns the number of writes.
-pub fn apply(device: &SimDevice, sizes: &[u64], change: Change) -> Result<usize, String> {
+pub fn apply(device: &SimDevice, sizes: &[u64], change: Change) -> Result<usize, SimError> {
     let volume = volume_of(device, sizes)?;
     let done = match change {
         Change::Add(index) => {
-            let joining =
-                windows(device, sizes).into_iter().nth(index).ok_or_else(|| format!("no device {index} to join"))?;
-            add_device(&volume, &joining, uuids(index)).map_err(|error| error.to_string())?.1
+            let joining = windows(device, sizes)
+                .into_iter()
+                .nth(index)
+                .ok_or_else(|| SimError::Setup { what: format!("no device {index} to join") })?;
+            add_device(&volume, &joining, uuids(index))?.1
         }
         Change::Remove(index) => {
-            let leaving = windows(device, sizes).into_iter().nth(index).ok_or_else(|| format!("no device {index}"))?;
+            let leaving = windows(device, sizes)
+                .into_iter()
+                .nth(index)
+                .ok_or_else(|| SimError::Setup { what: format!("no device {index}") })?;
             match volume.devices().iter().position(|member| member.name() == leaving.name()) {
-                Some(position) => remove_device(&volume, position).map_err(|error| error.to_string())?.1,
+                Some(position) => remove_device(&volume, position)?.1,
                 // Past the switch: the table no longer lists it (as `lds device remove` finds).
-                None => finish_removal(&volume, &leaving).map_err(|error| error.to_string())?,
+                None => finish_removal(&volume, &leaving)?,
             }
         }
     };
@@ -185,37 +191,33 @@ pub fn member_len(label: &Label, slots: u64) -> u64 {
 /// Writes keys through the engine, one store open throughout (its allocation cursor moves on
 /// through the slots, SPEC.md §10.4), until device `index` holds a live chunk (bounded: 200
 /// rounds).
-fn fill_onto(device: &SimDevice, sizes: &[u64], index: usize, round: &mut u32) -> Result<(), String> {
+fn fill_onto(device: &SimDevice, sizes: &[u64], index: usize, round: &mut u32) -> Result<(), SimError> {
     let volume = volume_of(device, sizes)?;
-    let entry = volume.table().ok_or("the volume has one device")?.devices[index];
-    let (db, _) = Db::open_device(Arc::new(volume), Path::new("device case"), options(true))
-        .map_err(|error| error.to_string())?;
+    let entry =
+        volume.table().ok_or_else(|| SimError::Setup { what: "the volume has one device".into() })?.devices[index];
+    let (db, _) = Db::open_device(Arc::new(volume), Path::new("device case"), options(true))?;
     for _ in 0..200 {
         if db.chunks().iter().any(|chunk| chunk.slots().any(|slot| entry.holds(slot))) {
-            return db.close().map_err(|error| error.to_string());
+            return Ok(db.close()?);
         }
         for number in 0..60u32 {
             let key = format!("fill-{:05}", (*round * 60 + number) * 7 % 3000);
             let value = format!("{round}-{number}-{}", "f".repeat(200));
-            db.put(key.as_bytes(), value.as_bytes(), WriteOptions { sync: false })
-                .map_err(|error| error.to_string())?;
+            db.put(key.as_bytes(), value.as_bytes(), WriteOptions { sync: false })?;
         }
-        db.flush().map_err(|error| error.to_string())?;
+        db.flush()?;
         *round += 1;
     }
-    Err(format!("200 rounds of writes put no chunk on device {index}"))
+    Err(SimError::Setup { what: format!("200 rounds of writes put no chunk on device {index}") })
 }
 
 /// Three changes on the media matrix's engine-written volume (both logs wrapped, three
 /// levels): a device joins; the second device, holding chunks, leaves (the volume is on one
 /// device again); the middle one of three devices, holding chunks, leaves (a gap of slots).
-pub fn device_cases() -> Result<Vec<DeviceCase>, String> {
+pub fn device_cases() -> Result<Vec<DeviceCase>, SimError> {
     let volume = build_volume()?;
-    let label = lds_volume::read_labels(&lds_volume::MemoryImage(&volume.image))
-        .map_err(|error| error.to_string())?
-        .choose()
-        .map(|(_, label)| label.clone())
-        .map_err(|error| format!("{error:?}"))?;
+    let label =
+        lds_volume::read_labels(&lds_volume::MemoryImage(&volume.image))?.choose().map(|(_, label)| label.clone())?;
     let member = member_len(&label, 12);
     let mut image = volume.image.clone();
     image.resize(image.len() + 2 * member as usize, 0);
@@ -268,18 +270,16 @@ pub struct DeviceRun {
     pub sector_size: u64,
 }
 
-fn reads(device: &SimDevice, sizes: &[u64]) -> Result<Model, String> {
+fn reads(device: &SimDevice, sizes: &[u64]) -> Result<Model, SimError> {
     let volume = volume_of(device, sizes)?;
-    let (db, _) = Db::open_device_read_only(Arc::new(volume), Path::new("device case"), options(true))
-        .map_err(|error| error.to_string())?;
-    db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())
+    let (db, _) = Db::open_device_read_only(Arc::new(volume), Path::new("device case"), options(true))?;
+    Ok(db.iter().and_then(Iterator::collect)?)
 }
 
 /// fsck's warnings and errors, by number, but `tolerated`.
-fn problems(device: &SimDevice, sizes: &[u64], tolerated: &[Code]) -> Result<Vec<u16>, String> {
+fn problems(device: &SimDevice, sizes: &[u64], tolerated: &[Code]) -> Result<Vec<u16>, SimError> {
     let volume = volume_of(device, sizes)?;
-    let report = check(&volume, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
-        .map_err(|error| format!("fsck: {error}"))?;
+    let report = check(&volume, CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})?;
     let mut numbers: Vec<u16> = report
         .problems
         .iter()
@@ -290,25 +290,25 @@ fn problems(device: &SimDevice, sizes: &[u64], tolerated: &[Code]) -> Result<Vec
     Ok(numbers)
 }
 
-fn first_label(device: &SimDevice, sizes: &[u64]) -> Result<Label, String> {
-    let first = windows(device, sizes).into_iter().next().ok_or("no device")?;
-    let labels = read_device_labels(&first).map_err(|error| error.to_string())?;
-    Ok(labels.choose().map_err(|error| format!("{error:?}"))?.1.clone())
+fn first_label(device: &SimDevice, sizes: &[u64]) -> Result<Label, SimError> {
+    let first =
+        windows(device, sizes).into_iter().next().ok_or_else(|| SimError::Setup { what: "no device".into() })?;
+    let labels = read_device_labels(&first)?;
+    Ok(labels.choose()?.1.clone())
 }
 
 /// Whether the change is complete: both copies of the first device's label are the target and
 /// every base version replicates its geometry and generation.
-fn finished(device: &SimDevice, sizes: &[u64], target: &Label) -> Result<bool, String> {
-    let first = windows(device, sizes).into_iter().next().ok_or("no device")?;
-    let labels = read_device_labels(&first).map_err(|error| error.to_string())?;
+fn finished(device: &SimDevice, sizes: &[u64], target: &Label) -> Result<bool, SimError> {
+    let first =
+        windows(device, sizes).into_iter().next().ok_or_else(|| SimError::Setup { what: "no device".into() })?;
+    let labels = read_device_labels(&first)?;
     if labels.primary.as_ref().ok() != Some(target) || labels.backup.as_ref().ok() != Some(target) {
         return Ok(false);
     }
     let volume = volume_of(device, sizes)?;
-    for (instance, state) in
-        lds_volume::inspect::all_versions(&volume, &target.geometry).map_err(|error| error.to_string())?
-    {
-        let state = state.map_err(|error| format!("instance {instance}: {error}"))?;
+    for (instance, state) in lds_volume::inspect::all_versions(&volume, &target.geometry)? {
+        let state = state.map_err(|source| SimError::VersionLog { at: format!("instance {instance}: "), source })?;
         if state.base.geometry != target.geometry || state.base.label_generation != target.generation {
             return Ok(false);
         }
@@ -317,21 +317,22 @@ fn finished(device: &SimDevice, sizes: &[u64], target: &Label) -> Result<bool, S
 }
 
 /// Runs the change of `case`, recording every write and flush.
-pub fn record_change(case: &DeviceCase, sector_size: u64) -> Result<DeviceRun, String> {
+pub fn record_change(case: &DeviceCase, sector_size: u64) -> Result<DeviceRun, SimError> {
     let before = SimDevice::new(case.image.clone()).with_sector_size(sector_size);
     let model = reads(&before, &case.sizes)?;
     let device = SimDevice::new(case.image.clone()).with_sector_size(sector_size);
-    let writes = apply(&device, &case.sizes, case.change).map_err(|error| format!("{}: {error}", case.name))?;
+    let writes = apply(&device, &case.sizes, case.change).map_err(SimError::within(case.name.clone()))?;
     let target = first_label(&device, &case.sizes)?;
+    let unfinished = |what: String| SimError::Unfinished { case: case.name.clone(), what };
     let found = problems(&device, &case.sizes, &[])?;
     if !found.is_empty() {
-        return Err(format!("{}: fsck after the change reports {found:?}", case.name));
+        return Err(unfinished(format!("fsck after the change reports {found:?}")));
     }
     if !finished(&device, &case.sizes, &target)? {
-        return Err(format!("{}: the change did not finish", case.name));
+        return Err(unfinished("the change did not finish".into()));
     }
     if reads(&device, &case.sizes)? != model {
-        return Err(format!("{}: the change altered what the volume reads", case.name));
+        return Err(unfinished("the change altered what the volume reads".into()));
     }
     Ok(DeviceRun {
         name: case.name.clone(),
@@ -347,11 +348,12 @@ pub fn record_change(case: &DeviceCase, sector_size: u64) -> Result<DeviceRun, S
 
 fn check_image(run: &DeviceRun, image: &[u8]) -> Verdict {
     let device = SimDevice::new(image.to_vec()).with_sector_size(run.sector_size);
-    let found = problems(&device, &run.sizes, &[Code::LabelsGenerationsDiffer]).map_err(|error| ("I3", error))?;
+    let found =
+        problems(&device, &run.sizes, &[Code::LabelsGenerationsDiffer]).map_err(|error| ("I3", error.to_string()))?;
     if !found.is_empty() {
         return Err(("I3", format!("fsck reports {found:?}")));
     }
-    let read = reads(&device, &run.sizes).map_err(|error| ("I1/I2", error))?;
+    let read = reads(&device, &run.sizes).map_err(|error| ("I1/I2", error.to_string()))?;
     if read != run.model {
         return Err((
             "I1/I2",
@@ -360,26 +362,27 @@ fn check_image(run: &DeviceRun, image: &[u8]) -> Verdict {
     }
     // W: the engine writes to it as it is.
     let written = SimDevice::new(image.to_vec()).with_sector_size(run.sector_size);
-    let volume = volume_of(&written, &run.sizes).map_err(|error| ("W", error))?;
+    let volume = volume_of(&written, &run.sizes).map_err(|error| ("W", error.to_string()))?;
     let (db, _) = Db::open_device(Arc::new(volume), Path::new("crash image"), options(true))
         .map_err(|error| ("W", format!("the engine does not open it for writing: {error}")))?;
     let write = db.put(b"written-after-the-crash", b"value", WriteOptions { sync: true }).and_then(|()| db.flush());
     write.and_then(|()| db.close()).map_err(|error| ("W", format!("a write and a flush fail: {error}")))?;
-    let found = problems(&written, &run.sizes, &[Code::LabelsGenerationsDiffer]).map_err(|error| ("W", error))?;
+    let found =
+        problems(&written, &run.sizes, &[Code::LabelsGenerationsDiffer]).map_err(|error| ("W", error.to_string()))?;
     if !found.is_empty() {
         return Err(("W", format!("after a write and a flush fsck reports {found:?}")));
     }
     // R: the same change again finishes it.
     apply(&device, &run.sizes, run.change)
         .map_err(|error| ("R", format!("running the change again fails: {error}")))?;
-    if !finished(&device, &run.sizes, &run.target).map_err(|error| ("R", error))? {
+    if !finished(&device, &run.sizes, &run.target).map_err(|error| ("R", error.to_string()))? {
         return Err(("R", "running the change again did not reach the target".into()));
     }
-    let found = problems(&device, &run.sizes, &[]).map_err(|error| ("R", error))?;
+    let found = problems(&device, &run.sizes, &[]).map_err(|error| ("R", error.to_string()))?;
     if !found.is_empty() {
         return Err(("R", format!("after running the change again fsck reports {found:?}")));
     }
-    if reads(&device, &run.sizes).map_err(|error| ("R", error))? != run.model {
+    if reads(&device, &run.sizes).map_err(|error| ("R", error.to_string()))? != run.model {
         return Err(("R", "after running the change again the volume reads other keys or values".into()));
     }
     Ok(())

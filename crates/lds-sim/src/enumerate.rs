@@ -13,6 +13,7 @@ use lds_check::{check, CheckOptions, Severity};
 use lds_engine::Db;
 use lds_volume::MemoryImage;
 
+use crate::error::SimError;
 use crate::images::{recipes, Builder};
 use crate::sim_device::SimDevice;
 use crate::workload::{options, Model, Random, Run};
@@ -49,11 +50,10 @@ pub struct Failure {
 
 /// The state a recovered image shows, or why it cannot be read; with the device it was
 /// recovered on, which counts what recovery wrote.
-fn recovered_state(image: &Arc<Vec<u8>>, unbuffered: bool) -> Result<(Model, Db, SimDevice), String> {
+fn recovered_state(image: &Arc<Vec<u8>>, unbuffered: bool) -> Result<(Model, Db, SimDevice), SimError> {
     let device = SimDevice::shared(Arc::clone(image));
-    let (db, _) = Db::open_device(Arc::new(device.clone()), Path::new("crash image"), options(unbuffered))
-        .map_err(|error| error.to_string())?;
-    let state: Model = db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?;
+    let (db, _) = Db::open_device(Arc::new(device.clone()), Path::new("crash image"), options(unbuffered))?;
+    let state: Model = db.iter().and_then(Iterator::collect)?;
     Ok((state, db, device))
 }
 
@@ -90,7 +90,7 @@ fn check_image(
     }
     // I1 and I2: the recovered state is the model after some operation between the last
     // synced one and the last issued one.
-    let (state, db, device) = recovered_state(image, unbuffered).map_err(|error| ("recovery", error))?;
+    let (state, db, device) = recovered_state(image, unbuffered).map_err(|error| ("recovery", error.to_string()))?;
     let matching = (model_min..=model_max.min(run.models.len() - 1)).rev().find(|&index| run.models[index] == state);
     if matching.is_none() {
         let nearest = (0..run.models.len()).find(|&index| run.models[index] == state);
@@ -106,7 +106,7 @@ fn check_image(
     // I5: recovering again (after a clean close) gives the same state.
     db.close().map_err(|error| ("I5", error.to_string()))?;
     recovery_wrote_nothing(&device)?;
-    let (again, db, device) = recovered_state(image, unbuffered).map_err(|error| ("I5", error))?;
+    let (again, db, device) = recovered_state(image, unbuffered).map_err(|error| ("I5", error.to_string()))?;
     if again != state {
         return Err(("I5", "a second recovery of the same image gives another state".into()));
     }

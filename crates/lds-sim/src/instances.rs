@@ -20,6 +20,7 @@ use lds_format::label::Label;
 use lds_volume::MemoryImage;
 
 use crate::enumerate::{Counts, Failure};
+use crate::error::SimError;
 use crate::images::Bounds;
 use crate::repair::{enumerate_history, Verdict};
 use crate::sim_device::{History, SimDevice};
@@ -29,11 +30,11 @@ use crate::workload::{apply_op, apply_to_model, layout, options, random, Model, 
 pub const INSTANCES: u32 = 2;
 
 /// A volume of `INSTANCES` instances on the simulator's layout, 4 MiB.
-pub fn formatted_image() -> Result<Vec<u8>, String> {
+pub fn formatted_image() -> Result<Vec<u8>, SimError> {
     let mut request = layout();
     request.instance_count = Some(INSTANCES);
     request.volume_len = 4 << 20;
-    let geometry = plan_layout(&request, [0x54; 16]).map_err(|error| error.to_string())?;
+    let geometry = plan_layout(&request, [0x54; 16]).map_err(|source| SimError::Layout { source })?;
     Ok(ImageBuilder::format(crate::workload::label_for_techniques(
         Label::new(geometry, "crashtest-instances").with_sync_watermark().with_fast_digest().with_compact_entries(),
     ))
@@ -72,14 +73,13 @@ pub struct InstancesRun {
     pub unbuffered: bool,
 }
 
-fn open_all(device: &SimDevice, unbuffered: bool) -> Result<Vec<Db>, String> {
-    let stores = Db::open_instances_device(Arc::new(device.clone()), Path::new("instances"), options(unbuffered))
-        .map_err(|error| error.to_string())?;
+fn open_all(device: &SimDevice, unbuffered: bool) -> Result<Vec<Db>, SimError> {
+    let stores = Db::open_instances_device(Arc::new(device.clone()), Path::new("instances"), options(unbuffered))?;
     Ok(stores.into_iter().map(|(db, _)| db).collect())
 }
 
 /// Runs the workload of `seed` on both instances opened together, recording everything.
-pub fn record(seed: u64, len: usize, unbuffered: bool) -> Result<InstancesRun, String> {
+pub fn record(seed: u64, len: usize, unbuffered: bool) -> Result<InstancesRun, SimError> {
     let ops = workload(seed, len);
     let sector_size = layout().sector_size.map_or(512, u64::from);
     let device = SimDevice::new(formatted_image()?).with_sector_size(sector_size);
@@ -88,14 +88,16 @@ pub fn record(seed: u64, len: usize, unbuffered: bool) -> Result<InstancesRun, S
     let mut spans = Vec::with_capacity(ops.len());
     for (index, (instance, op)) in ops.iter().enumerate() {
         let start_event = device.event_count();
-        let failed = |error: String| format!("operation {index} ({} on instance {instance}): {error}", op.describe());
+        let failed = |error: SimError| {
+            SimError::within(format!("operation {index} ({} on instance {instance})", op.describe()))(error)
+        };
         if *op == Op::Reopen {
             for db in stores.drain(..) {
-                db.close().map_err(|error| failed(error.to_string()))?;
+                db.close().map_err(|error| failed(error.into()))?;
             }
             stores = open_all(&device, unbuffered).map_err(failed)?;
         } else {
-            apply_op(&stores[*instance as usize], op).map_err(|error| failed(error.to_string()))?;
+            apply_op(&stores[*instance as usize], op).map_err(|error| failed(error.into()))?;
         }
         let instance_models = &mut models[*instance as usize];
         let mut model = instance_models.last().cloned().unwrap_or_default();
@@ -104,7 +106,7 @@ pub fn record(seed: u64, len: usize, unbuffered: bool) -> Result<InstancesRun, S
         spans.push(OpSpan { start_event, end_event: device.event_count() });
     }
     for db in stores {
-        db.close().map_err(|error| error.to_string())?;
+        db.close()?;
     }
     Ok(InstancesRun { seed, ops, history: device.history(), spans, models, sector_size, unbuffered })
 }
@@ -135,17 +137,17 @@ fn check_image(run: &InstancesRun, point: usize, image: &[u8]) -> Verdict {
     if let Some(problem) = report.problems.iter().find(|problem| problem.code.severity() != Severity::Info) {
         return Err(("I3", format!("fsck: {}", problem.line())));
     }
-    let recover = || -> Result<(Vec<Model>, SimDevice), String> {
+    let recover = || -> Result<(Vec<Model>, SimDevice), SimError> {
         let device = SimDevice::shared(Arc::new(image.to_vec()));
         let stores = open_all(&device, run.unbuffered)?;
         let mut states = Vec::new();
         for db in stores {
-            states.push(db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())?);
-            db.close().map_err(|error| error.to_string())?;
+            states.push(db.iter().and_then(Iterator::collect)?);
+            db.close()?;
         }
         Ok((states, device))
     };
-    let (states, device) = recover().map_err(|error| ("recovery", error))?;
+    let (states, device) = recover().map_err(|error| ("recovery", error.to_string()))?;
     for (instance, (state, (min, max))) in states.iter().zip(windows(run, point)).enumerate() {
         let models = &run.models[instance];
         if !(min..=max.min(models.len() - 1)).any(|index| models[index] == *state) {
@@ -164,7 +166,7 @@ fn check_image(run: &InstancesRun, point: usize, image: &[u8]) -> Verdict {
     if writes + flushes > 0 {
         return Err(("I5", format!("recovering both instances issued {writes} writes and {flushes} flushes")));
     }
-    let (again, _) = recover().map_err(|error| ("I5", error))?;
+    let (again, _) = recover().map_err(|error| ("I5", error.to_string()))?;
     if again != states {
         return Err(("I5", "a second recovery of the same image gives other states".into()));
     }

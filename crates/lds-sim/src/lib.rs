@@ -8,6 +8,7 @@
 
 pub mod device_changes;
 pub mod enumerate;
+pub mod error;
 mod images;
 pub mod instances;
 pub mod media;
@@ -19,3 +20,5 @@ pub mod resize;
 pub mod salvage_oracle;
 pub mod sim_device;
 pub mod workload;
+
+pub use error::SimError;

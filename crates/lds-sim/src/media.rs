@@ -31,6 +31,7 @@ use lds_format::geometry::{Geometry, LogKind};
 use lds_format::label::Label;
 use lds_volume::MemoryImage;
 
+use crate::error::SimError;
 use crate::sim_device::{apply, Fault, History, SimDevice};
 use crate::workload::{formatted_image, named, options, run, Model, Op, Workload};
 
@@ -287,7 +288,7 @@ pub fn workload() -> Workload {
 }
 
 /// Runs `workload()` and describes the volume it leaves.
-pub fn build_volume() -> Result<Volume, String> {
+pub fn build_volume() -> Result<Volume, SimError> {
     let workload = workload();
     let recorded = run(&workload, formatted_image()?, true)?;
     let mut image = recorded.history.initial.as_ref().clone();
@@ -296,11 +297,8 @@ pub fn build_volume() -> Result<Volume, String> {
     }
     let synced = workload.ops.iter().rposition(Op::is_sync_point).map_or(0, |index| index + 1);
     let keys: BTreeSet<Vec<u8>> = recorded.models.iter().flat_map(|model| model.keys().cloned()).collect();
-    let (_, label) = lds_volume::read_labels(&MemoryImage(&image))
-        .map_err(|error| error.to_string())?
-        .choose()
-        .map(|(choice, label)| (choice, label.clone()))
-        .map_err(|error| format!("{error:?}"))?;
+    let (_, label) =
+        lds_volume::read_labels(&MemoryImage(&image))?.choose().map(|(choice, label)| (choice, label.clone()))?;
     let label: Label = label;
     let geometry = label.geometry;
     let wraps_of = |kind: LogKind| {
@@ -309,8 +307,7 @@ pub fn build_volume() -> Result<Volume, String> {
     };
     let wraps = (wraps_of(LogKind::Version), wraps_of(LogKind::Backup));
     let device = SimDevice::new(image.clone());
-    let (db, _) = Db::open_device(Arc::new(device), Path::new("media matrix"), options(true))
-        .map_err(|error| error.to_string())?;
+    let (db, _) = Db::open_device(Arc::new(device), Path::new("media matrix"), options(true))?;
     let levels = db.level_chunk_counts();
     drop(db);
     Ok(Volume {
@@ -340,7 +337,7 @@ fn live_sectors<'a>(objects: impl IntoIterator<Item = &'a ChainObject>, ofs_area
 
 /// Every metadata sector of the volume, and up to `data_sectors_per_slot` block sectors of
 /// each referenced slot (evenly spread).
-pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target>, String> {
+pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target>, SimError> {
     let geometry = &volume.geometry;
     let sector = geometry.sector();
     let whole = 0..sector;
@@ -355,9 +352,8 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
     ];
     let (version_offset, version_len) = geometry.log_area(LogKind::Version, 0);
     let (backup_offset, backup_len) = geometry.log_area(LogKind::Backup, 0);
-    let (areas, recovery) =
-        lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0).map_err(|error| error.to_string())?;
-    let recovery = recovery.map_err(|error| error.to_string())?;
+    let (areas, recovery) = lds_volume::inspect::recover(&MemoryImage(&volume.image), geometry, 0)?;
+    let recovery = recovery.map_err(|source| SimError::VersionLog { at: String::new(), source })?;
     let state = &recovery.version_log;
     let version_context = lds_format::log::area_context(geometry, LogKind::Version, 0);
     let live_objects: Vec<ChainObject> = state.live_objects(&areas.version, &version_context).collect();
@@ -369,8 +365,9 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
         targets.push(Target { structure, sector: offset, bytes: whole.clone(), label });
     }
     let version = &state.version;
-    let backup =
-        recovery.backup_state().ok_or_else(|| format!("the backup log is damaged: {:?}", recovery.damage()))?;
+    let backup = recovery
+        .backup_state()
+        .ok_or_else(|| SimError::BackupLogDamaged { damage: format!("{:?}", recovery.damage()) })?;
     let live = live_sectors(&backup.objects, backup_offset, sector);
     for number in sectors_of(backup_offset, 0, backup_len, sector) {
         let structure = if live.contains(&number) { Structure::BackupLogLive } else { Structure::BackupLogOther };
@@ -385,7 +382,7 @@ pub fn targets(volume: &Volume, data_sectors_per_slot: u64) -> Result<Vec<Target
             let footer_offset = slot_end - FOOTER_LEN as u64;
             let footer_bytes = &volume.image[footer_offset as usize..slot_end as usize];
             let footer = Footer::decode(footer_bytes, footer_offset, geometry.slot_size)
-                .map_err(|error| format!("slot {}: {error}", sub_chunk.slot))?;
+                .map_err(|source| SimError::Decode { at: format!("slot {}: ", sub_chunk.slot), source })?;
             let name = |what: &str| format!("chunk {} (level {}) {what}", chunk.chunk_id, chunk.level);
             let footer_sector = slot_end - sector;
             targets.push(Target {

@@ -17,6 +17,7 @@ use lds_tools::mkfs::{verify, write_volume};
 use lds_volume::MemoryImage;
 
 use crate::enumerate::{Counts, Failure};
+use crate::error::SimError;
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, problems_of, reads_of, Verdict};
@@ -52,10 +53,10 @@ pub struct MkfsRun {
 }
 
 /// The new label of a case: the simulator's layout with `change` applied, another uuid.
-fn new_label(uuid: [u8; 16], change: impl FnOnce(&mut LayoutRequest)) -> Result<Label, String> {
+fn new_label(uuid: [u8; 16], change: impl FnOnce(&mut LayoutRequest)) -> Result<Label, SimError> {
     let mut request = layout();
     change(&mut request);
-    let geometry = plan_layout(&request, uuid).map_err(|error| error.to_string())?;
+    let geometry = plan_layout(&request, uuid).map_err(|source| SimError::Layout { source })?;
     Ok(Label::new(geometry, "mkfs").with_sync_watermark().with_fast_digest().with_compact_entries())
 }
 
@@ -63,7 +64,7 @@ fn new_label(uuid: [u8; 16], change: impl FnOnce(&mut LayoutRequest)) -> Result<
 /// with that and the old volume's own uuid (`mkfs --uuid`: only the zeroing keeps its old
 /// objects from reading as the new volume's) over the media matrix's engine-written volume
 /// (both logs wrapped, chunks on three levels), and with the same layout over zeros.
-pub fn mkfs_cases() -> Result<Vec<MkfsCase>, String> {
+pub fn mkfs_cases() -> Result<Vec<MkfsCase>, SimError> {
     let volume = build_volume()?;
     let old = reads_of(volume.image.clone())?;
     let zeros = vec![0u8; volume.image.len()];
@@ -100,11 +101,11 @@ pub fn mkfs_cases() -> Result<Vec<MkfsCase>, String> {
 
 /// Runs mkfs's writes of `case` on the simulated device and checks that they leave the new
 /// volume.
-pub fn record_mkfs(case: &MkfsCase, sector_size: u64) -> Result<MkfsRun, String> {
+pub fn record_mkfs(case: &MkfsCase, sector_size: u64) -> Result<MkfsRun, SimError> {
     let device = SimDevice::new(case.image.clone()).with_sector_size(sector_size);
-    write_volume(&device, &case.label).map_err(|error| format!("{}: {error}", case.name))?;
+    write_volume(&device, &case.label).map_err(|source| SimError::within(case.name.clone())(source.into()))?;
     let after = device.current();
-    verify(&MemoryImage(&after), &case.name, &case.label).map_err(|error| error.to_string())?;
+    verify(&MemoryImage(&after), &case.name, &case.label)?;
     Ok(MkfsRun {
         name: case.name.clone(),
         history: device.history(),
@@ -118,7 +119,7 @@ pub fn record_mkfs(case: &MkfsCase, sector_size: u64) -> Result<MkfsRun, String>
 /// engine reads no key.
 fn new_volume(run: &MkfsRun, image: &[u8], oracle: &'static str) -> Verdict {
     verify(&MemoryImage(image), &run.name, &run.label).map_err(|error| (oracle, error.to_string()))?;
-    let problems = problems_of(image).map_err(|error| (oracle, error))?;
+    let problems = problems_of(image).map_err(|error| (oracle, error.to_string()))?;
     if !problems.is_empty() {
         return Err((oracle, format!("the new volume has problems {problems:?}")));
     }

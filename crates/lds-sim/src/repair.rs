@@ -30,6 +30,7 @@ use lds_volume::MemoryImage;
 use lds_volume::{BlockDevice, DeviceError, PageCache, ReadAt};
 
 use crate::enumerate::{Counts, Failure};
+use crate::error::SimError;
 use crate::images::{recipes, Bounds, Builder};
 use crate::media::{build_volume, faulty_device, targets, MediaFault, Structure, Volume};
 use crate::salvage_oracle::{held_sequences, kept_for_salvage, kept_live, salvage_image, stable, Held};
@@ -59,7 +60,7 @@ fn inconsistent(image: &[u8]) -> bool {
 /// both logs, chunk footers, index and filter, blocks) and each of zeroed, flipped and stale,
 /// the first of its sectors (tried from both ends and the middle) where the fault is one fsck
 /// reports; then two faults at once. Faults fsck does not see (nothing to repair) are left out.
-pub fn damaged_volumes() -> Result<(Volume, Vec<Damaged>), String> {
+pub fn damaged_volumes() -> Result<(Volume, Vec<Damaged>), SimError> {
     let volume = build_volume()?;
     let targets = targets(&volume, 2)?;
     let live = stable(volume.models.get(volume.synced..).unwrap_or_default());
@@ -112,7 +113,9 @@ pub struct Outcome {
     pub exit_code: i32,
     /// fsck's warnings and errors afterwards, by number.
     pub problems: Vec<u16>,
-    /// Every key and value, or why the engine cannot read the volume.
+    /// Every key and value, or why the engine cannot read the volume: the error's text, so
+    /// that the outcomes of two repairs compare (the crash image's against the completed
+    /// repair's).
     pub reads: Result<Model, String>,
     /// The entries the repair's report names dropped (docs/reliability.md I10).
     pub lost: Vec<lds_repair::Lost>,
@@ -180,17 +183,15 @@ impl PageCache for Noting {
     }
 }
 
-pub(crate) fn reads_of(image: Vec<u8>) -> Result<Model, String> {
+pub(crate) fn reads_of(image: Vec<u8>) -> Result<Model, SimError> {
     let device: Arc<dyn BlockDevice> = Arc::new(SimDevice::new(image));
-    let (db, _) = Db::open_device_read_only(device, Path::new("repaired image"), options(true))
-        .map_err(|error| error.to_string())?;
-    db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())
+    let (db, _) = Db::open_device_read_only(device, Path::new("repaired image"), options(true))?;
+    Ok(db.iter().and_then(Iterator::collect)?)
 }
 
 /// fsck's warnings and errors on an image, by number.
-pub(crate) fn problems_of(image: &[u8]) -> Result<Vec<u16>, String> {
-    let report = check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})
-        .map_err(|error| format!("fsck: {error}"))?;
+pub(crate) fn problems_of(image: &[u8]) -> Result<Vec<u16>, SimError> {
+    let report = check(&MemoryImage(image), CheckOptions { deep: true, ..Default::default() }, &mut |_, _| {})?;
     let mut problems: Vec<u16> = report
         .problems
         .iter()
@@ -203,25 +204,28 @@ pub(crate) fn problems_of(image: &[u8]) -> Result<Vec<u16>, String> {
 }
 
 /// Runs `repair -y` on `device` and describes what it left.
-fn repair_outcome(device: &dyn BlockDevice, image_after: impl FnOnce() -> Vec<u8>) -> Result<Outcome, String> {
-    let report =
-        repair(device, RepairOptions::new(Mode::Yes), &mut |_, _| {}).map_err(|error| format!("repair: {error}"))?;
+fn repair_outcome(device: &dyn BlockDevice, image_after: impl FnOnce() -> Vec<u8>) -> Result<Outcome, SimError> {
+    let report = repair(device, RepairOptions::new(Mode::Yes), &mut |_, _| {})?;
     let image = image_after();
-    let problems = problems_of(&image).map_err(|error| format!("after repair: {error}"))?;
+    let problems = problems_of(&image).map_err(SimError::within("after repair"))?;
     let lost = crate::salvage_oracle::lost_ranges(&report);
-    Ok(Outcome { exit_code: report.exit_code(), problems, reads: reads_of(image), lost })
+    let reads = reads_of(image).map_err(|error| error.to_string());
+    Ok(Outcome { exit_code: report.exit_code(), problems, reads, lost })
 }
 
 /// Runs `repair -y` on a damaged image through an undo log, recording everything; fails when
 /// the completed repair does not keep what salvage of the damaged image reads (I10).
-pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, String> {
-    let salvaged = salvage_image(&damaged.image)?;
+pub fn record_repair(damaged: &Damaged, sector_size: u64) -> Result<RepairRun, SimError> {
+    // `salvage_oracle` gives its findings as text.
+    let salvaged = salvage_image(&damaged.image).map_err(SimError::salvage)?;
     let recording = Recording::new(damaged.image.clone(), sector_size, "repair");
     let completed = repair_outcome(&recording.undo_device, || recording.device.current())?;
-    kept_for_salvage(&salvaged, &salvage_image(&recording.device.current())?, &completed.lost)?;
+    let after = salvage_image(&recording.device.current()).map_err(SimError::salvage)?;
+    kept_for_salvage(&salvaged, &after, &completed.lost).map_err(SimError::salvage)?;
     if let Ok(reads) = &completed.reads {
-        let held = held_sequences(&recording.device.current()).map_err(|error| format!("I10: {error}"))?;
-        kept_live(&salvaged, &damaged.live, reads, &held, &completed.lost)?;
+        let held =
+            held_sequences(&recording.device.current()).map_err(|error| SimError::salvage(format!("I10: {error}")))?;
+        kept_live(&salvaged, &damaged.live, reads, &held, &completed.lost).map_err(SimError::salvage)?;
     }
     let (undo_file, undo_len_at_write) = recording.undo();
     finished_undo_restores(&recording, &damaged.image)?;
@@ -241,7 +245,7 @@ fn check_image(run: &RepairRun, writes_issued: usize, image: &[u8]) -> Result<()
     // U: the undo file as it was at the crash restores the damaged volume.
     undo_restores(&run.history.initial, &run.undo_file, &run.undo_len_at_write, writes_issued, image)?;
     // A: no problem the damaged volume did not have.
-    let problems = problems_of(image).map_err(|error| ("A", error))?;
+    let problems = problems_of(image).map_err(|error| ("A", error.to_string()))?;
     let refused = |number: &u16| matches!(number, 201..=205 | 207);
     let was_refused = run.damaged_problems.iter().any(refused);
     let new = problems.iter().find(|number| !(run.damaged_problems.contains(number) || was_refused && refused(number)));
@@ -256,7 +260,7 @@ fn check_image(run: &RepairRun, writes_issued: usize, image: &[u8]) -> Result<()
     }
     // R: a second repair finishes the job as the completed repair did.
     let device = SimDevice::new(image.to_vec());
-    let again = repair_outcome(&device, || device.current()).map_err(|error| ("R", error))?;
+    let again = repair_outcome(&device, || device.current()).map_err(|error| ("R", error.to_string()))?;
     // I10: the second repair keeps what salvage of the crash image reads.
     let salvaged = salvage_image(image).map_err(|error| ("I10", error))?;
     let after = salvage_image(&device.current()).map_err(|error| ("I10", error))?;
@@ -390,7 +394,7 @@ impl Recording {
 /// written and its state block rewritten) it verifies whole and restores `original` from the
 /// repaired volume. Run after the running file was taken for the crash states, since
 /// finishing rewrites the state block in place.
-fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), String> {
+fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), SimError> {
     if recording.undo().0.is_empty() {
         // The repair wrote nothing: no undo file, nothing to finish.
         return Ok(());
@@ -409,17 +413,19 @@ fn finished_undo_restores(recording: &Recording, original: &[u8]) -> Result<(), 
             regions
         })
         .unwrap_or_default();
-    recording.undo_device.finish(&regions).map_err(|error| format!("U: finishing the undo file: {error}"))?;
+    let failed = |step| move |source| SimError::Undo { step, source };
+    recording.undo_device.finish(&regions).map_err(failed("finishing the undo file"))?;
     let (finished, _) = recording.undo();
-    let file = UndoFile::parse(&finished, Path::new("undo file"))
-        .map_err(|error| format!("U: the finished undo file does not parse: {error}"))?;
+    let file =
+        UndoFile::parse(&finished, Path::new("undo file")).map_err(failed("the finished undo file does not parse"))?;
+    let violated = |detail: &str| SimError::Violated { oracle: "U", detail: detail.into() };
     if !file.finished {
-        return Err("U: the finished undo file does not say it finished".into());
+        return Err(violated("the finished undo file does not say it finished"));
     }
     let uuid = volume_uuid_of(&repaired);
-    undo(&file, &repaired, uuid, false).map_err(|error| format!("U: undo from the finished file refused: {error}"))?;
+    undo(&file, &repaired, uuid, false).map_err(failed("undo from the finished file refused"))?;
     if repaired.current().as_slice() != original {
-        return Err("U: undo from the finished file did not restore the damaged volume".into());
+        return Err(violated("undo from the finished file did not restore the damaged volume"));
     }
     Ok(())
 }
@@ -546,15 +552,18 @@ type ChunkPlace = (Vec<u8>, Vec<u8>, Vec<Span>);
 /// A batch's bytes and its keys.
 type BatchPlace = (Span, Vec<Vec<u8>>);
 
-fn placement(volume: &Volume) -> Result<Placement, String> {
+fn placement(volume: &Volume) -> Result<Placement, SimError> {
     placement_of(&volume.image, &volume.geometry, true)
 }
 
-fn placement_of(image: &[u8], geometry: &lds_format::geometry::Geometry, with_head: bool) -> Result<Placement, String> {
+fn placement_of(
+    image: &[u8],
+    geometry: &lds_format::geometry::Geometry,
+    with_head: bool,
+) -> Result<Placement, SimError> {
     use lds_format::geometry::LogKind;
-    let (areas, recovery) =
-        lds_volume::inspect::recover(&MemoryImage(image), geometry, 0).map_err(|error| error.to_string())?;
-    let recovery = recovery.map_err(|error| error.to_string())?;
+    let (areas, recovery) = lds_volume::inspect::recover(&MemoryImage(image), geometry, 0)?;
+    let recovery = recovery.map_err(|source| SimError::VersionLog { at: String::new(), source })?;
     let version_context = lds_format::log::area_context(geometry, LogKind::Version, 0);
     let newest = recovery
         .version_log
@@ -591,12 +600,13 @@ fn placement_of(image: &[u8], geometry: &lds_format::geometry::Geometry, with_he
     let mut batches = Vec::new();
     if let Some(state) = recovery.backup_state() {
         for batch in &state.batches {
-            let raw = lds_format::log::read_object(area, batch.offset, &context).map_err(|error| error.to_string())?;
+            let decode = |source| SimError::Decode { at: String::new(), source };
+            let raw = lds_format::log::read_object(area, batch.offset, &context).map_err(decode)?;
             let mut keys = Vec::new();
             lds_format::batch::decode_entries(raw.payload, context.ofs_area + batch.offset, |_, key, _| {
                 keys.push(key.to_vec());
             })
-            .map_err(|error| error.to_string())?;
+            .map_err(decode)?;
             let start = context.ofs_area + batch.offset;
             batches.push(((start, start + raw.header.total_len()), keys));
         }
@@ -635,7 +645,7 @@ impl Placement {
 /// flipped, a sector zeroed or made stale, in any sector of the labels, the logs or the
 /// chunks; never both labels), runs `repair -y` on each, and checks that fsck is then clean
 /// and that every key whose chunk and batch were undamaged reads its value.
-pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, String> {
+pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, SimError> {
     let all = targets(volume, 16)?;
     let placement = placement(volume)?;
     let last = volume.models.last().cloned().unwrap_or_default();
@@ -693,13 +703,13 @@ pub fn sweep(volume: &Volume, seed: u64, cases: u64) -> Result<SweepCounts, Stri
             counts.nothing_to_fix += 1;
         }
         // I10: what salvage reads from the damaged image.
-        let salvaged = salvage_image(&image)?;
+        let salvaged = salvage_image(&image).map_err(SimError::salvage)?;
         let device = SimDevice::new(image).with_sector_size(sector_size);
         let outcome = match repair_outcome(&device, || device.current()) {
             Ok(outcome) => outcome,
             // Too small a volume for what repair must write: refused with nothing written
             // (the way out is lds salvage to a new volume).
-            Err(error) if error.contains("nothing was written") && device.write_count() == 0 => {
+            Err(error) if error.wrote_nothing() && device.write_count() == 0 => {
                 counts.refused.push(format!("{name}: {error}"));
                 continue;
             }

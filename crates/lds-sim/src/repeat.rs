@@ -12,6 +12,7 @@ use std::sync::Arc;
 use lds_engine::Db;
 
 use crate::enumerate::{check_crash_image, check_shared_image, Bounds, Failure};
+use crate::error::SimError;
 use crate::images::{recipes, Builder, Recipe};
 use crate::sim_device::SimDevice;
 use crate::workload::{drive, options, Op, Random, Run, Workload};
@@ -57,10 +58,10 @@ fn continue_run(
     second: &Workload,
     sector_size: u64,
     unbuffered: bool,
-) -> Result<(Run, Vec<u64>), String> {
+) -> Result<(Run, Vec<u64>), SimError> {
     let device = SimDevice::new(image.to_vec());
     let driven = drive(&device, second, unbuffered, "recovered", "second run, ", |db| {
-        db.iter().and_then(Iterator::collect).map_err(|error| error.to_string())
+        Ok(db.iter().and_then(Iterator::collect)?)
     })?;
     let run = Run {
         workload: second.clone(),
@@ -74,13 +75,12 @@ fn continue_run(
 
 /// I4 for one second crash image: the recovered sequence number against the first
 /// recovery's and the last synced write's.
-fn check_sequence(image: &Arc<Vec<u8>>, floor: u64, unbuffered: bool) -> Result<(), String> {
+fn check_sequence(image: &Arc<Vec<u8>>, floor: u64, unbuffered: bool) -> Result<(), SimError> {
     let device = SimDevice::shared(Arc::clone(image));
-    let (db, _) = Db::open_device(Arc::new(device), Path::new("second crash"), options(unbuffered))
-        .map_err(|error| error.to_string())?;
+    let (db, _) = Db::open_device(Arc::new(device), Path::new("second crash"), options(unbuffered))?;
     let recovered = db.last_sequence();
     if recovered < floor {
-        return Err(format!("the recovered sequence number {recovered} is below {floor}"));
+        return Err(SimError::SequenceBelow { recovered, floor });
     }
     Ok(())
 }
@@ -130,7 +130,8 @@ pub fn enumerate_repeated(
             let first = recipe.state;
             let first_checked = check_crash_image(run, point, &image, unbuffered);
             let continued = first_checked.and_then(|()| {
-                continue_run(&image, second, run.sector_size, unbuffered).map_err(|message| ("recovery", message))
+                continue_run(&image, second, run.sector_size, unbuffered)
+                    .map_err(|error| ("recovery", error.to_string()))
             });
             let (second_run, sequences) = match continued {
                 Ok(continued) => continued,
@@ -169,7 +170,8 @@ pub fn enumerate_repeated(
                         seen_second.insert(digest).then(|| {
                             let checked = check_shared_image(&second_run, second_point, second_image, unbuffered)
                                 .and_then(|()| {
-                                    check_sequence(second_image, floor, unbuffered).map_err(|error| ("I4", error))
+                                    check_sequence(second_image, floor, unbuffered)
+                                        .map_err(|error| ("I4", error.to_string()))
                                 });
                             checked.map_err(|failure| (failure, second_image.as_ref().clone()))
                         })

@@ -20,6 +20,7 @@ use lds_repair::resize::{plan, resize, resized};
 use lds_volume::{BlockDevice, ReadAt};
 
 use crate::enumerate::{Counts, Failure};
+use crate::error::SimError;
 use crate::images::Bounds;
 use crate::media::build_volume;
 use crate::repair::{enumerate_history, problems_of, reads_of, undo_restores, Recording};
@@ -58,7 +59,7 @@ pub struct ResizeRun {
 
 /// Grow by a third, and shrink to two slots more than the data uses (which moves chunks), on
 /// the media matrix's engine-written volume (both logs wrapped) compacted into its last level.
-pub fn resize_cases() -> Result<Vec<ResizeCase>, String> {
+pub fn resize_cases() -> Result<Vec<ResizeCase>, SimError> {
     let mut volume = build_volume()?;
     volume.image = compacted(volume.image)?;
     let geometry = volume.geometry;
@@ -67,7 +68,7 @@ pub fn resize_cases() -> Result<Vec<ResizeCase>, String> {
     let target = grown.len() as u64;
     let mut cases = vec![ResizeCase { name: format!("grow to {target} bytes"), image: grown, target }];
     let device = SimDevice::new(volume.image.clone());
-    let smallest = plan(&device, device.len()).map_err(|error| error.to_string())?.min_len;
+    let smallest = plan(&device, device.len())?.min_len;
     let shrink = (smallest + 2 * geometry.slot_size..geometry.volume_len)
         .step_by(geometry.slot_size as usize)
         .find(|&len| plan(&device, len).is_ok_and(|planned| !planned.moves.is_empty()));
@@ -84,38 +85,39 @@ pub fn resize_cases() -> Result<Vec<ResizeCase>, String> {
 
 /// The volume on `image` after a compaction of every level into the last: its outputs were
 /// written while its inputs held the lower slots, so that a shrink has chunks to move.
-fn compacted(image: Vec<u8>) -> Result<Vec<u8>, String> {
+fn compacted(image: Vec<u8>) -> Result<Vec<u8>, SimError> {
     let device = Arc::new(SimDevice::new(image));
     let (db, _) = Db::open_device(Arc::clone(&device) as Arc<dyn BlockDevice>, Path::new("resize"), options(true))
-        .map_err(|error| format!("open before the compaction: {error}"))?;
-    db.compact_range().map_err(|error| format!("compaction: {error}"))?;
-    db.close().map_err(|error| format!("close after the compaction: {error}"))?;
+        .map_err(SimError::engine("open before the compaction: "))?;
+    db.compact_range().map_err(SimError::engine("compaction: "))?;
+    db.close().map_err(SimError::engine("close after the compaction: "))?;
     Ok(device.current())
 }
 
 /// Whether the volume on `image` is resized to `target`: labels and base versions.
-fn finished(image: &[u8], target: u64) -> Result<bool, String> {
+fn finished(image: &[u8], target: u64) -> Result<bool, SimError> {
     let device = SimDevice::new(image.to_vec());
-    let planned = plan(&device, target).map_err(|error| error.to_string())?;
+    let planned = plan(&device, target)?;
     Ok(planned.done() && planned.new == resized(&planned.old, target))
 }
 
 /// Runs the resize of `case` through an undo log and checks where it ends.
-pub fn record_resize(case: &ResizeCase, sector_size: u64) -> Result<ResizeRun, String> {
+pub fn record_resize(case: &ResizeCase, sector_size: u64) -> Result<ResizeRun, SimError> {
     let model = reads_of(case.image.clone())?;
     let recording = Recording::new(case.image.clone(), sector_size, "resize");
-    let (planned, _) =
-        resize(&recording.undo_device, case.target).map_err(|error| format!("{}: {error}", case.name))?;
+    let (planned, _) = resize(&recording.undo_device, case.target)
+        .map_err(|source| SimError::within(case.name.clone())(source.into()))?;
     let after = recording.device.current();
+    let unfinished = |what: String| SimError::Unfinished { case: case.name.clone(), what };
     let problems = problems_of(&after)?;
     if !problems.is_empty() {
-        return Err(format!("{}: fsck after the resize reports {problems:?}", case.name));
+        return Err(unfinished(format!("fsck after the resize reports {problems:?}")));
     }
     if !finished(&after, case.target)? {
-        return Err(format!("{}: the resize did not reach its target", case.name));
+        return Err(unfinished("the resize did not reach its target".into()));
     }
     if reads_of(after)? != model {
-        return Err(format!("{}: the resize changed what the volume reads", case.name));
+        return Err(unfinished("the resize changed what the volume reads".into()));
     }
     Ok(ResizeRun {
         name: case.name.clone(),
@@ -130,11 +132,11 @@ pub fn record_resize(case: &ResizeCase, sector_size: u64) -> Result<ResizeRun, S
 
 fn check_image(run: &ResizeRun, writes_issued: usize, image: &[u8]) -> Result<(), (&'static str, String)> {
     undo_restores(&run.history.initial, &run.undo.0, &run.undo.1, writes_issued, image)?;
-    let problems = problems_of(image).map_err(|error| ("I3", error))?;
+    let problems = problems_of(image).map_err(|error| ("I3", error.to_string()))?;
     if !problems.is_empty() {
         return Err(("I3", format!("fsck reports {problems:?}")));
     }
-    let reads = reads_of(image.to_vec()).map_err(|error| ("I1/I2", error))?;
+    let reads = reads_of(image.to_vec()).map_err(|error| ("I1/I2", error.to_string()))?;
     if reads != run.model {
         return Err((
             "I1/I2",
@@ -148,21 +150,21 @@ fn check_image(run: &ResizeRun, writes_issued: usize, image: &[u8]) -> Result<()
     let (db, _) = opened.map_err(|error| ("W", format!("the engine does not open it for writing: {error}")))?;
     let write = db.put(b"written-after-the-crash", b"value", WriteOptions { sync: true }).and_then(|()| db.flush());
     write.and_then(|()| db.close()).map_err(|error| ("W", format!("a write and a flush fail: {error}")))?;
-    let problems = problems_of(&written.current()).map_err(|error| ("W", error))?;
+    let problems = problems_of(&written.current()).map_err(|error| ("W", error.to_string()))?;
     if !problems.is_empty() {
         return Err(("W", format!("after a write and a flush fsck reports {problems:?}")));
     }
     let device = SimDevice::new(image.to_vec());
     resize(&device, run.target).map_err(|error| ("R", format!("a second resize fails: {error}")))?;
     let after = device.current();
-    if !finished(&after, run.target).map_err(|error| ("R", error))? {
+    if !finished(&after, run.target).map_err(|error| ("R", error.to_string()))? {
         return Err(("R", "a second resize did not reach the target".into()));
     }
-    let problems = problems_of(&after).map_err(|error| ("R", error))?;
+    let problems = problems_of(&after).map_err(|error| ("R", error.to_string()))?;
     if !problems.is_empty() {
         return Err(("R", format!("after a second resize fsck reports {problems:?}")));
     }
-    if reads_of(after).map_err(|error| ("R", error))? != run.model {
+    if reads_of(after).map_err(|error| ("R", error.to_string()))? != run.model {
         return Err(("R", "after a second resize the volume reads other keys or values".into()));
     }
     Ok(())
@@ -213,7 +215,8 @@ mod tests {
     /// byte, and every crash state still reads every value.
     #[test]
     fn a_shrink_moves_value_chunks_and_every_crash_state_reads_every_value() {
-        assert_eq!(crate::workload::set_techniques("kv-separation"), Ok(()));
+        let set = crate::workload::set_techniques("kv-separation");
+        assert!(set.is_ok(), "{set:?}");
         let cases = resize_cases();
         assert!(cases.is_ok(), "{:?}", cases.as_ref().err());
         let Ok(cases) = cases else { return };

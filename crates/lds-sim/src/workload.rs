@@ -10,6 +10,7 @@ use lds_format::algorithms::image::ImageBuilder;
 use lds_format::geometry::{plan_layout, LayoutRequest};
 use lds_format::label::Label;
 
+use crate::error::SimError;
 use crate::sim_device::{History, SimDevice};
 
 /// One engine operation.
@@ -158,8 +159,8 @@ pub fn formatted_geometry() -> lds_format::geometry::Geometry {
 }
 
 /// A formatted image of `layout()`, as mkfs writes it.
-pub fn formatted_image() -> Result<Vec<u8>, String> {
-    let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|error| error.to_string())?;
+pub fn formatted_image() -> Result<Vec<u8>, SimError> {
+    let geometry = plan_layout(&layout(), [0x51; 16]).map_err(|source| SimError::Layout { source })?;
     Ok(ImageBuilder::format(label_for_techniques(
         Label::new(geometry, "crashtest").with_sync_watermark().with_fast_digest().with_compact_entries(),
     ))
@@ -202,8 +203,10 @@ pub fn label_for_techniques(label: Label) -> Label {
 /// thread (names as `lds_engine::Options::with_techniques` takes them; empty for none). With
 /// `triad-log` the volumes formatted from then on have the larger backup log of
 /// `LOG_TABLES_BACKUP_LOG_LEN` too.
-pub fn set_techniques(names: &str) -> Result<(), String> {
-    Options::default().with_techniques(names)?;
+pub fn set_techniques(names: &str) -> Result<(), SimError> {
+    Options::default()
+        .with_techniques(names)
+        .map_err(|reason| SimError::Techniques { names: names.to_string(), reason })?;
     TECHNIQUES.with(|techniques| *techniques.borrow_mut() = names.to_string());
     Ok(())
 }
@@ -211,11 +214,11 @@ pub fn set_techniques(names: &str) -> Result<(), String> {
 /// Checks that the engine takes the techniques `set_techniques` switched on together: opens a
 /// store with them on a fresh simulated volume (the engine refuses some sets, such as
 /// `triad-log` with `size-tiered` or `forest`); the engine's refusal is the error.
-pub fn check_techniques() -> Result<(), String> {
+pub fn check_techniques() -> Result<(), SimError> {
     let device = SimDevice::new(formatted_image()?);
     let (db, _) = Db::open_device(Arc::new(device), Path::new("simulated"), options(true))
-        .map_err(|error| format!("techniques '{}': {error}", techniques()))?;
-    db.close().map_err(|error| error.to_string())
+        .map_err(SimError::engine(format!("techniques '{}': ", techniques())))?;
+    Ok(db.close()?)
 }
 
 /// The techniques `set_techniques` switched on in this thread.
@@ -319,12 +322,10 @@ pub(crate) fn drive(
     unbuffered: bool,
     name: &str,
     context: &str,
-    start: impl FnOnce(&Db) -> Result<Model, String>,
-) -> Result<Driven, String> {
+    start: impl FnOnce(&Db) -> Result<Model, SimError>,
+) -> Result<Driven, SimError> {
     let open = |device: &SimDevice| {
-        Db::open_device(Arc::new(device.clone()), Path::new(name), options(unbuffered))
-            .map(|(db, _)| db)
-            .map_err(|error| error.to_string())
+        Db::open_device(Arc::new(device.clone()), Path::new(name), options(unbuffered)).map(|(db, _)| db)
     };
     let mut db = open(device)?;
     let mut model = start(&db)?;
@@ -333,7 +334,9 @@ pub(crate) fn drive(
     let mut spans = Vec::with_capacity(workload.ops.len());
     for (index, op) in workload.ops.iter().enumerate() {
         let start_event = device.event_count();
-        let failed = |error: lds_engine::Error| format!("{context}operation {index} ({}): {error}", op.describe());
+        let failed = |error: lds_engine::Error| {
+            SimError::engine(format!("{context}operation {index} ({}): ", op.describe()))(error)
+        };
         match op {
             Op::Reopen => {
                 db.close().map_err(failed)?;
@@ -346,13 +349,13 @@ pub(crate) fn drive(
         sequences.push(db.last_sequence());
         spans.push(OpSpan { start_event, end_event: device.event_count() });
     }
-    db.close().map_err(|error| error.to_string())?;
+    db.close()?;
     Ok(Driven { spans, models, sequences })
 }
 
 /// Runs a workload on the engine over a simulated device holding `image`.
-pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, String> {
-    let sector_size = plan_layout(&layout(), [0; 16]).map_err(|error| error.to_string())?.sector();
+pub fn run(workload: &Workload, image: Vec<u8>, unbuffered: bool) -> Result<Run, SimError> {
+    let sector_size = plan_layout(&layout(), [0; 16]).map_err(|source| SimError::Layout { source })?.sector();
     let device = SimDevice::new(image);
     let driven = drive(&device, workload, unbuffered, "simulated", "", |_| Ok(Model::new()))?;
     Ok(Run {

@@ -33,6 +33,7 @@ pub mod runner;
 pub mod seal;
 pub mod undo;
 pub mod walk;
+mod walker;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -119,7 +119,7 @@ pub fn fields(bytes: &[u8], file: usize) -> Vec<FieldRef> {
     let len = bytes.len() as u64;
     let sector = read_le(bytes, 12, 4);
     let device_len = read_le(bytes, 16, 8);
-    let mut w = super::walk::Walker::new(bytes, file, 0, bytes.len(), seals.clone());
+    let mut w = super::walker::Walker::new(bytes, file, 0, bytes.len(), seals.clone());
     let _ = (|| {
         w.magic("header.magic", 8)?;
         w.num("header.version", 4, &[(Variant::PastEnd, 3)])?;
@@ -129,7 +129,7 @@ pub fn fields(bytes: &[u8], file: usize) -> Vec<FieldRef> {
             8,
             &[(Variant::PastEnd, device_len + sector), (Variant::Overlap, device_len - sector)],
         )?;
-        w.uuid("header.volume_uuid", &[(Variant::Other, super::walk::FOREIGN_UUID)])?;
+        w.uuid("header.volume_uuid", &[(Variant::Other, super::walker::FOREIGN_UUID)])?;
         w.num("header.created", 8, &[])?;
         let tool_len = read_le(bytes, 48, 1);
         w.num("header.tool_len", 1, &[(Variant::PastEnd, 73)])?;
@@ -156,7 +156,7 @@ pub fn fields(bytes: &[u8], file: usize) -> Vec<FieldRef> {
         let p = if number == 0 { "batch[0]".to_string() } else { "batch[last]".to_string() };
         let records_len = read_le(bytes, start + 16, 8) as usize;
         let end = (start + BATCH_HEADER_LEN + records_len).min(bytes.len());
-        let mut w = super::walk::Walker::new(bytes, file, start, end, seals.clone());
+        let mut w = super::walker::Walker::new(bytes, file, start, end, seals.clone());
         let _ = (|| {
             w.magic(&format!("{p}.magic"), 4)?;
             let count = read_le(bytes, start + 4, 4);
