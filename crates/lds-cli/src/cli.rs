@@ -355,8 +355,12 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             crate::kv::load(&target, format, sync, &mut std::io::stdin().lock(), out, err)
         }
         Command::Recover { target, json, undo } => crate::kv::recover(&target, json, &undo, out, err),
-        Command::Completions { shell } => crate::manual::completions(shell, out, err),
-        Command::Man { directory } => crate::manual::man_pages(&directory, out, err),
+        Command::Completions { shell } => {
+            crate::manual::completions(<Cli as clap::CommandFactory>::command(), shell, out, err)
+        }
+        Command::Man { directory } => {
+            crate::manual::man_pages(&<Cli as clap::CommandFactory>::command(), &directory, out, err)
+        }
         Command::Compaction(command) => crate::compaction::run(&command, out, err),
         Command::Dump { path, what, id, instance, entries, resolve, json, wait } => {
             if resolve && what != "chunk" {

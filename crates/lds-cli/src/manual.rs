@@ -4,14 +4,14 @@
 use std::io::Write;
 use std::path::Path;
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
-
-/// Prints the completion script for `shell`; returns the exit code (0, or 1 when the output
-/// cannot be written).
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let mut command = Cli::command();
+/// Prints the completion script of `command` (the `lds` command's definition) for `shell`;
+/// returns the exit code (0, or 1 when the output cannot be written).
+pub fn completions(
+    mut command: clap::Command,
+    shell: clap_complete::Shell,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "lds", &mut script);
     match out.write_all(&script) {
@@ -23,12 +23,12 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write, err: &mut d
     }
 }
 
-/// The man pages: `lds.1`, then one per subcommand and nested subcommand (`lds-mkfs.1`,
-/// `lds-device-add.1`), each with its file name and roff text.
-pub fn pages() -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
+/// The man pages of `root` (the `lds` command's definition): `lds.1`, then one per
+/// subcommand and nested subcommand (`lds-mkfs.1`, `lds-device-add.1`), each with its file
+/// name and roff text.
+pub fn pages(root: &clap::Command) -> Result<Vec<(String, Vec<u8>)>, std::io::Error> {
     let mut pages = Vec::new();
-    let root = Cli::command();
-    add_pages(&root, "lds", &mut pages)?;
+    add_pages(root, "lds", &mut pages)?;
     Ok(pages)
 }
 
@@ -44,10 +44,10 @@ fn add_pages(command: &clap::Command, name: &str, pages: &mut Vec<(String, Vec<u
     Ok(())
 }
 
-/// Writes every man page into `directory` (created if missing); returns the exit code (0, or
-/// 1 when a page cannot be written, naming which).
-pub fn man_pages(directory: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let pages = match pages() {
+/// Writes every man page of `root` into `directory` (created if missing); returns the exit
+/// code (0, or 1 when a page cannot be written, naming which).
+pub fn man_pages(root: &clap::Command, directory: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let pages = match pages(root) {
         Ok(pages) => pages,
         Err(error) => {
             let _ = writeln!(err, "lds man: cannot render the pages: {error}");

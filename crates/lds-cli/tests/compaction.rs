@@ -181,13 +181,29 @@ fn a_resume_saves_an_undo_file_that_restores_the_volume_byte_for_byte() {
     assert!(err.contains("lds undo"), "the undo file is named: {err}");
     assert!(undo_file.exists(), "no undo file at {}", undo_file.display());
     assert!(std::fs::read(&path).unwrap_or_default() != original, "the resume wrote nothing");
-    // A second run refuses to overwrite the undo file, and writes nothing.
+    // A second run finds nothing to resume: it is not refused for the first run's undo file
+    // (issue 41), writes nothing, and leaves that file as it was and no other.
     let resumed = std::fs::read(&path).unwrap_or_default();
+    let first_undo = std::fs::read(&undo_file).unwrap_or_default();
     let undo = lds_cli::session::UndoChoice { undo_file: None, no_undo: false };
     let (code, _, err) = command(CompactionCommand::Resume { path: path.clone(), instance: 0, json: false, undo });
-    assert_eq!(code, EXIT_ERROR, "{err}");
-    assert!(err.contains("undo file exists"), "{err}");
-    assert!(std::fs::read(&path).unwrap_or_default() == resumed);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read(&path).unwrap_or_default() == resumed, "the second run wrote");
+    assert!(std::fs::read(&undo_file).unwrap_or_default() == first_undo, "the first undo file changed");
+    let directory = path.parent().unwrap_or(std::path::Path::new("."));
+    let stem = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let others = std::fs::read_dir(directory)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| {
+                    name.starts_with(&stem) && name.ends_with(".lds-undo") && *name != format!("{stem}.lds-undo")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(others, 0, "a run that wrote nothing left an undo file");
     let args =
         lds_cli::undo::UndoArgs { undo_file: undo_file.clone(), path: path.clone(), force: false, dry_run: false };
     let (mut out, mut err) = (Vec::new(), Vec::new());
