@@ -280,8 +280,9 @@ fn now_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_secs())
 }
 
-/// `YYYYMMDDTHHMMSSZ` of `seconds` since the Unix epoch (the proleptic Gregorian calendar).
-fn utc_stamp(seconds: u64) -> String {
+/// The UTC date and time of `seconds` since the Unix epoch, in the proleptic Gregorian
+/// calendar: year, month, day, hour, minute, second (how undo files are named and shown).
+pub fn utc_fields(seconds: u64) -> (i64, i64, i64, u64, u64, u64) {
     let days = seconds / 86_400;
     let in_day = seconds % 86_400;
     // Howard Hinnant's days-to-civil, for days since 1970-01-01.
@@ -294,7 +295,13 @@ fn utc_stamp(seconds: u64) -> String {
     let day = day_of_year - (153 * month_index + 2) / 5 + 1;
     let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", in_day / 3600, in_day % 3600 / 60, in_day % 60)
+    (year, month, day, in_day / 3600, in_day % 3600 / 60, in_day % 60)
+}
+
+/// `YYYYMMDDTHHMMSSZ` of `seconds` since the Unix epoch.
+fn utc_stamp(seconds: u64) -> String {
+    let (year, month, day, hour, minute, second) = utc_fields(seconds);
+    format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
 }
 
 /// The header of an undo file for `tool` about to write to `device` (its label, if readable,
