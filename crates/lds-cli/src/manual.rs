@@ -60,11 +60,29 @@ pub fn man_pages(root: &clap::Command, directory: &Path, out: &mut dyn Write, er
     }
     for (name, roff) in &pages {
         let path = directory.join(name);
-        if let Err(error) = std::fs::write(&path, roff) {
+        if let Err(error) = replace_page(&path, roff) {
             let _ = writeln!(err, "lds man: {}: cannot write: {error}", path.display());
             return 1;
         }
     }
     let _ = writeln!(out, "wrote {} man pages to {}", pages.len(), directory.display());
     0
+}
+
+/// Writes `roff` to `path` through a new file renamed over it: a page that is a symlink is
+/// replaced itself, never the file it points to (docs/safety.md: a command writes only what
+/// it was named).
+fn replace_page(path: &Path, roff: &[u8]) -> std::io::Result<()> {
+    let partial = path.with_extension(format!("1.partial-{}", std::process::id()));
+    let _ = std::fs::remove_file(&partial);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .and_then(|mut file| file.write_all(roff))
+        .and_then(|()| std::fs::rename(&partial, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
 }

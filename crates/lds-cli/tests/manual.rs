@@ -98,3 +98,21 @@ fn a_man_page_for_every_subcommand_with_every_option() {
         std::panic::resume_unwind(panic);
     }
 }
+
+#[test]
+fn a_page_that_is_a_symlink_is_replaced_not_written_through() {
+    let directory: PathBuf = std::env::temp_dir().join(format!("lds-man-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&directory);
+    let pages = directory.join("man1");
+    std::fs::create_dir_all(&pages).unwrap_or_else(|error| panic!("{error}"));
+    let victim = directory.join("victim");
+    std::fs::write(&victim, b"someone's file").unwrap_or_else(|error| panic!("{error}"));
+    std::os::unix::fs::symlink(&victim, pages.join("lds-mkfs.1")).unwrap_or_else(|error| panic!("{error}"));
+    let (code, _, stderr) = lds(&["man", &pages.to_string_lossy()]);
+    let kept = std::fs::read(&victim).unwrap_or_default();
+    let replaced = std::fs::symlink_metadata(pages.join("lds-mkfs.1")).map(|meta| meta.file_type().is_file());
+    let _ = std::fs::remove_dir_all(&directory);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(kept, b"someone's file", "lds man wrote through the symlink");
+    assert!(matches!(replaced, Ok(true)), "the page is a file of its own now: {replaced:?}");
+}
